@@ -1,0 +1,11 @@
+"""ResNet family with the padding scheme of every stride-2 site chosen per model.
+
+>>> import resnet
+>>> model = resnet.build_model("resnet50", padding="asymmetric")
+"""
+
+from .archs import ALIASES, ARCHS
+from .model import ModelMeta, ResNet, build_model, list_archs
+from .padding import PRESETS, Padding
+
+__all__ = ["ALIASES", "ARCHS", "PRESETS", "ModelMeta", "Padding", "ResNet", "build_model", "list_archs"]

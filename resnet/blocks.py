@@ -1,0 +1,159 @@
+"""Residual blocks. All share one constructor; layers come from factories.
+
+Module names follow torchvision (``conv1``, ``bn1``, ..., ``downsample``) so that
+state-dict keys never depend on the padding scheme or on the block type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch import nn
+
+
+class ConvFactory(Protocol):
+    def __call__(
+        self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, groups: int = 1, normed: bool = True
+    ) -> nn.Conv2d: ...
+
+
+NormFactory = Callable[[int], nn.Module]
+
+
+class Block(nn.Module):
+    """The constructor every block type shares.
+
+    ``planes`` is the stage's base width; the block outputs ``planes * expansion``
+    channels. ``downsample`` maps the shortcut to the output shape (or is None).
+    ``conv`` decides each conv's padding and bias; ``norm`` builds BatchNorm.
+    """
+
+    expansion = 1
+
+    def __init__(
+        self,
+        in_ch: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        *,
+        conv: ConvFactory,
+        norm: NormFactory,
+        groups: int = 1,
+        base_width: int = 64,
+    ) -> None:
+        super().__init__()
+        self.downsample = downsample
+        self.stride = stride
+        self.relu = nn.ReLU(inplace=True)
+
+
+class BasicBlock(Block):
+    """Two 3x3 convs (ResNet-18/34)."""
+
+    expansion = 1
+
+    def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
+        super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
+        if groups != 1 or base_width != 64:
+            raise ValueError("BasicBlock supports only groups=1 and width_per_group=64")
+        self.conv1 = conv(in_ch, planes, 3, stride)
+        self.bn1 = norm(planes)
+        self.conv2 = conv(planes, planes, 3)
+        self.bn2 = norm(planes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(Block):
+    """1x1 -> 3x3 (grouped for ResNeXt) -> 1x1, post-activation.
+
+    torchvision's "v1.5" puts the stride on the 3x3; the original ResNet (Caffe MSRA,
+    Keras ``ResNet50``) puts it on the first 1x1, where no padding is involved.
+    """
+
+    expansion = 4
+    stride_on_3x3 = True
+
+    def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
+        super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
+        width = int(planes * (base_width / 64.0)) * groups
+        s1, s3 = (1, stride) if self.stride_on_3x3 else (stride, 1)
+        self.conv1 = conv(in_ch, width, 1, s1)
+        self.bn1 = norm(width)
+        self.conv2 = conv(width, width, 3, s3, groups)
+        self.bn2 = norm(width)
+        self.conv3 = conv(width, planes * self.expansion, 1)
+        self.bn3 = norm(planes * self.expansion)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class BottleneckV1(Bottleneck):
+    """Stride on the first 1x1 (He et al. 2015, Caffe MSRA and Keras ``ResNet50``)."""
+
+    stride_on_3x3 = False
+
+
+class PreActBottleneck(Block):
+    """Pre-activation bottleneck (He et al. 2016, "Identity Mappings").
+
+    ``bn1`` + ReLU open the residual branch. Where the projection shortcut reads
+    from is what tells the pre-activation families apart: TF-slim, Keras
+    ``ResNet50V2`` and timm ``resnetv2_*`` feed it the pre-activated input
+    (``shortcut_from_preact``); fb.resnet.torch (TensorNets ``ResNet200v2``) feeds
+    it the block's raw input.
+    """
+
+    expansion = 4
+    shortcut_from_preact = True
+
+    def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
+        super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
+        width = int(planes * (base_width / 64.0)) * groups
+        self.bn1 = norm(in_ch)
+        self.conv1 = conv(in_ch, width, 1)
+        self.bn2 = norm(width)
+        self.conv2 = conv(width, width, 3, stride, groups)
+        self.bn3 = norm(width)
+        self.conv3 = conv(width, planes * self.expansion, 1, normed=False)
+        # A strided identity shortcut (TF-slim's last unit) is a 1x1/s max pool: it
+        # reads the raw input, like the identity it replaces.
+        self.shortcut_reads_preact = self.shortcut_from_preact and not isinstance(downsample, nn.MaxPool2d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        preact = self.relu(self.bn1(x))
+        if self.downsample is None:
+            shortcut = x
+        else:
+            shortcut = self.downsample(preact if self.shortcut_reads_preact else x)
+        out = self.conv1(preact)
+        out = self.conv2(self.relu(self.bn2(out)))
+        out = self.conv3(self.relu(self.bn3(out)))
+        return out + shortcut
+
+
+class PreActBottleneckRawShortcut(PreActBottleneck):
+    """fb.resnet.torch pre-activation: the conv+BN projection reads the raw input."""
+
+    shortcut_from_preact = False
+
+
+BLOCKS: dict[str, type[Block]] = {
+    "basic": BasicBlock,
+    "bottleneck": Bottleneck,
+    "bottleneck_v1": BottleneckV1,
+    "preact": PreActBottleneck,
+    "preact_raw_shortcut": PreActBottleneckRawShortcut,
+}

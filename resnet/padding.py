@@ -1,0 +1,392 @@
+"""Padding schemes per site, decided when a layer is built.
+
+The spec is ``shared/PADDING.md``. A :class:`Padding` names one scheme per *site*:
+the stem conv, the stem max pool (and the value it pads with) and every stride-2
+conv with kernel > 1 inside a residual block. :func:`make_conv` and
+:func:`make_max_pool` turn a scheme into a layer once, at build time:
+
+* a scheme whose pad is the same symmetric pad for every input size becomes a
+  plain ``nn.Conv2d`` / ``nn.MaxPool2d`` with that ``padding``;
+* a fixed asymmetric pad becomes :class:`PadConv2d` / :class:`PadMaxPool2d`;
+* only TF 'SAME' at stride > 1 depends on the input size, and only those layers
+  (:class:`SameConv2d`, :class:`SameMaxPool2d`) compute their pad in ``forward``.
+  :func:`freeze_padding` replaces them with static layers for one input size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+CONV_SCHEMES = ("symmetric", "same", "fixed", "valid")
+POOL_SCHEMES = ("symmetric", "same", "ceil", "valid")
+POOL_PAD_VALUES = ("-inf", "zero")
+
+Pad2d = tuple[int, int, int, int]  # (left, right, top, bottom), the order F.pad takes
+
+
+@dataclass(frozen=True)
+class Padding:
+    """One scheme per site. Field names are the keys of configs and result rows."""
+
+    stem_conv: str = "symmetric"
+    stem_pool: str = "symmetric"
+    stem_pool_value: str = "-inf"
+    block_conv: str = "symmetric"
+
+    def __post_init__(self) -> None:
+        for site, value, choices in (
+            ("stem_conv", self.stem_conv, CONV_SCHEMES),
+            ("stem_pool", self.stem_pool, POOL_SCHEMES),
+            ("stem_pool_value", self.stem_pool_value, POOL_PAD_VALUES),
+            ("block_conv", self.block_conv, CONV_SCHEMES),
+        ):
+            if value not in choices:
+                raise ValueError(
+                    f"unknown {site} scheme {value!r}; choose one of {', '.join(choices)} "
+                    f"(e.g. padding.{site}={choices[0]})"
+                )
+        if self.stem_pool == "ceil" and self.stem_pool_value == "zero":
+            raise ValueError(
+                "stem_pool=ceil clips its windows to the image, so a 'zero' pad value has no "
+                "meaning there; use stem_pool_value=-inf, or stem_pool=same with stem_pool_value=zero"
+            )
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @property
+    def name(self) -> str:
+        """The preset this equals, or ``custom``."""
+        for preset_name, preset in PRESETS.items():
+            if preset == self:
+                return preset_name
+        return "custom"
+
+
+# PADDING.md, "Framework-native presets". "asymmetric" is TensorNets' Case 1: only the
+# stem follows TF 'SAME'; blocks keep the model's native (symmetric) explicit pads.
+PRESETS: dict[str, Padding] = {
+    "symmetric": Padding("symmetric", "symmetric", "-inf", "symmetric"),
+    "asymmetric": Padding("same", "same", "-inf", "symmetric"),
+    "tf_same": Padding("same", "same", "-inf", "same"),
+    "tf_slim": Padding("fixed", "same", "-inf", "fixed"),
+    "caffe": Padding("symmetric", "ceil", "-inf", "symmetric"),
+    "keras": Padding("symmetric", "symmetric", "zero", "symmetric"),
+}
+
+SITES = tuple(f.name for f in fields(Padding))
+
+
+def resolve_padding(spec: str | Mapping | Padding | None, native: str = "symmetric") -> Padding:
+    """A preset name, a per-site mapping or a Padding -> Padding.
+
+    A mapping may name a base ``preset`` and override single sites, e.g.
+    ``{"preset": "symmetric", "stem_pool": "same"}``; sites it leaves out come from
+    that preset, or from the model's ``native`` preset when it names none.
+    """
+    if spec is None:
+        spec = native
+    if isinstance(spec, Padding):
+        return spec
+    if isinstance(spec, str):
+        if spec not in PRESETS:
+            raise ValueError(
+                f"unknown padding preset {spec!r}; choose one of {', '.join(PRESETS)} "
+                f"(e.g. +padding={next(iter(PRESETS))})"
+            )
+        return PRESETS[spec]
+    if isinstance(spec, Mapping):
+        overrides = {k: v for k, v in spec.items() if v is not None}
+        base = resolve_padding(overrides.pop("preset", None) or overrides.pop("name", None) or native)
+        unknown = sorted(set(overrides) - set(SITES))
+        if unknown:
+            raise ValueError(
+                f"unknown padding site(s) {', '.join(unknown)}; the sites are {', '.join(SITES)} "
+                "(and 'preset' for the base preset)"
+            )
+        return replace(base, **overrides)
+    raise TypeError(f"padding must be a preset name, a mapping of sites or a Padding, not {type(spec)}")
+
+
+# --- formulas (PADDING.md, "Convolution schemes") ---------------------------------
+
+
+def effective_kernel(k: int, d: int = 1) -> int:
+    return (k - 1) * d + 1
+
+
+def same_pad(n: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
+    """TF 'SAME': out = ceil(n / s); the odd pixel goes after (bottom/right)."""
+    out = -(-n // s)
+    total = max((out - 1) * s + effective_kernel(k, d) - n, 0)
+    return total // 2, total - total // 2
+
+
+def fixed_pad(k: int, s: int = 2, d: int = 1) -> tuple[int, int]:
+    """TF official ``fixed_padding`` / TF-slim ``conv2d_same``: independent of n.
+
+    At stride 1 TF-slim uses 'SAME', which at s = 1 is this same total.
+    """
+    total = effective_kernel(k, d) - 1
+    return total // 2, total - total // 2
+
+
+def symmetric_pad(k: int, d: int = 1) -> tuple[int, int]:
+    p = effective_kernel(k, d) // 2
+    return p, p
+
+
+def conv_pad(scheme: str, n: int | None, k: int, s: int, d: int = 1) -> tuple[int, int]:
+    """(before, after) of a conv scheme along one axis; ``n`` is needed only for 'same'."""
+    if scheme == "symmetric":
+        return symmetric_pad(k, d)
+    if scheme == "fixed":
+        return fixed_pad(k, s, d)
+    if scheme == "valid":
+        return 0, 0
+    if scheme == "same":
+        if n is None:
+            raise ValueError("'same' padding needs the input size")
+        return same_pad(n, k, s, d)
+    raise ValueError(f"unknown conv scheme {scheme!r}; choose one of {', '.join(CONV_SCHEMES)}")
+
+
+def same_depends_on_size(k: int, s: int, d: int = 1) -> bool:
+    """SAME's total pad is k_eff - s + ((-n) mod s)-ish: constant only at s = 1 or k_eff = 1."""
+    return s > 1 and effective_kernel(k, d) > 1
+
+
+def pool_out_size(scheme: str, n: int, k: int = 3, s: int = 2) -> int:
+    """Output length of the stem pool under each scheme (Caffe's ceil mode included)."""
+    if scheme == "symmetric":
+        return (n + 2 * (k // 2) - k) // s + 1
+    if scheme == "same":
+        return -(-n // s)
+    if scheme == "valid":
+        return (n - k) // s + 1
+    if scheme == "ceil":  # Caffe: ceil, minus one if the last window starts past the image
+        out = math.ceil((n - k) / s) + 1
+        return out - 1 if (out - 1) * s >= n else out
+    raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
+
+
+# --- layers ------------------------------------------------------------------------
+
+
+def _pad_hw(pad_h: tuple[int, int], pad_w: tuple[int, int]) -> Pad2d:
+    return (pad_w[0], pad_w[1], pad_h[0], pad_h[1])
+
+
+class PadConv2d(nn.Conv2d):
+    """A conv on an explicitly padded input: a pad fixed at build time that torch's
+    symmetric ``padding`` cannot express (or that ONNX should see as a Pad op)."""
+
+    def __init__(self, *args, pad: Pad2d, **kwargs) -> None:
+        super().__init__(*args, padding=0, **kwargs)
+        self.pad = tuple(pad)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, self.pad))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, pad={self.pad}"
+
+
+class SameConv2d(nn.Conv2d):
+    """TF 'SAME' conv at stride > 1: the pad follows each input's size.
+
+    Where SAME happens to be symmetric (odd n for odd k) the conv pads itself, so
+    no copy of the input is made.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, padding=0, **kwargs)
+
+    def pad_for(self, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (
+            same_pad(h, self.kernel_size[0], self.stride[0], self.dilation[0]),
+            same_pad(w, self.kernel_size[1], self.stride[1], self.dilation[1]),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad_h, pad_w = self.pad_for(x.shape[-2], x.shape[-1])
+        if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:
+            return F.conv2d(
+                x, self.weight, self.bias, self.stride, (pad_h[0], pad_w[0]), self.dilation, self.groups
+            )
+        x = F.pad(x, _pad_hw(pad_h, pad_w))
+        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+
+
+class PadMaxPool2d(nn.MaxPool2d):
+    """Max pool on an input padded with a constant fixed at build time (Keras pads
+    with zeros before a 'valid' pool; PADDING.md, "Pooling")."""
+
+    def __init__(self, kernel_size: int, stride: int, pad: Pad2d, value: float) -> None:
+        super().__init__(kernel_size, stride, padding=0)
+        self.pad = tuple(pad)
+        self.value = value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, self.pad, value=self.value))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, pad={self.pad}, value={self.value}"
+
+
+def _torch_pool_len(n: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
+    """Output length of torch's max pool (aten's pooling_output_shape)."""
+    span = n + 2 * p - k
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+class SameMaxPool2d(nn.MaxPool2d):
+    """TF 'SAME' max pool; the pad value is -inf (TF ignores padded cells) or 0 (Keras)."""
+
+    def __init__(self, kernel_size: int, stride: int, value: float = -math.inf) -> None:
+        super().__init__(kernel_size, stride, padding=0)
+        self.value = value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k, s = self.kernel_size, self.stride
+        (top, bottom), (left, right) = same_pad(x.shape[-2], k, s), same_pad(x.shape[-1], k, s)
+        if self.value == -math.inf and top == left and bottom == right and top <= k // 2:
+            # -inf cells are ignored, so where torch's ceil mode with padding `top` yields
+            # SAME's ceil(n / s) windows it samples the same grid, with no padded copy.
+            ceil = bottom > top
+            if all(_torch_pool_len(n, k, s, top, ceil) == -(-n // s) for n in x.shape[-2:]):
+                return F.max_pool2d(x, k, s, top, ceil_mode=ceil)
+        x = F.pad(x, (left, right, top, bottom), value=self.value)
+        return F.max_pool2d(x, k, s)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, value={self.value}"
+
+
+def _static_conv(pad_h: tuple[int, int], pad_w: tuple[int, int], *args, **kwargs) -> nn.Conv2d:
+    if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:
+        return nn.Conv2d(*args, padding=(pad_h[0], pad_w[0]), **kwargs)
+    return PadConv2d(*args, pad=_pad_hw(pad_h, pad_w), **kwargs)
+
+
+def make_conv(
+    scheme: str,
+    in_ch: int,
+    out_ch: int,
+    kernel_size: int,
+    stride: int = 1,
+    groups: int = 1,
+    bias: bool = False,
+    dilation: int = 1,
+) -> nn.Conv2d:
+    """Build a conv whose padding follows ``scheme``; the decision is made here, once."""
+    args = (in_ch, out_ch, kernel_size)
+    kwargs = dict(stride=stride, groups=groups, bias=bias, dilation=dilation)
+    if scheme == "same" and same_depends_on_size(kernel_size, stride, dilation):
+        return SameConv2d(*args, **kwargs)
+    pad = conv_pad(scheme, 0 if scheme == "same" else None, kernel_size, stride, dilation)
+    if scheme == "same":  # stride 1 or 1x1: SAME is a constant k_eff - 1
+        pad = fixed_pad(kernel_size, stride, dilation)
+    return _static_conv(pad, pad, *args, **kwargs)
+
+
+def pad_value(name: str) -> float:
+    if name not in POOL_PAD_VALUES:
+        raise ValueError(f"unknown pool pad value {name!r}; choose one of {', '.join(POOL_PAD_VALUES)}")
+    return -math.inf if name == "-inf" else 0.0
+
+
+def make_max_pool(scheme: str, value: str = "-inf", kernel_size: int = 3, stride: int = 2) -> nn.Module:
+    """Build the stem max pool for ``scheme`` padded with ``value`` ('-inf' or 'zero')."""
+    fill = pad_value(value)
+    if scheme == "same":
+        return SameMaxPool2d(kernel_size, stride, fill)
+    if scheme == "ceil":  # Caffe: pad 0, ceil mode, windows clipped to the image
+        return nn.MaxPool2d(kernel_size, stride, padding=0, ceil_mode=True)
+    if scheme == "valid":
+        return nn.MaxPool2d(kernel_size, stride, padding=0)
+    if scheme == "symmetric":
+        p = kernel_size // 2
+        if fill == -math.inf:  # torch's pool padding is implicitly -inf
+            return nn.MaxPool2d(kernel_size, stride, padding=p)
+        return PadMaxPool2d(kernel_size, stride, (p, p, p, p), fill)
+    raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
+
+
+def freeze_padding(model: nn.Module, input_size: int | tuple[int, int]) -> nn.Module:
+    """Replace every size-dependent layer by a static one, for one input size.
+
+    Runs one dummy forward on the meta device to learn each layer's input size,
+    so nothing is computed. Parameters are kept (same tensors, same state-dict
+    keys). Returns ``model``, changed in place.
+    """
+    h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
+    dynamic = {name: m for name, m in model.named_modules() if isinstance(m, (SameConv2d, SameMaxPool2d))}
+    if not dynamic:
+        return model
+    sizes: dict[str, tuple[int, int]] = {}
+    hooks = [
+        m.register_forward_pre_hook(lambda mod, inp, name=name: sizes.setdefault(name, tuple(inp[0].shape[-2:])))
+        for name, m in dynamic.items()
+    ]
+    dtype = next(model.parameters()).dtype
+    try:
+        with torch.no_grad():
+            _run_on_meta(model, torch.empty(1, _in_channels(model), h, w, device="meta", dtype=dtype))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for name, layer in dynamic.items():
+        _set_submodule(model, name, _frozen(layer, *sizes[name]))
+    return model
+
+
+def _in_channels(model: nn.Module) -> int:
+    return next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels
+
+
+def _run_on_meta(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Call ``model`` with every parameter and buffer swapped for a meta tensor."""
+    state = {k: torch.empty_like(v, device="meta") for k, v in model.state_dict(keep_vars=True).items()}
+    return functional_call(model, state, (x,))
+
+
+def _frozen(layer: nn.Module, h: int, w: int) -> nn.Module:
+    if isinstance(layer, SameConv2d):
+        pad_h, pad_w = layer.pad_for(h, w)
+        static = _static_conv(
+            pad_h,
+            pad_w,
+            layer.in_channels,
+            layer.out_channels,
+            layer.kernel_size,
+            stride=layer.stride,
+            groups=layer.groups,
+            bias=layer.bias is not None,
+            dilation=layer.dilation,
+            device="meta",
+        )
+        static.weight = layer.weight
+        static.bias = layer.bias
+        return static
+    k, s = layer.kernel_size, layer.stride
+    pad_h, pad_w = same_pad(h, k, s), same_pad(w, k, s)
+    if pad_h[0] == pad_h[1] == pad_w[0] == pad_w[1] and layer.value == -math.inf:
+        return nn.MaxPool2d(k, s, padding=pad_h[0])
+    return PadMaxPool2d(k, s, _pad_hw(pad_h, pad_w), layer.value)
+
+
+def _set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)

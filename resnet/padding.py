@@ -330,35 +330,38 @@ def freeze_padding(model: nn.Module, input_size: int | tuple[int, int]) -> nn.Mo
     so nothing is computed. Parameters are kept (same tensors, same state-dict
     keys). Returns ``model``, changed in place.
     """
-    h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
     dynamic = {name: m for name, m in model.named_modules() if isinstance(m, (SameConv2d, SameMaxPool2d))}
-    if not dynamic:
-        return model
-    sizes: dict[str, tuple[int, int]] = {}
-    hooks = [
-        m.register_forward_pre_hook(lambda mod, inp, name=name: sizes.setdefault(name, tuple(inp[0].shape[-2:])))
-        for name, m in dynamic.items()
-    ]
-    dtype = next(model.parameters()).dtype
-    try:
-        with torch.no_grad():
-            _run_on_meta(model, torch.empty(1, _in_channels(model), h, w, device="meta", dtype=dtype))
-    finally:
-        for hook in hooks:
-            hook.remove()
+    sizes = input_sizes(model, dynamic, input_size)
     for name, layer in dynamic.items():
         _set_submodule(model, name, _frozen(layer, *sizes[name]))
     return model
 
 
-def _in_channels(model: nn.Module) -> int:
-    return next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels
+def input_sizes(
+    model: nn.Module, layers: Mapping[str, nn.Module], input_size: int | tuple[int, int]
+) -> dict[str, tuple[int, int]]:
+    """The (H, W) each of ``layers`` (name -> module of ``model``) first sees for one input
+    size, in forward order. Runs on the meta device: nothing is computed or allocated."""
+    h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
+    sizes: dict[str, tuple[int, int]] = {}
 
+    def record(name: str):
+        def hook(module: nn.Module, args: tuple) -> None:
+            sizes.setdefault(name, tuple(args[0].shape[-2:]))
 
-def _run_on_meta(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Call ``model`` with every parameter and buffer swapped for a meta tensor."""
+        return hook
+
+    hooks = [m.register_forward_pre_hook(record(name)) for name, m in layers.items()]
+    in_chans = next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels
+    dtype = next(model.parameters()).dtype
     state = {k: torch.empty_like(v, device="meta") for k, v in model.state_dict(keep_vars=True).items()}
-    return functional_call(model, state, (x,))
+    try:
+        with torch.no_grad():
+            functional_call(model, state, (torch.empty(1, in_chans, h, w, device="meta", dtype=dtype),))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sizes
 
 
 def _frozen(layer: nn.Module, h: int, w: int) -> nn.Module:

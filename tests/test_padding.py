@@ -1,0 +1,295 @@
+"""Padding formulas, layers and presets against PADDING.md, timm and hand-made references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from timm.layers import Conv2dSame
+from timm.layers.pool2d_same import MaxPool2dSame
+from torch import nn
+
+import resnet
+from resnet.inspect import pad_table
+from resnet.padding import (
+    PRESETS,
+    Padding,
+    PadMaxPool2d,
+    SameConv2d,
+    SameMaxPool2d,
+    conv_pad,
+    fixed_pad,
+    freeze_padding,
+    make_conv,
+    make_max_pool,
+    pool_out_size,
+    resolve_padding,
+    same_pad,
+)
+
+torch.manual_seed(0)
+
+
+# --- formulas ----------------------------------------------------------------------
+
+
+def tf_same_reference(n: int, k: int, s: int, d: int) -> tuple[int, int]:
+    """TF's definition written independently: try pads until the output is ceil(n/s)."""
+    k_eff = (k - 1) * d + 1
+    want = math.ceil(n / s)
+    for total in range(0, k_eff + s):
+        if (n + total - k_eff) // s + 1 == want and (want - 1) * s + k_eff <= n + total:
+            return total // 2, total - total // 2
+    raise AssertionError("no SAME pad found")
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+@pytest.mark.parametrize("s", [1, 2])
+@pytest.mark.parametrize("d", [1, 2])
+def test_same_pad_formula(k, s, d):
+    for n in range(max(1, (k - 1) * d), 40):
+        before, after = same_pad(n, k, s, d)
+        assert (before, after) == tf_same_reference(n, k, s, d), (n, k, s, d)
+        out = (n + before + after - ((k - 1) * d + 1)) // s + 1
+        assert out == math.ceil(n / s)
+        assert after - before in (0, 1)  # TF puts the odd pixel after
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_same_pad_parity_rules(k):
+    # PADDING.md, "Consequences for s = 2 and odd k"
+    for n in range(8, 30, 2):
+        assert same_pad(n, k, 2) == (max(k // 2 - 1, 0), k // 2)
+    for n in range(9, 31, 2):
+        assert same_pad(n, k, 2) == (k // 2, k // 2) == conv_pad("symmetric", n, k, 2) == fixed_pad(k, 2)
+
+
+@pytest.mark.parametrize(
+    "k, d, expected", [(7, 1, (3, 3)), (3, 1, (1, 1)), (1, 1, (0, 0)), (3, 2, (2, 2)), (4, 1, (1, 2))]
+)
+def test_fixed_and_symmetric_pads(k, d, expected):
+    assert fixed_pad(k, 2, d) == expected
+    assert conv_pad("fixed", None, k, 2, d) == expected  # no input size needed
+    assert conv_pad("valid", 10, k, 2, d) == (0, 0)
+    if k % 2:
+        assert conv_pad("symmetric", None, k, 2, d) == expected
+
+
+def test_pool_out_sizes():
+    assert pool_out_size("same", 112) == pool_out_size("symmetric", 112) == 56
+    assert pool_out_size("ceil", 112) == 56  # MSRA pool1, pad 0
+    assert pool_out_size("valid", 112) == 55  # legacy Keras ResNet50
+    for n in range(5, 40):
+        assert pool_out_size("ceil", n) == make_max_pool("ceil")(torch.zeros(1, 1, n, n)).shape[-1]
+
+
+# --- layers by value ---------------------------------------------------------------
+
+SIZES = [(32, 32), (33, 33), (32, 35), (31, 28)]
+
+
+@pytest.mark.parametrize("k, d", [(3, 1), (7, 1), (3, 2), (1, 1)])
+@pytest.mark.parametrize("hw", SIZES)
+def test_same_conv_equals_timm(k, d, hw):
+    ours = make_conv("same", 4, 6, k, stride=2, bias=True, dilation=d)
+    theirs = Conv2dSame(4, 6, k, stride=2, dilation=d, bias=True)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 4, *hw)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("hw", SIZES + [(112, 112), (150, 150)])
+def test_same_pool_equals_timm(hw):
+    x = torch.randn(2, 3, *hw) - 2.0  # mostly negative: a zero pad would show
+    expected = MaxPool2dSame(3, 2)(x)
+    torch.testing.assert_close(make_max_pool("same", "-inf")(x), expected, rtol=0, atol=0)
+    frozen = nn.Sequential(make_max_pool("same", "-inf"))
+    freeze_padding(frozen.append(nn.Conv2d(3, 3, 1)), hw)  # a conv so it has parameters
+    assert not isinstance(frozen[0], SameMaxPool2d)
+    torch.testing.assert_close(frozen[0](x), expected, rtol=0, atol=0)
+
+
+def caffe_pool_reference(x: torch.Tensor, k: int = 3, s: int = 2) -> torch.Tensor:
+    """Caffe ceil-mode max pool with pad 0, windows clipped, written out with loops."""
+    n_h, n_w = x.shape[-2:]
+    out_h, out_w = pool_out_size("ceil", n_h, k, s), pool_out_size("ceil", n_w, k, s)
+    y = torch.empty(*x.shape[:-2], out_h, out_w)
+    for i in range(out_h):
+        for j in range(out_w):
+            window = x[..., i * s : min(i * s + k, n_h), j * s : min(j * s + k, n_w)]
+            y[..., i, j] = window.amax(dim=(-2, -1))
+    return y
+
+
+@pytest.mark.parametrize("n", [10, 11, 12, 13])
+def test_ceil_pool_equals_caffe_and_torch_ceil_mode(n):
+    x = torch.randn(1, 2, n, n)
+    ours = make_max_pool("ceil")(x)
+    torch.testing.assert_close(ours, caffe_pool_reference(x), rtol=0, atol=0)
+    torch.testing.assert_close(ours, F.max_pool2d(x, 3, 2, ceil_mode=True), rtol=0, atol=0)
+    if n % 2 == 0:  # PADDING.md: at even n Caffe's ceil mode is TF SAME (0, 1)
+        torch.testing.assert_close(ours, make_max_pool("same")(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n", [14, 15])
+def test_keras_pool_is_zero_pad_then_valid_pool(n):
+    x = torch.randn(2, 3, n, n) - 1.0
+    keras = make_max_pool("symmetric", "zero")
+    assert isinstance(keras, PadMaxPool2d)
+    torch.testing.assert_close(keras(x), F.max_pool2d(F.pad(x, (1, 1, 1, 1)), 3, 2), rtol=0, atol=0)
+    assert not torch.equal(keras(x), make_max_pool("symmetric", "-inf")(x))  # differs on negatives
+    relu_x = x.clamp(min=0)  # post-ReLU inputs (v1 stems): zero and -inf agree
+    torch.testing.assert_close(keras(relu_x), make_max_pool("symmetric", "-inf")(relu_x), rtol=0, atol=0)
+    same_zero = make_max_pool("same", "zero")(x)
+    torch.testing.assert_close(same_zero, F.max_pool2d(F.pad(x, _same_pad4(n)), 3, 2), rtol=0, atol=0)
+
+
+def _same_pad4(n: int) -> tuple[int, int, int, int]:
+    b, a = same_pad(n, 3, 2)
+    return (b, a, b, a)
+
+
+# --- build-time decisions ----------------------------------------------------------
+
+
+def _layer_types(model: nn.Module) -> set[type]:
+    return {type(m) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.MaxPool2d))}
+
+
+def test_static_schemes_build_plain_layers():
+    assert _layer_types(resnet.build_model("resnet50", padding="symmetric")) == {nn.Conv2d, nn.MaxPool2d}
+    # TF-slim's fixed pad at odd kernels is symmetric: plain layers everywhere but the SAME pool
+    slim = resnet.build_model("resnet50", padding="tf_slim")
+    assert [type(m) for m in slim.modules() if isinstance(m, (SameConv2d, SameMaxPool2d))] == [SameMaxPool2d]
+    asym = resnet.build_model("resnet50", padding="asymmetric")
+    dynamic = [n for n, m in asym.named_modules() if isinstance(m, (SameConv2d, SameMaxPool2d))]
+    assert dynamic == ["conv1", "maxpool"]
+    tf_same = resnet.build_model("resnet50", padding="tf_same")
+    dynamic = [n for n, m in tf_same.named_modules() if isinstance(m, (SameConv2d, SameMaxPool2d))]
+    assert dynamic == ["conv1", "maxpool", "layer2.0.conv2", "layer3.0.conv2", "layer4.0.conv2"]
+    assert type(make_conv("same", 3, 3, 3, stride=1)) is nn.Conv2d  # SAME at stride 1 is static
+
+
+def test_freeze_padding_keeps_values_and_keys():
+    model = resnet.build_model("resnet18", padding="tf_same").eval()
+    x = torch.randn(1, 3, 64, 64)
+    expected = model(x)
+    keys = set(model.state_dict())
+    freeze_padding(model, 64)
+    assert not any(isinstance(m, (SameConv2d, SameMaxPool2d)) for m in model.modules())
+    assert set(model.state_dict()) == keys
+    torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+    built_frozen = resnet.build_model("resnet18", padding="tf_same", input_size=64).eval()
+    built_frozen.load_state_dict(model.state_dict())
+    torch.testing.assert_close(built_frozen(x), expected, rtol=0, atol=0)
+
+
+def test_frozen_same_conv_is_plain_where_symmetric():
+    model = nn.Sequential(make_conv("same", 3, 4, 7, stride=2))
+    freeze_padding(model, 33)  # odd: SAME is (3, 3), a plain conv
+    assert type(model[0]) is nn.Conv2d and model[0].padding == (3, 3)
+
+
+# --- whole models: symmetric vs asymmetric (PADDING.md) ---------------------------
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet_tiny_v2"])
+def test_symmetric_vs_asymmetric_values(arch):
+    sym = resnet.build_model(arch, num_classes=10, padding="symmetric").eval()
+    state = sym.state_dict()
+    for name in ("asymmetric", "tf_same"):
+        other = resnet.build_model(arch, num_classes=10, padding=name).eval()
+        other.load_state_dict(state)  # same keys under every preset
+        even = torch.randn(2, 3, 64, 64)
+        a, b = sym(even), other(even)
+        assert a.shape == b.shape
+        assert (a - b).abs().max() > 1e-4, "even input: SAME must sample another grid"
+        # 65 -> 33 -> 17 -> 9 -> 5 -> 3: every strided layer sees an odd size, where
+        # SAME equals the symmetric pad (PADDING.md, "Consequences for s = 2").
+        odd = torch.randn(2, 3, 65, 65)
+        torch.testing.assert_close(sym(odd), other(odd), rtol=0, atol=1e-6)
+
+
+# --- pad tables (PADDING.md, "ResNet-50 at 224x224" and the 299 paragraph) ---------
+
+SYM, SAME_EVEN = (1, 1), (0, 1)
+EXPECTED_TABLES = {
+    # (arch, size): {preset: [stem conv, stem pool, block convs...]}
+    ("resnet50", 224): {
+        "symmetric": [(3, 3), SYM, SYM, SYM, SYM],
+        "asymmetric": [(2, 3), SAME_EVEN, SYM, SYM, SYM],
+        "tf_same": [(2, 3), SAME_EVEN, SAME_EVEN, SAME_EVEN, SAME_EVEN],
+        "tf_slim": [(3, 3), SAME_EVEN, SYM, SYM, SYM],
+        "caffe": [(3, 3), SAME_EVEN, SYM, SYM, SYM],
+        "keras": [(3, 3), SYM, SYM, SYM, SYM],
+    },
+    ("resnet50", 299): {
+        "symmetric": [(3, 3), SYM, SYM, SYM, SYM],
+        "asymmetric": [(3, 3), SAME_EVEN, SYM, SYM, SYM],
+        "tf_same": [(3, 3), SAME_EVEN, SYM, SAME_EVEN, SYM],
+        "tf_slim": [(3, 3), SAME_EVEN, SYM, SYM, SYM],
+        "caffe": [(3, 3), SAME_EVEN, SYM, SYM, SYM],
+        "keras": [(3, 3), SYM, SYM, SYM, SYM],
+    },
+}
+EXPECTED_TABLES[("resnet50_v2", 224)] = EXPECTED_TABLES[("resnet50", 224)]
+EXPECTED_TABLES[("resnet50_v2", 299)] = EXPECTED_TABLES[("resnet50", 299)]
+EXPECTED_LAYERS = {
+    "resnet50": ["conv1", "maxpool", "layer2.0.conv2", "layer3.0.conv2", "layer4.0.conv2"],
+    "resnet50_v2": ["conv1", "maxpool", "layer1.2.conv2", "layer2.3.conv2", "layer3.5.conv2"],
+}
+EXPECTED_INPUTS = {224: [224, 112, 56, 28, 14], 299: [299, 150, 75, 38, 19]}
+
+
+@pytest.mark.parametrize("arch, size", list(EXPECTED_TABLES))
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_pad_tables(arch, size, preset):
+    rows = pad_table(resnet.build_model(arch, padding=preset), size)
+    assert [r.layer for r in rows] == EXPECTED_LAYERS[arch]
+    assert [r.input_size[0] for r in rows] == EXPECTED_INPUTS[size]
+    assert [r.pad_h for r in rows] == EXPECTED_TABLES[(arch, size)][preset]
+    assert all(r.pad_h == r.pad_w for r in rows)
+    assert rows[1].value == ("zero" if preset == "keras" else "-inf")
+
+
+def test_v1_padding_touches_only_the_stem():
+    rows = pad_table(resnet.build_model("resnet50_v1", padding="tf_same"), 224)
+    assert [r.layer for r in rows] == ["conv1", "maxpool"]  # stride on the 1x1 in v1
+
+
+# --- configuration and errors ------------------------------------------------------
+
+
+def test_resolve_padding_forms():
+    assert resolve_padding("asymmetric") is PRESETS["asymmetric"]
+    assert resolve_padding(None, native="caffe") is PRESETS["caffe"]
+    mixed = resolve_padding({"preset": "symmetric", "stem_pool": "same"})
+    assert mixed == Padding(stem_pool="same") and mixed.name == "custom"
+    assert resolve_padding({"stem_conv": "same", "stem_pool": "same"}).name == "asymmetric"
+    assert resolve_padding({"stem_pool": "ceil"}).name == "caffe"  # a site override can land on a preset
+    model = resnet.build_model("resnet18", padding={"stem_pool": "valid"})
+    assert model.meta.padding["stem_pool"] == "valid" and model.meta.padding_name == "custom"
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("asymetric", ["unknown padding preset", "asymmetric", "tf_slim"]),
+        ({"stem_cnv": "same"}, ["unknown padding site", "stem_conv", "block_conv"]),
+        ({"stem_conv": "reflect"}, ["stem_conv", "symmetric, same, fixed, valid"]),
+        ({"stem_pool": "ceil", "stem_pool_value": "zero"}, ["ceil", "-inf"]),
+    ],
+)
+def test_padding_errors_list_the_choices(spec, words):
+    with pytest.raises(ValueError) as err:
+        resolve_padding(spec)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_unknown_arch_lists_choices():
+    with pytest.raises(ValueError, match="resnet50.*ResNet50v2"):
+        resnet.build_model("resnet51")
+    assert resnet.build_model("ResNet50v2").meta.arch == "resnet50_v2"  # TensorNets alias

@@ -1,0 +1,267 @@
+"""The body of ``train.py``: build everything from the config, train, checkpoint, report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from ..checkpoint import _unwrap, save_checkpoint
+from ..padding import resolve_padding
+from .distributed import DistEnv, barrier, init_distributed, shutdown
+from .loop import StepContext, evaluate, train_one_epoch
+from .optim import build_optimizer, build_scheduler
+from .runlog import RunLogger, format_table, git_commit
+from .state import epoch_seed, find_resume, load_training_state, rng_state, seed_everything, set_rng_state
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def padding_spec(cfg: DictConfig) -> dict | None:
+    """``+padding=<preset>`` adds a ``padding`` node; without it the model's native preset applies."""
+    node = cfg.get("padding")
+    return None if node is None else OmegaConf.to_container(node, resolve=True)
+
+
+def build_run_model(cfg: DictConfig) -> nn.Module:
+    model = instantiate(cfg.model, padding=padding_spec(cfg))
+    if cfg.data.get("preprocessing"):
+        model.meta.preprocessing = cfg.data.preprocessing  # the scheme the weights will be trained with
+    return model
+
+
+def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:
+    """Rank 0's run dir for everyone: Hydra's timestamp can differ by a second between ranks."""
+    run_dir = [str(cfg.run_dir)]
+    if env.distributed:
+        dist.broadcast_object_list(run_dir, src=0)
+    return Path(run_dir[0])
+
+
+def _check_config(cfg: DictConfig) -> None:
+    if cfg.batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {cfg.batch_size}")
+    if cfg.epochs <= 0:
+        raise ValueError(f"epochs must be positive, got {cfg.epochs}")
+    if cfg.amp not in AMP_DTYPES:
+        raise ValueError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
+    if cfg.on_nonfinite not in ("stop", "skip"):
+        raise ValueError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
+    resolve_padding(padding_spec(cfg))  # unknown preset / site / scheme fails here, before any work
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train as configured; return the results row (also written to results.json)."""
+    _check_config(cfg)
+    env = init_distributed(cfg.device)
+    try:
+        return _train(cfg, env)
+    finally:
+        shutdown(env)
+
+
+def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int):
+    from data import build_loaders  # imported here so that composing configs stays fast
+
+    loaders = build_loaders(
+        data_cfg.name,
+        data_cfg.get("root"),
+        batch_size=batch_size,
+        workers=data_cfg.workers,
+        rank=env.rank,
+        world_size=env.world_size,
+        seed=seed,
+        image_size=data_cfg.image_size,
+        crop_pct=data_cfg.crop_pct,
+        interpolation=data_cfg.interpolation,
+    )
+    if loaders.num_classes != data_cfg.num_classes:
+        raise ValueError(
+            f"data.num_classes={data_cfg.num_classes} but {data_cfg.name} has {loaders.num_classes} classes; "
+            f"pass data.num_classes={loaders.num_classes}"
+        )
+    return loaders
+
+
+def _train(cfg: DictConfig, env: DistEnv) -> dict:
+    from data import Normalize
+    wall_start = time.perf_counter()
+    run_dir = shared_run_dir(cfg, env)
+    seed_everything(cfg.seed + env.rank)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+    elif env.device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+
+    model = build_run_model(cfg)
+    meta = model.meta
+    loaders = make_loaders(cfg.data, cfg.batch_size, env, cfg.seed)
+    channels_last = env.device.type == "cuda" if cfg.channels_last == "auto" else bool(cfg.channels_last)
+    model = model.to(env.device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    if cfg.sync_bn and env.distributed:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+    global_batch = cfg.batch_size * env.world_size
+    steps_per_epoch = len(loaders.train)
+    if cfg.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
+    optimizer = build_optimizer(cfg.optim, model, global_batch)
+    scheduler = build_scheduler(cfg.sched, optimizer, steps_per_epoch, cfg.epochs)
+    amp_dtype = AMP_DTYPES[cfg.amp]
+    scaler = torch.amp.GradScaler(env.device.type) if amp_dtype is torch.float16 else None
+    ema = None
+    if cfg.ema_decay:
+        from timm.utils import ModelEmaV3
+
+        ema = ModelEmaV3(model, decay=cfg.ema_decay)
+    loss_fn, mixup = _loss_and_mixup(cfg, loaders.num_classes)
+
+    start_epoch, global_step, history = 0, 0, []
+    resume_path = find_resume(cfg.resume, run_dir)
+    if resume_path is not None:
+        state = load_training_state(resume_path, env.device)
+        _unwrap(model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
+        if ema is not None and "ema" in state:
+            ema.module.load_state_dict(state["ema"])
+        set_rng_state(state["rng"][min(env.rank, len(state["rng"]) - 1)])
+        start_epoch, global_step, history = state["epoch"], state["step"], list(state.get("history", []))
+        if env.is_main:
+            print(f"resumed from {resume_path} after epoch {start_epoch} (step {global_step})")
+
+    train_model: nn.Module = model
+    if cfg.compile:
+        train_model = torch.compile(train_model)
+    if env.distributed:
+        device_ids = [env.device.index] if env.device.type == "cuda" else None
+        train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=device_ids)
+
+    ctx = StepContext(
+        env=env,
+        normalize=Normalize(meta.preprocessing).to(env.device),
+        augment=mixup,
+        loss_fn=loss_fn,
+        amp_dtype=amp_dtype,
+        scaler=scaler,
+        channels_last=channels_last,
+        grad_clip=cfg.grad_clip,
+        on_nonfinite=cfg.on_nonfinite,
+        ema=ema,
+        log_every=cfg.log_every,
+        max_steps=cfg.max_steps_per_epoch,
+    )
+    eval_ctx = StepContext(env=env, normalize=ctx.normalize, amp_dtype=amp_dtype, channels_last=channels_last)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name)
+    checkpoint = run_dir / "last.pt"
+    val: dict = {}
+    train_rate = 0.0
+    for epoch in range(start_epoch, cfg.epochs):
+        seed_everything(epoch_seed(cfg.seed, epoch, env.rank))
+        loaders.set_epoch(epoch)
+        stats = train_one_epoch(train_model, loaders.train, optimizer, scheduler, ctx, epoch, global_step)
+        global_step += stats.steps
+        train_rate = stats.images_per_s
+        logger.log_steps(stats.history, epoch)
+        last = epoch == cfg.epochs - 1
+        row = {"epoch": epoch + 1, "step": global_step, "train_loss": stats.loss, "lr": stats.lr,
+               "train_images_per_s": stats.images_per_s, "skipped_images": stats.skipped_images,
+               "skipped_examples": "; ".join(stats.skipped_paths),
+               "skipped_steps": stats.skipped_steps, "epoch_seconds": stats.seconds}
+        if last or (epoch + 1) % cfg.eval_every == 0:
+            val = evaluate(model, loaders.val, eval_ctx)
+            row.update({f"val_{k}": v for k, v in val.items()})
+            if ema is not None:
+                ema_val = evaluate(ema.module, loaders.val, eval_ctx, desc="val ema")
+                row.update({f"ema_{k}": v for k, v in ema_val.items()})
+        history.append(row)
+        logger.log_epoch(row)
+        if env.is_main:
+            _print_epoch(row)
+            extra = {"scaler": scaler.state_dict()} if scaler is not None else {}
+            if ema is not None:
+                extra["ema"] = ema.module.state_dict()
+            save_checkpoint(
+                checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                epoch=epoch + 1, step=global_step, rng=_gather_rng(env), history=history, config=config, **extra,
+            )
+        else:
+            _gather_rng(env)
+        barrier(env)
+
+    results = {
+        "arch": meta.arch,
+        "padding_name": meta.padding_name,
+        "padding": meta.padding,
+        "preprocessing": meta.preprocessing,
+        "dataset": cfg.data.name,
+        "epochs": cfg.epochs,
+        "global_batch": global_batch,
+        "world_size": env.world_size,
+        "top1_err": val.get("top1_err"),
+        "top5_err": val.get("top5_err"),
+        "n_val_images": val.get("n_images"),
+        "train_images_per_s": train_rate,
+        "val_images_per_s": val.get("images_per_s"),
+        "wall_seconds": time.perf_counter() - wall_start,
+        "git_commit": git_commit(),
+        "run_dir": str(run_dir),
+    }
+    logger.finish(results, checkpoint, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
+    if env.is_main:
+        print(summary(results))
+    return results
+
+
+def _gather_rng(env: DistEnv) -> list[dict]:
+    """Every rank's RNG state, collected on rank 0 (a collective: all ranks call it)."""
+    mine = rng_state()
+    if not env.distributed:
+        return [mine]
+    everyone: list = [None] * env.world_size
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
+def _loss_and_mixup(cfg: DictConfig, num_classes: int):
+    if cfg.mixup or cfg.cutmix:
+        from timm.data import Mixup
+        from timm.loss import SoftTargetCrossEntropy
+
+        mixup = Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
+                      num_classes=num_classes)
+        return SoftTargetCrossEntropy(), mixup
+    return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing), None
+
+
+def _print_epoch(row: dict) -> None:
+    parts = [f"epoch {row['epoch']}", f"loss {row['train_loss']:.4f}", f"{row['train_images_per_s']:.0f} img/s"]
+    if "val_top1_err" in row:
+        parts += [f"val top-1 err {row['val_top1_err']:.2f}%", f"top-5 err {row['val_top5_err']:.2f}%"]
+    if row["skipped_images"]:
+        parts.append(f"skipped {row['skipped_images']} unreadable images, e.g. {row['skipped_examples']}")
+    print(" | ".join(parts), flush=True)
+
+
+def summary(results: dict) -> str:
+    row = {
+        "arch": results["arch"],
+        "padding": results["padding_name"],
+        "dataset": results["dataset"],
+        "epochs": results["epochs"],
+        "top1_err %": results["top1_err"],
+        "top5_err %": results["top5_err"],
+        "val images": results["n_val_images"],
+        "train img/s": results["train_images_per_s"],
+        "wall s": results["wall_seconds"],
+    }
+    return "\n" + format_table([row]) + f"\nresults: {results['run_dir']}/results.json"

@@ -1,0 +1,142 @@
+"""Run outputs on rank 0: CSV logs, results.json, the summary table, and W&B when on.
+
+W&B: the API key is read by wandb itself (``WANDB_API_KEY`` or ``wandb login``);
+nothing here writes it to disk or into the logged config.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def git_commit() -> str:
+    """The commit the code runs from (with '+dirty' if changed), or 'unknown'."""
+    def git(*args: str) -> str:
+        here = Path(__file__).resolve().parent
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
+class CsvLog:
+    """Appends dict rows to a CSV file; the header is the first row's keys."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fields: list[str] | None = None
+        if path.exists() and path.stat().st_size:  # resumed run: keep appending
+            with open(path, newline="") as f:
+                self.fields = next(csv.reader(f), None)
+
+    def write(self, row: Mapping) -> None:
+        new = self.fields is None
+        if new:
+            self.fields = list(row)
+        with open(self.path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+
+
+class RunLogger:
+    """Everything a run reports. Build it on every rank; only rank 0 writes."""
+
+    def __init__(self, run_dir: Path, enabled: bool, wandb_cfg: Mapping | None, config: dict, group: str) -> None:
+        self.enabled = enabled
+        self.run_dir = run_dir
+        self.wandb = None
+        if not enabled:
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.epochs = CsvLog(run_dir / "metrics.csv")
+        self.steps = CsvLog(run_dir / "steps.csv")
+        if wandb_cfg and wandb_cfg.get("wandb"):
+            self.wandb = _start_wandb(wandb_cfg, config, group, run_dir)
+
+    def log_steps(self, records: Sequence[Mapping], epoch: int) -> None:
+        if not self.enabled:
+            return
+        for record in records:
+            self.steps.write({"epoch": epoch, **record})
+            if self.wandb is not None:
+                self.wandb.log({f"train/{k}": v for k, v in record.items() if k != "step"}, step=record["step"])
+
+    def log_epoch(self, row: Mapping) -> None:
+        if not self.enabled:
+            return
+        self.epochs.write(row)
+        if self.wandb is not None:
+            self.wandb.log({f"epoch/{k}": v for k, v in row.items() if k != "step"}, step=row["step"])
+
+    def finish(self, results: Mapping, checkpoint: Path | None = None, log_checkpoint: bool = False) -> None:
+        if not self.enabled:
+            return
+        write_json(self.run_dir / "results.json", results)
+        if self.wandb is not None:
+            import wandb
+
+            columns = list(results)
+            self.wandb.log({"results": wandb.Table(columns=columns, data=[[_cell(results[c]) for c in columns]])})
+            self.wandb.summary.update({k: v for k, v in results.items() if isinstance(v, (int, float, str))})
+            if log_checkpoint and checkpoint is not None and checkpoint.exists():
+                artifact = wandb.Artifact(f"{results['arch']}-{results['padding_name']}", type="model")
+                artifact.add_file(str(checkpoint))
+                self.wandb.log_artifact(artifact)
+            self.wandb.finish()
+
+
+def _cell(value):
+    return json.dumps(value) if isinstance(value, (dict, list)) else value
+
+
+def _start_wandb(cfg: Mapping, config: dict, group: str, run_dir: Path):
+    import wandb
+
+    mode = os.environ.get("WANDB_MODE") or cfg.get("mode") or "online"
+    if mode not in ("online", "offline", "disabled"):
+        raise ValueError(f"unknown W&B mode {mode!r}; choose one of online, offline, disabled (logger.mode=offline)")
+    return wandb.init(
+        project=cfg.get("project", "resnet-padding"),
+        entity=cfg.get("entity"),
+        group=cfg.get("group") or group,
+        tags=list(cfg.get("tags") or []),
+        config=config,
+        dir=str(run_dir),
+        mode=mode,
+    )
+
+
+def write_json(path: Path, data: Mapping) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> str:
+    """A plain box table for the terminal: one row per dict, floats to 3 decimals."""
+    if not rows:
+        return ""
+    columns = list(columns or rows[0])
+
+    def fmt(v) -> str:
+        if isinstance(v, float):
+            return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
+        return str(v)
+
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    head = "|" + "|".join(f" {c:<{w}} " for c, w in zip(columns, widths)) + "|"
+    body = ["|" + "|".join(f" {v:>{w}} " for v, w in zip(row, widths)) + "|" for row in cells]
+    return "\n".join([line, head, line, *body, line])

@@ -1,0 +1,24 @@
+"""Train a ResNet-family model; the padding of every stride-2 site comes from the config.
+
+    python train.py                                   # built-in demo: Fashion-MNIST on CPU
+    python train.py +padding=asymmetric               # TF 'SAME' stem (TensorNets "Case 1")
+    python train.py model=resnet50 data=imagenet data.root=/data/imagenet
+    torchrun --nproc_per_node=8 train.py +experiment=imagenet_v1 data.root=/data/imagenet
+
+Configs live in configs/ (train.yaml is the root); see the README for every form.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(config_path="configs", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    from resnet.engine.run import train
+
+    results = train(cfg)
+    return results["top1_err"]  # what a Hydra sweeper would minimise
+
+
+if __name__ == "__main__":
+    main()

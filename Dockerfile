@@ -9,8 +9,7 @@ FROM ${BASE_IMAGE}
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    WANDB_DIR=/workspace/resnet-padding/wandb \
-    FASHION_MNIST_ROOT=/opt/fashion-mnist
+    WANDB_DIR=/workspace/resnet-padding/wandb
 
 RUN apt-get update -q \
     && (apt-get install -y -q --no-install-recommends git dataset-fashion-mnist \
@@ -30,8 +29,9 @@ COPY configs ./configs
 COPY scripts ./scripts
 COPY tests ./tests
 COPY train.py eval.py ./
-# Built-in data where apt had no package for it (torchvision download, at build time).
-RUN bash scripts/get_data.sh python && chown -R app:app /workspace/resnet-padding
+# Built-in data: apt above, else torchvision's download to the same place, at build time.
+RUN FASHION_MNIST_ROOT=/usr/share/datasets/fashion-mnist bash scripts/get_data.sh python \
+    && chown -R app:app /workspace/resnet-padding
 
 USER app
 CMD ["python", "train.py"]

@@ -39,6 +39,7 @@ class StepContext:
     grad_clip: float = 0.0
     on_nonfinite: str = "stop"  # stop | skip
     ema: nn.Module | None = None  # timm ModelEmaV3
+    freeze_bn: bool = False  # BN layers stay in eval mode: running statistics used, not updated
     log_every: int = 50
     max_steps: int | None = None
     progress: bool = True
@@ -93,6 +94,10 @@ def train_one_epoch(
 ) -> EpochStats:
     """Train for one pass over ``loader``; ``global_step`` counts optimizer steps before it."""
     model.train()
+    if ctx.freeze_bn:
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.eval()
     stats = EpochStats()
     total = len(loader) if ctx.max_steps is None else min(len(loader), ctx.max_steps)
     bar = tqdm(total=total, desc=f"train {epoch}", disable=not (ctx.progress and ctx.env.is_main), leave=False)

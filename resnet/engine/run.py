@@ -79,6 +79,7 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
         image_size=data_cfg.image_size,
         crop_pct=data_cfg.crop_pct,
         interpolation=data_cfg.interpolation,
+        augment=data_cfg.augment,
     )
     if loaders.num_classes != data_cfg.num_classes:
         raise ValueError(
@@ -156,6 +157,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         grad_clip=cfg.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         ema=ema,
+        freeze_bn=cfg.freeze_bn,
         log_every=cfg.log_every,
         max_steps=cfg.max_steps_per_epoch,
     )
@@ -165,14 +167,15 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     checkpoint = run_dir / "last.pt"
     val: dict = {}
     train_rate = 0.0
-    for epoch in range(start_epoch, cfg.epochs):
+    last_epoch = cfg.epochs if not cfg.stop_after else min(cfg.epochs, start_epoch + cfg.stop_after)
+    for epoch in range(start_epoch, last_epoch):
         seed_everything(epoch_seed(cfg.seed, epoch, env.rank))
         loaders.set_epoch(epoch)
         stats = train_one_epoch(train_model, loaders.train, optimizer, scheduler, ctx, epoch, global_step)
         global_step += stats.steps
         train_rate = stats.images_per_s
         logger.log_steps(stats.history, epoch)
-        last = epoch == cfg.epochs - 1
+        last = epoch == last_epoch - 1
         row = {"epoch": epoch + 1, "step": global_step, "train_loss": stats.loss, "lr": stats.lr,
                "train_images_per_s": stats.images_per_s, "skipped_images": stats.skipped_images,
                "skipped_examples": "; ".join(stats.skipped_paths),
@@ -204,7 +207,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         "padding": meta.padding,
         "preprocessing": meta.preprocessing,
         "dataset": cfg.data.name,
-        "epochs": cfg.epochs,
+        "epochs": last_epoch,
         "global_batch": global_batch,
         "world_size": env.world_size,
         "top1_err": val.get("top1_err"),

@@ -1,0 +1,33 @@
+"""Data: datasets, loaders, augmentation and device-side normalisation.
+
+>>> from data import build_loaders, Normalize, SkipLog
+>>> loaders = build_loaders("fashion_mnist", None, batch_size=128, workers=0)
+
+The trainer's contract is in :mod:`data.loader`'s docstring. The built-in dataset's own
+module, :mod:`data.fashion_mnist`, is not imported here so that ``python -m
+data.fashion_mnist --download`` runs it as a script cleanly.
+"""
+
+from .batch import BadImage, Batch, SkipLog, collate
+from .imagefolder import ImageFolder
+from .loader import DATASETS, Loaders, build_loaders
+from .normalize import PREPROCESSING, Normalize
+from .samplers import ShardSampler
+from .transforms import RandomResizedCropFlip, ResizeCenterCrop, random_crop_flip
+
+__all__ = [
+    "DATASETS",
+    "PREPROCESSING",
+    "BadImage",
+    "Batch",
+    "ImageFolder",
+    "Loaders",
+    "Normalize",
+    "RandomResizedCropFlip",
+    "ResizeCenterCrop",
+    "ShardSampler",
+    "SkipLog",
+    "build_loaders",
+    "collate",
+    "random_crop_flip",
+]

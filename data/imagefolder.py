@@ -1,0 +1,94 @@
+"""``root/<class>/**/<image>`` as a dataset that survives bad files.
+
+A file that cannot be read (zero bytes, truncated, corrupt, not an image) comes back as a
+:class:`data.batch.BadImage` and is dropped and reported by :func:`data.batch.collate`,
+so a week-long run is never ended by one file. Everything that is wrong with the folder
+*layout* fails at construction instead, with one line that says what was expected.
+Grayscale, CMYK and PNG-under-``.JPEG`` files (all present in ImageNet) load as RGB.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+from .batch import BadImage
+from .decode import DECODE_ERRORS
+
+IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")  # any case
+
+
+def find_classes(root: Path) -> list[str]:
+    """Sorted class folder names under ``root``; a missing or class-less root fails."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"image folder {root} does not exist; expected {root}/<class>/<image>.JPEG")
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
+    if not classes:
+        raise FileNotFoundError(
+            f"no class folders in {root}; expected {root}/<class>/<image>.JPEG "
+            "(a flat ImageNet val/ must first be sorted into class folders)"
+        )
+    return classes
+
+
+def find_images(root: Path, classes: list[str]) -> list[tuple[str, int]]:
+    """(path, class index) for every image file, in a deterministic order."""
+    samples = []
+    for index, name in enumerate(classes):
+        found = []
+        for folder, subfolders, files in os.walk(root / name, followlinks=True):
+            subfolders.sort()
+            found += [os.path.join(folder, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS)]
+        if not found:
+            raise FileNotFoundError(
+                f"class folder {root / name} has no images (extensions {', '.join(IMAGE_EXTENSIONS)})"
+            )
+        samples += [(path, index) for path in found]
+    return samples
+
+
+def check_same_classes(train: list[str], val: list[str]) -> None:
+    """Fail naming the differences when the val classes are not the train classes."""
+    if train == val:
+        return
+    missing, extra = sorted(set(train) - set(val)), sorted(set(val) - set(train))
+
+    def some(names: list[str]) -> str:
+        return ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
+
+    raise ValueError(
+        f"val classes differ from train classes ({len(train)} train, {len(val)} val): "
+        f"missing in val: {some(missing) or '-'}; only in val: {some(extra) or '-'}"
+    )
+
+
+class ImageFolder(Dataset):
+    """Samples are ``(uint8 [3, H, W], class index)`` or a :class:`BadImage`.
+
+    ``transform`` maps a file's bytes to the image tensor (:mod:`data.transforms`).
+    ``classes``: the class list to enforce (the train split's, when building val).
+    """
+
+    def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None):
+        self.root = Path(root)
+        self.transform = transform
+        self.classes = find_classes(self.root)
+        if classes is not None:
+            check_same_classes(classes, self.classes)
+        self.samples = find_images(self.root, self.classes)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadImage:
+        path, label = self.samples[index]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            return self.transform(data), label
+        except DECODE_ERRORS as err:  # a bad file (or a failed read): report it, keep training
+            return BadImage(path, f"{type(err).__name__}: {err}")

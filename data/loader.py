@@ -1,0 +1,150 @@
+"""Train and val DataLoaders for every dataset in one call: :func:`build_loaders`.
+
+Datasets (:data:`DATASETS`): ``fashion_mnist`` (built in, in memory, 28x28 grey),
+``imagenet`` and ``imagefolder`` (``root/train/<class>/*`` and ``root/val/<class>/*``, the
+same classes in both; ``imagenet`` only words its errors for ImageNet's wnid folders).
+
+What the trainer does::
+
+    loaders = build_loaders("imagenet", cfg.data.root, batch_size=256, workers=8,
+                            rank=dist.rank, world_size=dist.world_size, seed=cfg.seed)
+    normalize = Normalize(model.meta.preprocessing).to(device)  # data.normalize
+    model = build_model(..., num_classes=loaders.num_classes, in_chans=loaders.in_chans)
+    for epoch in range(epochs):
+        loaders.set_epoch(epoch)                  # reshuffle the train shards: every epoch
+        skips = SkipLog()                         # data.batch: unreadable images this epoch
+        for batch in loaders.train:               # Batch(images, labels, skipped, skipped_paths)
+            skips.add(batch)
+            if len(batch.labels) == 0:            # every image of the batch was unreadable
+                continue
+            x = normalize(batch.images.to(device, non_blocking=True))  # uint8 -> float
+            y = batch.labels.to(device, non_blocking=True)
+            ...
+        if skips.count:
+            log(str(skips))                       # count and the first few "path (reason)"
+        for batch in loaders.val:                 # this rank's shard: indices rank::world_size
+            ...                                   # sum correct and len(batch.labels); all-reduce both
+
+* ``batch.images`` is uint8 [N, C, H, W] (C = ``loaders.in_chans``), ``batch.labels`` int64 [N].
+  Train batches hold ``batch_size`` images (the last partial batch is dropped) minus any
+  unreadable ones; ``batch_size`` is per process.
+* Validation shows every image exactly once across ranks, no padding duplicates, so the
+  all-reduced count equals ``loaders.val_size``.
+* ``loaders.protocol`` records the transforms; put it in every result row.
+* Train augmentation draws from torch's RNG: per worker, seeded from ``seed`` and ``rank``;
+  with ``workers=0`` (always for ``fashion_mnist``), the process's global RNG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from .batch import collate, pass_batch
+from .imagefolder import ImageFolder
+from .in_memory import TensorImages
+from .samplers import ShardSampler
+from .transforms import RandomResizedCropFlip, ResizeCenterCrop
+
+DATASETS = ("fashion_mnist", "imagenet", "imagefolder")
+
+
+@dataclass
+class Loaders:
+    train: DataLoader
+    val: DataLoader
+    num_classes: int
+    class_names: list[str]
+    in_chans: int  # 3 (RGB), or 1 for fashion_mnist
+    image_size: int  # side of the square images of both loaders
+    val_size: int  # images in the whole val split, over all ranks
+    protocol: dict[str, str]  # dataset and transforms, for result rows
+
+    def set_epoch(self, epoch: int) -> None:
+        """Call before every epoch: reshuffles the train shards (``DistributedSampler``)."""
+        self.train.sampler.set_epoch(epoch)
+
+
+def build_loaders(
+    name: str,
+    root: str | None,
+    batch_size: int,
+    workers: int,
+    rank: int = 0,
+    world_size: int = 1,
+    seed: int = 0,
+    image_size: int | None = None,  # None: 224 for image folders, 28 for fashion_mnist (the only size it has)
+    val_batch_size: int | None = None,  # None: batch_size
+    crop_pct: float = 0.875,  # val: resize to floor(image_size / crop_pct), centre crop image_size
+    min_scale: float = 0.08,  # train: smallest crop area, as a fraction of the image
+    interpolation: str = "bilinear",  # or bicubic; train and val
+    crop_padding: int = 4,  # fashion_mnist train: random crop after zero padding by this many pixels
+    augment: bool = True,  # False: train images get the val transform (deterministic runs, tests)
+) -> Loaders:
+    """Train and val loaders of dataset ``name`` for process ``rank`` of ``world_size``."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if name == "fashion_mnist":
+        if image_size not in (None, 28):
+            raise ValueError(f"fashion_mnist images are 28x28; leave image_size unset, not {image_size}")
+        # Imported here, not at the top: `python -m data.fashion_mnist` must be the module's first import.
+        from .fashion_mnist import CLASS_NAMES, load_fashion_mnist
+
+        image_size, in_chans, class_names = 28, 1, CLASS_NAMES
+        crop_padding = crop_padding if augment else 0
+        train_set: Dataset = TensorImages(*load_fashion_mnist("train"), crop_padding=crop_padding)
+        val_set: Dataset = TensorImages(*load_fashion_mnist("val"))
+        workers, collate_fn = 0, pass_batch  # in memory: worker processes would only add pickling
+        protocol = {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
+    else:
+        image_size, in_chans = image_size or 224, 3
+        train_dir, val_dir = _split_dirs(name, root)
+        val_tf = ResizeCenterCrop(image_size, crop_pct=crop_pct, interpolation=interpolation)
+        train_tf = RandomResizedCropFlip(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
+        train_tf = train_tf if augment else val_tf
+        train_set = ImageFolder(train_dir, train_tf)
+        val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes)
+        class_names, collate_fn = train_set.classes, collate
+        protocol = {"train": repr(train_tf), "val": repr(val_tf)}
+
+    common = dict(
+        num_workers=workers,
+        collate_fn=collate_fn,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=workers > 0,
+    )
+    train = DataLoader(
+        train_set,
+        batch_size=batch_size,
+        sampler=DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed),
+        drop_last=True,  # a last batch of one image breaks BatchNorm
+        generator=torch.Generator().manual_seed(seed + rank),  # seeds the workers' augmentation RNG
+        **common,
+    )
+    val = DataLoader(
+        val_set,
+        batch_size=val_batch_size or batch_size,
+        sampler=ShardSampler(len(val_set), rank, world_size),
+        **common,
+    )
+    return Loaders(
+        train=train,
+        val=val,
+        num_classes=len(class_names),
+        class_names=list(class_names),
+        in_chans=in_chans,
+        image_size=image_size,
+        val_size=len(val_set),
+        protocol={"dataset": name, **protocol},
+    )
+
+
+def _split_dirs(name: str, root: str | None) -> tuple[Path, Path]:
+    """``root/train`` and ``root/val``, or one line saying what to pass."""
+    layout = "train/<wnid>/*.JPEG and val/<wnid>/*.JPEG" if name == "imagenet" else "train/<class>/* and val/<class>/*"
+    if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
+        raise FileNotFoundError(f"{name} needs data.root=/path/to/{name} holding {layout}; got root={root}")
+    return Path(root) / "train", Path(root) / "val"

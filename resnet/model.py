@@ -75,8 +75,9 @@ class ResNet(nn.Module):
             arch.stem_stride,
             bias=conv.has_bias(arch.stem_norm),
         )
+        # Pre-activation stems (TF-slim, Keras V2, timm resnetv2) are conv + pool: no BN, no ReLU.
         self.bn1 = norm(arch.stem_width) if arch.stem_norm else nn.Identity()
-        self.relu = nn.ReLU(inplace=True)
+        self.relu = nn.ReLU(inplace=True) if arch.stem_norm else nn.Identity()
         self.maxpool = (
             make_max_pool(padding.stem_pool, padding.stem_pool_value) if arch.stem_pool else nn.Identity()
         )

@@ -28,28 +28,7 @@ from data import (
 from data.decode import decode_resized_crop, decode_rgb, open_header
 from data.fashion_mnist import find_root, load_fashion_mnist
 from data.imagefolder import ImageFolder
-
-
-def smooth_image(width: int, height: int, seed: int = 0) -> Image.Image:
-    """A photo-like RGB image: upsampled noise, so JPEG and resizing behave as on real data."""
-    rng = np.random.default_rng(seed)
-    small = (rng.random((max(height // 8, 2), max(width // 8, 2), 3)) * 255).astype(np.uint8)
-    return Image.fromarray(small).resize((width, height), Image.Resampling.BICUBIC)
-
-
-def jpeg_bytes(image: Image.Image, **options) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format=options.pop("format", "JPEG"), **options)
-    return buffer.getvalue()
-
-
-def make_folder(root: Path, counts: dict[str, int], size: tuple[int, int] = (48, 40)) -> None:
-    """``root/<class>/<i>.JPEG`` with ``counts[class]`` images each."""
-    for c, (name, count) in enumerate(counts.items()):
-        (root / name).mkdir(parents=True)
-        for i in range(count):
-            (root / name / f"{i}.JPEG").write_bytes(jpeg_bytes(smooth_image(*size, seed=10 * c + i), quality=90))
-
+from tests.imagegen import jpeg_bytes, make_folder, smooth_image
 
 # --- Fashion-MNIST -------------------------------------------------------------------
 

@@ -1,0 +1,164 @@
+"""Checkpoints that carry their padding scheme and load without running pickled code.
+
+A checkpoint is a plain dict: ``model`` (the state dict), ``meta`` (``model.meta``:
+architecture, padding per site, preprocessing, ...) and whatever the caller adds
+(optimizer state, epoch, ...). Only plain containers, tensors, numbers and strings
+are written, so :func:`load_checkpoint` can use ``torch.load(weights_only=True)``,
+which refuses any pickled object instead of constructing it.
+
+State-dict keys never depend on the padding (``resnet.blocks``), so weights trained
+under one scheme load under another; :func:`load_model` does that only when asked.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .model import ResNet, build_model
+from .padding import Padding
+
+# What torch.load(weights_only=True) reconstructs without an allow-list. Exact types:
+# a subclass (numpy.float64 is a float) is pickled as an object and would be refused.
+_PLAIN_TYPES = (str, bytes, int, float, bool, type(None), torch.Size, torch.dtype, torch.device)
+
+
+def save_checkpoint(path: str | os.PathLike, model: nn.Module, **extra) -> Path:
+    """Write ``{"model": state_dict, "meta": model.meta, **extra}`` to ``path`` atomically.
+
+    The dict goes to a temporary file next to ``path``, is flushed to disk, then renamed
+    over ``path``: a crash at any point leaves either the old file or the new one.
+    Raises ``TypeError`` (before writing anything) if an entry is not plain data.
+    """
+    path = Path(path)
+    model = _unwrap(model)
+    meta = getattr(model, "meta", None)
+    if meta is None:
+        raise ValueError("model has no .meta (arch, padding, ...); build it with resnet.build_model")
+    reserved = sorted({"model", "meta"} & set(extra))
+    if reserved:
+        raise ValueError(f"extra entries may not be named {', '.join(reserved)}: they hold the weights and meta")
+    checkpoint = {"model": model.state_dict(), "meta": meta.as_dict(), **extra}
+    _check_plain(checkpoint, "checkpoint")
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)  # make the rename itself durable
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """Read a checkpoint with ``torch.load(weights_only=True)``; refuse pickled objects.
+
+    A file that would construct arbitrary objects (and so could run code) is rejected
+    before anything in it is executed.
+    """
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"refusing to load {path}: it contains pickled objects, not only tensors and plain data, "
+            "and unpickling them could run arbitrary code. If you trust the file, re-save its "
+            "weights with resnet.checkpoint.save_checkpoint."
+            f"\n(torch.load said: {str(err).splitlines()[0]})"
+        ) from None
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path} holds a {type(checkpoint).__name__}, not a checkpoint dict")
+    return checkpoint
+
+
+def load_model(
+    path: str | os.PathLike,
+    padding: str | Mapping | Padding | None = None,
+    input_size: int | tuple[int, int] | None = None,
+) -> ResNet:
+    """Rebuild the recorded model, load its weights, return it in eval mode.
+
+    ``padding=None`` keeps the padding recorded in the checkpoint. Any other value
+    (a preset name, a per-site mapping, a :class:`Padding`) rebuilds the same weights
+    under that scheme, and the model's ``meta`` records the new one.
+    ``input_size`` freezes every pad for that size (see ``build_model``).
+    """
+    checkpoint = load_checkpoint(path)
+    if "model" not in checkpoint or "meta" not in checkpoint:
+        raise ValueError(f"{path} has no 'model' and 'meta' entries; was it written by save_checkpoint?")
+    saved, state = checkpoint["meta"], checkpoint["model"]
+    model = build_model(
+        saved["arch"],
+        saved["num_classes"],
+        saved["padding"] if padding is None else padding,
+        input_size=input_size,
+        in_chans=state["conv1.weight"].shape[1],
+        **saved.get("overrides", {}),
+    )
+    # The architecture table may have changed since the checkpoint was written; a
+    # different eps or preprocessing would not break loading, only accuracy.
+    rebuilt = model.meta.as_dict()
+    changed = [key for key in ("bn_eps", "preprocessing") if key in saved and saved[key] != rebuilt[key]]
+    if changed:
+        raise ValueError(
+            f"{path} was saved with "
+            + ", ".join(f"{key}={saved[key]!r}" for key in changed)
+            + f" but {saved['arch']} now builds "
+            + ", ".join(f"{key}={rebuilt[key]!r}" for key in changed)
+        )
+    model.load_state_dict(state)
+    model.meta.source = saved.get("source", model.meta.source)
+    return model.eval()
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The module whose keys are the model's own: strip DDP's ``module.`` and
+    ``torch.compile``'s ``_orig_mod.`` wrappers."""
+    while True:
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def _check_plain(obj: object, where: str) -> None:
+    """Raise ``TypeError`` naming the first entry ``weights_only=True`` would refuse."""
+    if type(obj) in _PLAIN_TYPES or isinstance(obj, torch.Tensor):
+        return
+    if type(obj) in (dict, OrderedDict):
+        for key, value in obj.items():
+            _check_plain(key, f"{where} key")
+            _check_plain(value, f"{where}[{key!r}]")
+    elif type(obj) in (list, tuple, set):
+        for i, value in enumerate(obj):
+            _check_plain(value, f"{where}[{i}]")
+    else:
+        raise TypeError(
+            f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}; a checkpoint holds only "
+            "tensors, numbers, strings and dicts/lists/tuples of them (save a state_dict(), "
+            "a float(...) or a .tolist() instead)"
+        )
+
+
+def _fsync_dir(directory: Path) -> None:
+    if os.name != "posix":  # Windows cannot open a directory for fsync
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,164 @@
+"""train.py end to end on tiny generated data: outputs, resume, DDP, launcher, W&B."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from resnet.checkpoint import load_checkpoint, load_model
+from resnet.engine.run import train
+from tests.imagegen import make_folder
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+TORCHRUN = str(Path(PY).with_name("torchrun"))
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory) -> Path:
+    """3 classes x 8 train images; 7 val images (odd: a 2-way split is 4 + 3)."""
+    root = tmp_path_factory.mktemp("tiny")
+    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
+    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
+    return root
+
+
+def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        "model=resnet_tiny",
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.num_classes=3",
+        "data.image_size=32",
+        "data.workers=0",
+        "batch_size=4",
+        "epochs=2",
+        "log_every=2",
+        f"run_dir={run_dir}",
+        *extra,
+    ]
+
+
+def run_in_process(root: Path, run_dir: Path, *extra: str) -> dict:
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=tiny_overrides(root, run_dir, *extra))
+    return train(cfg)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run_script(args: list[str], env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_train_writes_results_metrics_and_checkpoint(tiny_folder, tmp_path):
+    results = run_in_process(tiny_folder, tmp_path, "+padding=asymmetric")
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["padding_name"] == "asymmetric" and saved["padding"]["stem_conv"] == "same"
+    assert saved["n_val_images"] == 7 and saved["epochs"] == 2 and saved["dataset"] == "imagefolder"
+    for key in ("top1_err", "top5_err", "train_images_per_s", "wall_seconds", "git_commit", "arch"):
+        assert key in saved
+    assert 0 <= results["top1_err"] <= 100
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert [r["epoch"] for r in rows] == ["1", "2"] and "val_top1_err" in rows[0]
+    assert (tmp_path / "steps.csv").read_text().count("\n") >= 3
+    model = load_model(tmp_path / "last.pt")  # safe loader, meta rebuilds the same model
+    assert model.meta.padding_name == "asymmetric" and model.meta.preprocessing == "torch"
+    checkpoint = load_checkpoint(tmp_path / "last.pt")
+    for key in ("optimizer", "scheduler", "epoch", "step", "rng", "config", "meta"):
+        assert key in checkpoint
+    assert checkpoint["config"]["model"]["arch"] == "resnet_tiny"
+
+
+def test_resume_after_an_interruption_ends_with_identical_weights(tiny_folder, tmp_path):
+    common = ("epochs=3", "deterministic=true", "seed=3")
+    run_in_process(tiny_folder, tmp_path / "straight", *common)
+    run_in_process(tiny_folder, tmp_path / "split", *common, "stop_after=1")  # "interrupted" after epoch 1
+    assert load_checkpoint(tmp_path / "split" / "last.pt")["epoch"] == 1
+    run_in_process(tiny_folder, tmp_path / "split", *common, "resume=true")
+    a = load_checkpoint(tmp_path / "straight" / "last.pt")
+    b = load_checkpoint(tmp_path / "split" / "last.pt")
+    assert a["epoch"] == b["epoch"] == 3 and a["step"] == b["step"]
+    for key, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][key]), key
+    momentum_a = [s["momentum_buffer"] for s in a["optimizer"]["state"].values()]
+    momentum_b = [s["momentum_buffer"] for s in b["optimizer"]["state"].values()]
+    assert all(torch.equal(x, y) for x, y in zip(momentum_a, momentum_b))
+
+
+def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path):
+    root = tmp_path / "data"
+    make_folder(root / "train", {"a": 6, "b": 6, "c": 6}, size=(40, 36))
+    make_folder(root / "val", {"a": 2, "b": 2, "c": 2}, size=(40, 36))
+    (root / "train" / "a" / "empty.JPEG").write_bytes(b"")
+    (root / "train" / "b" / "junk.JPEG").write_bytes(b"not an image at all")
+    good = (root / "train" / "c" / "0.JPEG").read_bytes()
+    (root / "train" / "c" / "cut.JPEG").write_bytes(good[: len(good) // 3])
+    run_in_process(root, tmp_path / "run", "epochs=1", "batch_size=3")
+    rows = read_csv(tmp_path / "run" / "metrics.csv")
+    assert int(rows[0]["skipped_images"]) >= 2  # empty + junk always; the cut JPEG may decode partly
+    assert "empty.JPEG" in rows[0]["skipped_examples"] or "junk.JPEG" in rows[0]["skipped_examples"]
+
+
+def test_torchrun_two_processes_equal_one(tiny_folder, tmp_path):
+    # Same global batch (4 = 2 x 2); frozen BN and no augmentation make the maths identical.
+    same = ["freeze_bn=true", "data.augment=false", "epochs=2", "seed=1", "hydra.run.dir={dir}"]
+    one = tiny_overrides(tiny_folder, tmp_path / "one", *same, "batch_size=4")
+    two = tiny_overrides(tiny_folder, tmp_path / "two", *same, "batch_size=2")
+    one = [o.format(dir=tmp_path / "one") for o in one if not o.startswith("run_dir")]
+    two = [o.format(dir=tmp_path / "two") for o in two if not o.startswith("run_dir")]
+    run_script([PY, "train.py", *one])
+    env = {"OMP_NUM_THREADS": "1"}
+    run_script([TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *two], env=env)
+    r1 = json.loads((tmp_path / "one" / "results.json").read_text())
+    r2 = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert r1["n_val_images"] == r2["n_val_images"] == 7  # every val image once, none twice
+    assert r2["world_size"] == 2 and r1["global_batch"] == r2["global_batch"] == 4
+    a, b = load_checkpoint(tmp_path / "one" / "last.pt"), load_checkpoint(tmp_path / "two" / "last.pt")
+    for key, tensor in a["model"].items():
+        torch.testing.assert_close(b["model"][key], tensor, rtol=1e-4, atol=1e-5, msg=key)
+    assert r1["top1_err"] == pytest.approx(r2["top1_err"])
+    assert len(b["rng"]) == 2  # one RNG snapshot per rank
+
+
+def test_submitit_local_launcher(tiny_folder, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
+    args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1") if not o.startswith("run_dir")]
+    run_script(
+        [PY, "train.py", "-m", "hydra/launcher=submitit_local", f"hydra.sweep.dir={tmp_path}",
+         "hydra.launcher.timeout_min=5", "+padding=symmetric,asymmetric", *args]
+    )
+    results = sorted(tmp_path.glob("*/results.json"))
+    assert [json.loads(p.read_text())["padding_name"] for p in results] == ["symmetric", "asymmetric"]
+
+
+def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path):
+    args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1", "logger=wandb") if not o.startswith("run_dir")]
+    run_script([PY, "train.py", f"hydra.run.dir={tmp_path}", *args], env={"WANDB_MODE": "offline"})
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    # wandb-core writes offline runs as one binary record log; keys and JSON values are plain UTF-8.
+    records = next(runs[0].glob("run-*.wandb")).read_bytes()
+    val_top1_err = float(read_csv(tmp_path / "metrics.csv")[0]["val_top1_err"])
+    for needle in ("epoch/val_top1_err", "train/loss", "train/lr", json.dumps(val_top1_err), "resnet_tiny"):
+        assert needle.encode() in records, needle
+    assert b"api_key" not in records.lower()
+    table = json.loads(next(runs[0].rglob("results*.table.json")).read_text())
+    assert "padding_name" in table["columns"] and len(table["data"]) == 1
+    row = dict(zip(table["columns"], table["data"][0]))
+    assert row["top1_err"] == pytest.approx(val_top1_err) and row["padding_name"] == "symmetric"

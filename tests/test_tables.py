@@ -1,0 +1,296 @@
+"""Result tables, reference numbers, the sampling-grid figure and padding detection.
+
+The tables are checked against ``tests/fixtures/eval_rows.jsonl``, a hand-made results
+file whose expected cells are worked out by hand in the comments below.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from data import Normalize
+from resnet import ALIASES, build_model
+from resnet.detect import detect_padding, preset_groups
+from resnet.figures import plot_sampling_grid, sampling_grid
+from resnet.reference import TENSORNETS, TENSORNETS_ZERO_POOL, tensornets_reference
+from resnet.tables import (
+    cross_markdown,
+    cross_matrices,
+    latest_rows,
+    load_rows,
+    main,
+    scheme_label,
+    scheme_records,
+    scheme_table,
+    wandb_table,
+    write_tables,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RESNET50_256 = "imagenet, resize 256 → crop 224, bilinear, torch, 50000 images"
+RESNET50_232 = "imagenet, resize 232 → crop 224, bicubic, torch, 50000 images"
+TINY = "fashion_mnist, resize 28 → crop 28, bilinear, torch, 10000 images"
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def find(records: list[dict], model: str, protocol: str, weights: str | None = None) -> dict:
+    hits = [r for r in records if r["model"] == model and r["protocol"] == protocol
+            and (weights is None or r["weights"] == weights)]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+# --- the TensorNets-style table -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("tables")
+    markdown = write_tables(FIXTURE, out, schemes=["symmetric", "asymmetric"], reference=True)
+    return out, markdown
+
+
+def test_every_file_is_written(written):
+    out, markdown = written
+    for name in ("tensornets.md", "tensornets.csv", "tensornets.png", "cross.md", "cross.csv", "cross.png"):
+        assert (out / name).stat().st_size > 0, name
+    for name in ("tensornets.png", "cross.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    assert (out / "tensornets.md").read_text().strip() in markdown
+    assert (out / "cross.md").read_text().strip() in markdown
+
+
+def test_cells_and_delta_by_hand(written):
+    out, markdown = written
+    row = find(read_csv(out / "tensornets.csv"), "resnet50", RESNET50_256)
+    # Latest wins: symmetric 23.870 (Jan 10) beats 99.0 (Jan 5, later in the file);
+    # asymmetric 24.412 (Jan 11) beats 30.0 (Jan 6).
+    assert float(row["symmetric Top-1"]) == 23.870
+    assert float(row["symmetric Top-5"]) == 7.138
+    assert float(row["asymmetric Top-1"]) == 24.412
+    assert float(row["symmetric 10-crop Top-5"]) == 6.100  # the crops=10 row's top5_err
+    assert float(row["asymmetric 10-crop Top-5"]) == 6.310
+    # asymmetric - symmetric: 24.412 - 23.870, 7.452 - 7.138, 6.310 - 6.100
+    assert float(row["Δ Top-1 (asymmetric − symmetric)"]) == pytest.approx(0.542)
+    assert float(row["Δ Top-5 (asymmetric − symmetric)"]) == pytest.approx(0.314)
+    assert float(row["Δ 10-crop Top-5 (asymmetric − symmetric)"]) == pytest.approx(0.210)
+    line = next(x for x in markdown.splitlines() if RESNET50_256 in x)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4:13] == ["23.870", "7.138", "6.100", "24.412", "7.452", "6.310", "+0.542", "+0.314", "+0.210"]
+    assert "99.000" not in markdown and "30.000" not in markdown
+
+
+def test_latest_row_wins_by_date_then_by_line():
+    rows = load_rows(FIXTURE)
+    base = next(r for r in rows if r["arch"] == "resnet50" and r["padding_name"] == "symmetric")
+    older = {**base, "top1_err": 1.0, "date": "2024-12-31T23:00:00-02:00"}  # = 2025-01-01T01:00Z
+    newer = {**base, "top1_err": 2.0, "date": "2025-01-01T00:30:00"}  # naive = UTC: still older
+    same_time = {**base, "top1_err": 3.0, "date": "2025-01-01T01:00:00Z"}
+    kept = latest_rows([older, newer])
+    assert [r["top1_err"] for r in kept] == [1.0]
+    assert [r["top1_err"] for r in latest_rows([older, same_time])] == [3.0]  # tie: the later line
+    assert len(latest_rows([base, {**base, "crops": 10}])) == 2  # 10-crop is another evaluation
+
+
+def test_load_rows_skips_a_cut_short_last_line_only(tmp_path):
+    good = FIXTURE.read_text().splitlines()[0]
+    path = tmp_path / "eval.jsonl"
+    path.write_text(f"{good}\n\n{good}\n{good[:40]}")  # the last write was cut short
+    assert len(load_rows(path)) == 2
+    path.write_text(f"{good}\n{good[:40]}\n{good}\n")
+    with pytest.raises(ValueError, match="eval.jsonl:2: not a JSON line"):
+        load_rows(path)
+
+
+def test_protocols_are_never_merged():
+    rows = load_rows(FIXTURE)
+    _, records = scheme_records(scheme_table(rows))
+    at_232 = find(records, "resnet50", RESNET50_232)
+    at_256 = find(records, "resnet50", RESNET50_256)
+    assert at_232["symmetric Top-1"] == 23.650 and at_256["symmetric Top-1"] == 23.870
+    assert at_232["asymmetric Top-1"] is None and at_232["Δ Top-1 (asymmetric − symmetric)"] is None
+    # A partial re-run on fewer images is a new protocol too, not a newer value.
+    subset = {**rows[0], "n_images": 500, "top1_err": 50.0, "date": "2026-01-01T00:00:00Z"}
+    _, records = scheme_records(scheme_table([*rows, subset]))
+    assert find(records, "resnet50", RESNET50_256)["symmetric Top-1"] == 23.870
+    assert find(records, "resnet50", RESNET50_256.replace("50000", "500"))["symmetric Top-1"] == 50.0
+
+
+def test_schemes_order_delta_and_custom_labels():
+    rows = load_rows(FIXTURE)
+    table = scheme_table(rows)
+    assert table.schemes == ["symmetric", "asymmetric", "tf_same", "tf_slim", "keras", "custom(stem_conv=same)"]
+    assert table.delta == ("asymmetric", "symmetric")
+    custom = next(r for r in rows if r["padding_name"] == "custom")
+    assert scheme_label(custom) == "custom(stem_conv=same)"
+    table = scheme_table(rows, ["tf_same", "symmetric"], delta=["symmetric", "tf_same"])
+    _, records = scheme_records(table)
+    tiny = find(records, "resnet_tiny", TINY, "runs/tiny-tf_same/last.pt")
+    assert tiny["Δ Top-1 (symmetric − tf_same)"] == pytest.approx(10.90 - 8.05)
+    with pytest.raises(ValueError, match="no results for scheme.*the results have symmetric"):
+        scheme_table(rows, ["symmetric", "caffe"])
+    with pytest.raises(ValueError, match="delta must name two"):
+        scheme_table(rows, ["symmetric", "asymmetric"], delta=["symmetric", "tf_same"])
+
+
+# --- the trained-with x evaluated-with matrix -----------------------------------------
+
+
+def test_cross_matrix_cells(written):
+    out, _ = written
+    (matrix,) = cross_matrices(load_rows(FIXTURE))  # checkpoints only: resnet_tiny
+    assert (matrix.arch, matrix.protocol) == ("resnet_tiny", TINY)
+    seed0, seed1 = "symmetric (runs/tiny-symmetric/last.pt)", "symmetric (runs/tiny-symmetric-seed1/last.pt)"
+    assert matrix.trained == [seed1, seed0, "tf_same"]  # two symmetric checkpoints: a row each
+    assert matrix.evaluated == ["symmetric", "asymmetric", "tf_same", "custom(stem_conv=same)"]
+    assert matrix.cell("tf_same", "tf_same") == 8.05 and matrix.cell("tf_same", "symmetric") == 10.90
+    assert matrix.cell(seed0, "asymmetric") == 9.30 and matrix.cell(seed1, "asymmetric") is None
+    assert matrix.matched(seed1, "symmetric") and not matrix.matched("tf_same", "symmetric")
+    markdown = cross_markdown([matrix])
+    assert "| tf_same | 10.900 | 9.800 | **8.050** | – |" in markdown
+    rows = read_csv(out / "cross.csv")
+    tf_same = next(r for r in rows if r["trained with"] == "tf_same")
+    assert (float(tf_same["symmetric"]), tf_same["custom(stem_conv=same)"]) == (10.90, "")
+    everything = cross_matrices(load_rows(FIXTURE), weights_sources=None)
+    assert [m.arch for m in everything] == ["resnet50", "resnet50", "resnet50_v1", "resnet50_v2", "resnet_tiny"]
+
+
+def test_cli_prints_markdown(tmp_path, capsys):
+    main([str(FIXTURE), "--out", str(tmp_path), "--schemes", "symmetric", "tf_same"])
+    printed = capsys.readouterr().out
+    assert "Δ Top-1 (tf_same − symmetric)" in printed and "trained with \\ evaluated with" in printed
+    assert (tmp_path / "tensornets.png").exists() and (tmp_path / "cross.png").exists()
+
+
+def test_wandb_table_holds_the_records():
+    columns, records = scheme_records(scheme_table(load_rows(FIXTURE)), reference=True)
+    table = wandb_table(columns, records)
+    assert table.columns == columns and len(table.data) == len(records)
+
+
+# --- reference numbers ------------------------------------------------------------------
+
+
+def test_reference_numbers_for_the_eleven_tensornets_models(written):
+    assert sorted(TENSORNETS) == sorted(ALIASES.values()) and len(TENSORNETS) == 11
+    resnet50v2 = TENSORNETS["resnet50_v2"]
+    assert (resnet50v2.source_name, resnet50v2.input_size) == ("ResNet50v2", 299)
+    assert (resnet50v2.top1_err, resnet50v2.top5_err, resnet50v2.top5_err_10crop) == (24.040, 6.966, 5.896)
+    assert TENSORNETS["resnext101_64x4d"].top1_err == 20.506
+    assert set(TENSORNETS_ZERO_POOL) == {"resnet50_v2", "resnet101_v2", "resnet152_v2"}
+    assert tensornets_reference("resnet152_v2", "keras").top1_err == 22.236
+    assert tensornets_reference("resnet50") is None
+    out, _ = written
+    row = find(read_csv(out / "tensornets.csv"), "resnet50_v1", RESNET50_256.replace("torch", "caffe"))
+    assert (float(row["TensorNets Top-1"]), row["TensorNets padding"]) == (25.126, "caffe @224")
+
+
+# --- the sampling-grid figure -----------------------------------------------------------
+
+
+def test_sampling_grids_of_the_real_layers():
+    same3, symmetric3 = sampling_grid("same", 8, 3), sampling_grid("symmetric", 8, 3)
+    assert same3.reads(0) == {0, 1, 2} and same3.pad == (0, 1)
+    assert symmetric3.reads(0) == {-1, 0, 1} and symmetric3.pad == (1, 1)  # -1: the padded row
+    for scheme in ("same", "symmetric"):
+        shortcut = sampling_grid(scheme, 8, 1)
+        assert [shortcut.reads(i) for i in range(4)] == [{0}, {2}, {4}, {6}]
+    # PADDING.md: under SAME at even n the 3x3/2 output i is centred on 2i+1, the shortcut on 2i.
+    assert [same3.centre(i) for i in range(4)] == [1, 3, 5, 7]
+    assert [symmetric3.centre(i) for i in range(4)] == [0, 2, 4, 6]
+    assert sampling_grid("same", 9, 3).taps == sampling_grid("symmetric", 9, 3).taps  # odd n: identical
+    assert sampling_grid("same", 8, 7).reads(0) == set(range(-2, 5))  # stem 7x7/2: pad (2, 3)
+
+
+def test_sampling_grid_figure_is_written(tmp_path):
+    path = tmp_path / "grid.png"
+    plot_sampling_grid(path, 8)
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+# --- padding detection -------------------------------------------------------------------
+
+
+def random_model(preset: str, **overrides) -> nn.Module:
+    """resnet_tiny with random BN statistics (so every layer matters) and a sharp head."""
+    torch.manual_seed(0)
+    model = build_model("resnet_tiny", 10, padding=preset, **overrides)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.2)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.normal_(0, 0.2)
+    model.fc.weight.data *= 30  # confident logits: the true preset's cross-entropy is near 0
+    return model.eval()
+
+
+def self_labelled(model: nn.Module, normalize: nn.Module, size: int, batches: int = 3) -> list:
+    """Random images labelled by ``model`` itself, so its own preset fits them perfectly."""
+    generator = torch.Generator().manual_seed(1)
+    out = []
+    with torch.no_grad():
+        for _ in range(batches):
+            images = torch.randint(0, 256, (32, 3, size, size), dtype=torch.uint8, generator=generator)
+            out.append((images, model(normalize(images)).argmax(1)))
+    return out
+
+
+@pytest.mark.parametrize("preset, group", [
+    ("tf_same", ("tf_same",)),
+    ("asymmetric", ("asymmetric",)),
+    ("symmetric", ("symmetric", "tf_slim", "caffe", "keras")),  # no stem pool, (1, 1) everywhere
+])
+def test_detection_finds_the_training_preset(preset, group):
+    normalize = Normalize("torch")
+    model = random_model(preset)
+    report = detect_padding(model, self_labelled(model, normalize, 16), normalize, 16)
+    assert report.best.presets == group and report.best.top1_err == 0.0
+    assert report.margin > 0.05 and not report.indistinguishable
+    assert report.n_images == 96 and len(report.scores) == 3
+    assert f"best fit: {' = '.join(group)}" in str(report)
+
+
+def test_detection_at_an_odd_size_says_indistinguishable():
+    normalize = Normalize("torch")
+    model = random_model("tf_same")
+    assert preset_groups(model, 17) == [("symmetric", "asymmetric", "tf_same", "tf_slim", "caffe", "keras")]
+    report = detect_padding(model, self_labelled(model, normalize, 17, batches=1), normalize, 17)
+    assert report.indistinguishable and report.margin is None
+    assert "indistinguishable" in str(report)
+
+
+def test_detection_merges_presets_with_identical_outputs():
+    # With a stem pool after BN + ReLU, a zero-padded pool (keras) equals a -inf one
+    # (symmetric): different pad tables, the same logits. They must come out as one group.
+    normalize = Normalize("torch")
+    model = random_model("symmetric", stem_pool=True)
+    groups = preset_groups(model, 16)
+    assert ("keras",) in groups and not any("keras" in g and "symmetric" in g for g in groups)
+    report = detect_padding(model, self_labelled(model, normalize, 16, batches=1), normalize, 16)
+    assert {"symmetric", "keras"} <= set(report.best.presets) and report.margin > 0
+
+
+def test_detection_needs_a_built_model():
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3))
+    with pytest.raises(ValueError, match="model.meta"):
+        detect_padding(plain, [], Normalize("torch"), 32)
+
+
+def test_fixture_rows_have_exactly_the_evaluator_keys():
+    keys = ["arch", "weights", "weights_source", "trained_padding", "padding_name", "padding", "input_size",
+            "resize", "crop", "interpolation", "preprocessing", "crops", "dataset", "top1_err", "top5_err",
+            "n_images", "date", "git_commit"]
+    for line in FIXTURE.read_text().splitlines():
+        assert list(json.loads(line)) == keys

@@ -17,17 +17,21 @@ import pickle
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .archs import get_arch
 from .model import ResNet, build_model
 from .padding import Padding
 
 # What torch.load(weights_only=True) reconstructs without an allow-list. Exact types:
 # a subclass (numpy.float64 is a float) is pickled as an object and would be refused.
 _PLAIN_TYPES = (str, bytes, int, float, bool, type(None), torch.Size, torch.dtype, torch.device)
+# Meta fields that load_model derives from the build rather than copies from the file.
+_REBUILT = ("arch", "num_classes", "padding", "padding_name", "bn_eps", "overrides")
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, **extra) -> Path:
@@ -99,27 +103,25 @@ def load_model(
     if "model" not in checkpoint or "meta" not in checkpoint:
         raise ValueError(f"{path} has no 'model' and 'meta' entries; was it written by save_checkpoint?")
     saved, state = checkpoint["meta"], checkpoint["model"]
+    overrides = dict(saved.get("overrides", {}))
+    # A BN epsilon that differs from the architecture's (e.g. the table changed since)
+    # would not break loading, only accuracy: rebuild with the recorded one.
+    if "bn_eps" in saved and saved["bn_eps"] != replace(get_arch(saved["arch"]), **overrides).bn_eps:
+        overrides["bn_eps"] = saved["bn_eps"]
     model = build_model(
         saved["arch"],
         saved["num_classes"],
         saved["padding"] if padding is None else padding,
         input_size=input_size,
         in_chans=state["conv1.weight"].shape[1],
-        **saved.get("overrides", {}),
+        **overrides,
     )
-    # The architecture table may have changed since the checkpoint was written; a
-    # different eps or preprocessing would not break loading, only accuracy.
-    rebuilt = model.meta.as_dict()
-    changed = [key for key in ("bn_eps", "preprocessing") if key in saved and saved[key] != rebuilt[key]]
-    if changed:
-        raise ValueError(
-            f"{path} was saved with "
-            + ", ".join(f"{key}={saved[key]!r}" for key in changed)
-            + f" but {saved['arch']} now builds "
-            + ", ".join(f"{key}={rebuilt[key]!r}" for key in changed)
-        )
     model.load_state_dict(state)
-    model.meta.source = saved.get("source", model.meta.source)
+    # What the weights mean beyond the build (preprocessing they were trained with, eval
+    # size, where they came from) is whatever was recorded, not the table's default.
+    for key, value in saved.items():
+        if key not in _REBUILT and hasattr(model.meta, key):
+            setattr(model.meta, key, value)
     return model.eval()
 
 

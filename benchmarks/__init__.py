@@ -1,0 +1,1 @@
+"""Timing scripts, run as modules: ``python -m benchmarks.model_step``."""

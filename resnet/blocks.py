@@ -68,7 +68,8 @@ class BasicBlock(Block):
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        return self.relu(out + identity)
+        out += identity  # in place, as torchvision: one allocation less per block
+        return self.relu(out)
 
 
 class Bottleneck(Block):
@@ -97,7 +98,8 @@ class Bottleneck(Block):
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
+        out += identity  # in place, as torchvision: one allocation less per block
+        return self.relu(out)
 
 
 class BottleneckV1(Bottleneck):
@@ -141,7 +143,8 @@ class PreActBottleneck(Block):
         out = self.conv1(preact)
         out = self.conv2(self.relu(self.bn2(out)))
         out = self.conv3(self.relu(self.bn3(out)))
-        return out + shortcut
+        out += shortcut
+        return out
 
 
 class PreActBottleneckRawShortcut(PreActBottleneck):

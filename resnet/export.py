@@ -46,7 +46,7 @@ def export_onnx(
     graph computes a pad at run time.
     """
     h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
-    frozen = freeze_padding(copy.deepcopy(model).eval(), (h, w))
+    frozen = freeze_padding(copy.deepcopy(model).eval(), (h, w), explicit=True)
     first_param = next(frozen.parameters())
     in_chans = next(m for m in frozen.modules() if isinstance(m, nn.Conv2d)).in_channels
     dummy = torch.zeros(batch_size, in_chans, h, w, dtype=first_param.dtype, device=first_param.device)

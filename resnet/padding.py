@@ -250,6 +250,23 @@ def _torch_pool_len(n: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
     return out
 
 
+def _ceil_mode_args(
+    h: int, w: int, k: int, s: int, pad_h: tuple[int, int], pad_w: tuple[int, int]
+) -> tuple[int, bool] | None:
+    """(padding, ceil_mode) of torch's own pool that equals a -inf SAME pool at this size, or None.
+
+    -inf cells are ignored, so where torch's ceil mode with padding ``before`` yields
+    SAME's ceil(n / s) windows it samples the same grid, with no padded copy.
+    """
+    (top, bottom), (left, right) = pad_h, pad_w
+    if top != left or bottom != right or top > k // 2:
+        return None
+    ceil = bottom > top
+    if all(_torch_pool_len(n, k, s, top, ceil) == -(-n // s) for n in (h, w)):
+        return top, ceil
+    return None
+
+
 class SameMaxPool2d(nn.MaxPool2d):
     """TF 'SAME' max pool; the pad value is -inf (TF ignores padded cells) or 0 (Keras)."""
 
@@ -259,14 +276,13 @@ class SameMaxPool2d(nn.MaxPool2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k, s = self.kernel_size, self.stride
-        (top, bottom), (left, right) = same_pad(x.shape[-2], k, s), same_pad(x.shape[-1], k, s)
-        if self.value == -math.inf and top == left and bottom == right and top <= k // 2:
-            # -inf cells are ignored, so where torch's ceil mode with padding `top` yields
-            # SAME's ceil(n / s) windows it samples the same grid, with no padded copy.
-            ceil = bottom > top
-            if all(_torch_pool_len(n, k, s, top, ceil) == -(-n // s) for n in x.shape[-2:]):
-                return F.max_pool2d(x, k, s, top, ceil_mode=ceil)
-        x = F.pad(x, (left, right, top, bottom), value=self.value)
+        h, w = x.shape[-2:]
+        pad_h, pad_w = same_pad(h, k, s), same_pad(w, k, s)
+        if self.value == -math.inf:
+            args = _ceil_mode_args(h, w, k, s, pad_h, pad_w)
+            if args is not None:
+                return F.max_pool2d(x, k, s, args[0], ceil_mode=args[1])
+        x = F.pad(x, _pad_hw(pad_h, pad_w), value=self.value)
         return F.max_pool2d(x, k, s)
 
     def extra_repr(self) -> str:
@@ -323,17 +339,21 @@ def make_max_pool(scheme: str, value: str = "-inf", kernel_size: int = 3, stride
     raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
 
 
-def freeze_padding(model: nn.Module, input_size: int | tuple[int, int]) -> nn.Module:
+def freeze_padding(model: nn.Module, input_size: int | tuple[int, int], explicit: bool = False) -> nn.Module:
     """Replace every size-dependent layer by a static one, for one input size.
 
     Runs one dummy forward on the meta device to learn each layer's input size,
     so nothing is computed. Parameters are kept (same tensors, same state-dict
     keys). Returns ``model``, changed in place.
+
+    ``explicit=False`` (for speed) keeps a -inf SAME pool as torch's ceil-mode pool where
+    that samples the same grid (no padded copy); ``explicit=True`` (for export) always
+    writes the pad out, so an ONNX graph shows it as a Pad op.
     """
     dynamic = {name: m for name, m in model.named_modules() if isinstance(m, (SameConv2d, SameMaxPool2d))}
     sizes = input_sizes(model, dynamic, input_size)
     for name, layer in dynamic.items():
-        _set_submodule(model, name, _frozen(layer, *sizes[name]))
+        _set_submodule(model, name, _frozen(layer, *sizes[name], explicit))
     return model
 
 
@@ -352,6 +372,8 @@ def input_sizes(
         return hook
 
     hooks = [m.register_forward_pre_hook(record(name)) for name, m in layers.items()]
+    modes = {m: m.training for m in model.modules()}
+    model.eval()  # batch 1 in train mode would fail BatchNorm wherever a map is 1x1
     in_chans = next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels
     dtype = next(model.parameters()).dtype
     state = {k: torch.empty_like(v, device="meta") for k, v in model.state_dict(keep_vars=True).items()}
@@ -361,10 +383,12 @@ def input_sizes(
     finally:
         for hook in hooks:
             hook.remove()
+        for m, training in modes.items():
+            m.training = training
     return sizes
 
 
-def _frozen(layer: nn.Module, h: int, w: int) -> nn.Module:
+def _frozen(layer: nn.Module, h: int, w: int, explicit: bool) -> nn.Module:
     if isinstance(layer, SameConv2d):
         pad_h, pad_w = layer.pad_for(h, w)
         static = _static_conv(
@@ -384,8 +408,12 @@ def _frozen(layer: nn.Module, h: int, w: int) -> nn.Module:
         return static
     k, s = layer.kernel_size, layer.stride
     pad_h, pad_w = same_pad(h, k, s), same_pad(w, k, s)
-    if pad_h[0] == pad_h[1] == pad_w[0] == pad_w[1] and layer.value == -math.inf:
-        return nn.MaxPool2d(k, s, padding=pad_h[0])
+    if layer.value == -math.inf:
+        if pad_h[0] == pad_h[1] == pad_w[0] == pad_w[1]:
+            return nn.MaxPool2d(k, s, padding=pad_h[0])
+        args = _ceil_mode_args(h, w, k, s, pad_h, pad_w)
+        if args is not None and not explicit:
+            return nn.MaxPool2d(k, s, padding=args[0], ceil_mode=args[1])
     return PadMaxPool2d(k, s, _pad_hw(pad_h, pad_w), layer.value)
 
 

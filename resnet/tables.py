@@ -29,7 +29,7 @@ import json
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .archs import ARCHS
@@ -85,7 +85,7 @@ def protocol_label(row: Mapping) -> str:
 
 def _date(row: Mapping) -> datetime:
     stamp = datetime.fromisoformat(str(row["date"]).replace("Z", "+00:00"))
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)  # naive = UTC
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)  # naive = UTC
 
 
 def _evaluation_key(row: Mapping) -> tuple:

@@ -186,6 +186,22 @@ def test_freeze_padding_keeps_values_and_keys():
     torch.testing.assert_close(built_frozen(x), expected, rtol=0, atol=0)
 
 
+def test_frozen_pool_is_fast_or_explicit():
+    x = torch.randn(1, 2, 112, 112) - 1
+    fast = freeze_padding(nn.Sequential(make_max_pool("same"), nn.Conv2d(2, 2, 1)), 112)[0]
+    explicit = freeze_padding(nn.Sequential(make_max_pool("same"), nn.Conv2d(2, 2, 1)), 112, explicit=True)[0]
+    assert type(fast) is nn.MaxPool2d and fast.ceil_mode  # no padded copy at training time
+    assert isinstance(explicit, PadMaxPool2d) and explicit.pad == (0, 1, 0, 1)  # a Pad op in ONNX
+    torch.testing.assert_close(fast(x), explicit(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("arch, size", [("resnet50", 32), ("resnet_tiny", 4)])
+def test_freezing_works_down_to_1x1_maps(arch, size):
+    model = resnet.build_model(arch, padding="tf_same", input_size=size)
+    assert model.training  # the meta pass runs in eval mode and restores the mode
+    assert not any(isinstance(m, (SameConv2d, SameMaxPool2d)) for m in model.modules())
+
+
 def test_frozen_same_conv_is_plain_where_symmetric():
     model = nn.Sequential(make_conv("same", 3, 4, 7, stride=2))
     freeze_padding(model, 33)  # odd: SAME is (3, 3), a plain conv

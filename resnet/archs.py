@@ -95,7 +95,8 @@ ARCHS: dict[str, Arch] = {
     "resnetv2_101": replace(_TIMM_V2, depths=(3, 4, 23, 3)),
     # small, for the built-in demo (28-64 px)
     "resnet_tiny": _TINY,
-    "resnet_small": replace(_TINY, depths=(2, 2, 2), widths=(32, 64, 128), stem_width=32),
+    "resnet_small": replace(_TINY, widths=(32, 64, 128), stem_width=32),  # the built-in demo's model
+    "resnet_medium": replace(_TINY, depths=(2, 2, 2), widths=(32, 64, 128), stem_width=32),
     "resnet_tiny_v2": replace(_TINY, block="preact", stem_norm=False, shortcut_norm=False, final_norm=True),
 }
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
@@ -172,6 +172,8 @@ def build_model(
     """
     name = canonical_name(arch)
     spec = ARCHS[name]
+    # Sequences from configs (lists, Hydra ListConfig) become tuples of plain values.
+    overrides = {k: v if isinstance(v, str) or not isinstance(v, Sequence) else tuple(v) for k, v in overrides.items()}
     unknown = sorted(set(overrides) - set(Arch.__dataclass_fields__))
     if unknown:
         raise ValueError(f"unknown override(s) {', '.join(unknown)}; valid: {', '.join(Arch.__dataclass_fields__)}")

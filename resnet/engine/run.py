@@ -32,6 +32,8 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
     model = instantiate(cfg.model, padding=padding_spec(cfg))
     if cfg.data.get("preprocessing"):
         model.meta.preprocessing = cfg.data.preprocessing  # the scheme the weights will be trained with
+    if cfg.data.get("image_size"):
+        model.meta.input_size = cfg.data.image_size  # what evaluation should feed these weights
     return model
 
 

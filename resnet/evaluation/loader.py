@@ -1,0 +1,167 @@
+"""The evaluation data: one split, sharded over processes, each image decoded and resized once.
+
+Datasets are those of :mod:`data` (``imagenet``, ``imagefolder``: ``root/val/<class>/*``;
+``fashion_mnist``: its test split, in memory). Every image goes to exactly one process
+(:class:`data.ShardSampler`), so all-reduced sums count the split exactly once.
+
+For image folders the decode and resize run in the loader's workers. A single-crop
+batch arrives centre-cropped (``data.decode.decode_resize_center_crop``, the same path
+as training's validation); a 10-crop batch arrives resized only, zero-padded to its
+largest image, with every image's true size (:class:`PaddedBatch`), and the crops are
+cut on the device (:mod:`resnet.evaluation.tencrop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torchvision.transforms.v2.functional as TF
+from torch.utils.data import DataLoader
+
+from data import DATASETS, ImageFolder, ShardSampler, collate
+from data.batch import BadImage, pass_batch
+from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
+from data.imagefolder import find_classes
+
+
+@dataclass(frozen=True)
+class EvalProtocol:
+    """How images become network input; every field goes into the results row."""
+
+    crops: int  # 1 (centre) or 10 (corners + centre, and their flips)
+    crop: int  # side of each crop (px)
+    resize: int  # shorter side after resizing (px), >= crop
+    interpolation: str  # bilinear | bicubic, antialiased
+    preprocessing: str  # torch | caffe | tf (data.normalize)
+
+    def __post_init__(self) -> None:
+        if self.crops not in (1, 10):
+            raise ValueError(f"crops must be 1 (centre crop) or 10 (corners + centre and flips), got {self.crops}")
+        if not 0 < self.crop <= self.resize:
+            raise ValueError(f"crop={self.crop} must be positive and at most resize={self.resize}")
+        check_interpolation(self.interpolation)
+
+
+class ResizeCrop:
+    """File bytes -> RGB uint8 [3, crop, crop]: shorter side to ``resize``, central crop."""
+
+    def __init__(self, resize: int, crop: int, interpolation: str = "bilinear"):
+        self.resize, self.crop, self.interpolation = resize, crop, check_interpolation(interpolation)
+
+    def __call__(self, data: bytes) -> torch.Tensor:
+        return decode_resize_center_crop(data, self.resize, self.crop, self.interpolation)
+
+    def __repr__(self) -> str:
+        return f"ResizeCrop(resize={self.resize}, crop={self.crop}, interpolation={self.interpolation!r})"
+
+
+class ResizeShorter:
+    """File bytes -> RGB uint8 [3, H, W] with min(H, W) = ``resize`` (antialiased, as
+    :class:`ResizeCrop` before its crop): the whole image, for the 10 crops."""
+
+    def __init__(self, resize: int, interpolation: str = "bilinear"):
+        self.resize, self.interpolation = resize, check_interpolation(interpolation)
+
+    def __call__(self, data: bytes) -> torch.Tensor:
+        return resize_shorter(decode_rgb(data), self.resize, self.interpolation)
+
+    def __repr__(self) -> str:
+        return f"ResizeShorter(resize={self.resize}, interpolation={self.interpolation!r})"
+
+
+def resize_shorter(images: torch.Tensor, resize: int, interpolation: str = "bilinear") -> torch.Tensor:
+    """An image [C, H, W] or a batch [N, C, H, W]: shorter side to ``resize``, antialiased."""
+    if min(images.shape[-2:]) == resize:
+        return images
+    return TF.resize(images, [resize], interpolation=INTERPOLATIONS[interpolation][0], antialias=True)
+
+
+class PaddedBatch(NamedTuple):
+    """A :class:`data.Batch` of images of different sizes, zero-padded to the largest.
+
+    The first four fields are a ``data.Batch``'s, so batch[2] is the skipped count here too.
+    """
+
+    images: torch.Tensor  # uint8 [N, C, H_max, W_max]
+    labels: torch.Tensor  # int64 [N]
+    skipped: int
+    skipped_paths: Sequence[str]
+    sizes: torch.Tensor  # int64 [N, 2]: each image's (height, width)
+
+
+def collate_padded(samples: list[tuple[torch.Tensor, int] | BadImage]) -> PaddedBatch:
+    """Like :func:`data.collate` (bad files dropped and reported), for images of any size."""
+    good = [s for s in samples if not isinstance(s, BadImage)]
+    bad = [f"{s.path} ({s.reason})" for s in samples if isinstance(s, BadImage)]
+    sizes = torch.tensor([list(image.shape[-2:]) for image, _ in good], dtype=torch.int64).view(-1, 2)
+    channels, dtype = (good[0][0].shape[0], good[0][0].dtype) if good else (3, torch.uint8)
+    height, width = sizes.max(0).values.tolist() if good else (0, 0)
+    images = torch.zeros(len(good), channels, height, width, dtype=dtype)
+    for canvas, (image, _) in zip(images, good):
+        canvas[:, : image.shape[1], : image.shape[2]] = image
+    labels = torch.tensor([label for _, label in good], dtype=torch.int64)
+    return PaddedBatch(images, labels, len(bad), bad, sizes)
+
+
+@dataclass
+class EvalData:
+    loader: DataLoader
+    num_classes: int
+    in_chans: int
+    size: int  # images in the whole split, over all processes
+    device_resize: int | None  # shorter side to resize to on the device (in-memory data); None: done
+
+
+def build_eval_loader(
+    name: str,
+    root: str | None,
+    protocol: EvalProtocol,
+    batch_size: int,
+    workers: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> EvalData:
+    """The evaluation split of dataset ``name``, this process's shard of it."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if name == "fashion_mnist":
+        from data.fashion_mnist import load_fashion_mnist  # see data/__init__.py: not imported there
+        from data.in_memory import TensorImages
+
+        dataset = TensorImages(*load_fashion_mnist("test"))
+        num_classes, in_chans, workers, collate_fn = 10, 1, 0, pass_batch
+        native = dataset.images.shape[-1]
+        device_resize = None if protocol.resize == native else protocol.resize
+    else:
+        val_dir = eval_dir(name, root)
+        train_dir = Path(root) / "train"
+        # The training split's classes when it is there, so that a val folder missing a
+        # class fails instead of shifting every label after it.
+        classes = find_classes(train_dir) if train_dir.is_dir() else None
+        if protocol.crops == 1:
+            transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
+        else:
+            transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
+        dataset = ImageFolder(val_dir, transform, classes=classes)
+        num_classes, in_chans, device_resize = len(dataset.classes), 3, None
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=ShardSampler(len(dataset), rank, world_size),
+        num_workers=workers,
+        collate_fn=collate_fn,
+        pin_memory=torch.cuda.is_available(),
+    )
+    return EvalData(loader, num_classes, in_chans, len(dataset), device_resize)
+
+
+def eval_dir(name: str, root: str | None) -> Path:
+    """``root/val`` of an image-folder dataset, or one line saying what to pass."""
+    layout = "val/<wnid>/*.JPEG" if name == "imagenet" else "val/<class>/*"
+    if root is None or not (Path(root) / "val").is_dir():
+        raise FileNotFoundError(f"{name} evaluation needs data.root=/path/to/{name} holding {layout}; got root={root}")
+    return Path(root) / "val"

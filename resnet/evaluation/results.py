@@ -1,0 +1,107 @@
+"""Evaluation results: one JSON object per line, appended safely by every run.
+
+The file is the stable record the tables are built from, so every row carries its
+whole protocol (PADDING.md: "Every result row must record its protocol"): the
+weights and where they came from, the padding they were trained with and the one
+they ran under, the resize/crop/interpolation/preprocessing, the crop count, and
+the code version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+# Every row has exactly these keys, in this order. Errors are in percent.
+ROW_KEYS = (
+    "arch",  # our architecture name (resnet.list_archs())
+    "weights",  # the weights= value as given: a path, torchvision:<Enum>.<TAG>, timm:<name>, keras:<file>
+    "weights_source",  # checkpoint | torchvision | timm | keras
+    "trained_padding",  # preset the weights were trained with / natively use ("custom" if none)
+    "padding_name",  # preset evaluated under ("custom" for a per-site mix)
+    "padding",  # {stem_conv, stem_pool, stem_pool_value, block_conv} evaluated under
+    "input_size",  # side of the square the network sees (px); equals crop
+    "resize",  # shorter side after resizing, before cropping (px)
+    "crop",  # side of each crop (px)
+    "interpolation",  # bilinear | bicubic (antialiased)
+    "preprocessing",  # torch | caffe | tf (data.normalize)
+    "crops",  # 1 (centre) or 10 (4 corners + centre, and their horizontal flips; softmax averaged)
+    "dataset",  # data.name: imagenet | imagefolder | fashion_mnist
+    "top1_err",  # %
+    "top5_err",  # %
+    "n_images",  # images evaluated, over all processes, each exactly once
+    "date",  # ISO 8601, UTC
+    "git_commit",  # resnet.engine.runlog.git_commit()
+)
+WEIGHTS_SOURCES = ("checkpoint", "torchvision", "timm", "keras")
+
+
+def check_row(row: Mapping) -> None:
+    """Fail naming the missing and unexpected keys, so that no row silently lacks its protocol."""
+    missing, extra = [k for k in ROW_KEYS if k not in row], sorted(set(row) - set(ROW_KEYS))
+    if missing or extra:
+        raise ValueError(f"results row has missing key(s) {missing} and unexpected key(s) {extra}; see ROW_KEYS")
+    if row["weights_source"] not in WEIGHTS_SOURCES:
+        raise ValueError(f"weights_source {row['weights_source']!r} is not one of {', '.join(WEIGHTS_SOURCES)}")
+    if row["crops"] not in (1, 10):
+        raise ValueError(f"crops must be 1 or 10, got {row['crops']!r}")
+
+
+def append_row(path: str | os.PathLike, row: Mapping) -> Path:
+    """Append ``row`` as one JSON line to ``path`` (created with its folders if needed).
+
+    The line goes out in one ``write`` on an ``O_APPEND`` descriptor, under an exclusive
+    ``flock``, then ``fsync``: concurrent evaluations never interleave their lines, and a
+    row that was reported written survives a crash.
+    """
+    check_row(row)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps({k: row[k] for k in ROW_KEYS}) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        _lock(fd)
+        written = os.write(fd, line)
+        if written != len(line):  # only a full disk does this; say so instead of leaving half a row
+            raise OSError(f"wrote {written} of {len(line)} bytes of a results row to {path}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # also releases the lock
+    return path
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """Every row of a results file, in the order written. A missing file has no rows.
+
+    An unterminated last line (a write cut short) is skipped; a corrupt line elsewhere
+    fails naming its line number.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    text = path.read_text()
+    lines = text.split("\n")
+    complete, tail = lines[:-1], lines[-1]  # tail is "" when the file ends with a newline
+    rows = []
+    for number, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number} is not a JSON row ({err.msg})") from None
+    if tail.strip():
+        with contextlib.suppress(json.JSONDecodeError):  # a write cut short: the rows before it count
+            rows.append(json.loads(tail))
+    return rows
+
+
+def _lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: O_APPEND's single write is all we have
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)

@@ -27,9 +27,9 @@ from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.io import ImageReadMode, decode_jpeg
 
-from .batch import collate
-from .imagefolder import ImageFolder
-from .transforms import RandomResizedCropFlip, ResizeCenterCrop
+from data.batch import collate
+from data.imagefolder import ImageFolder
+from data.transforms import RandomResizedCropFlip, ResizeCenterCrop
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 

@@ -30,13 +30,7 @@ PY = sys.executable
 TORCHRUN = str(Path(PY).with_name("torchrun"))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny inputs: thread sync costs more than it saves (far more on a busy 2-core runner)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

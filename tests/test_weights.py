@@ -48,13 +48,7 @@ def test_preact_stem_pool_sees_negatives() -> None:
     assert seen and seen[0] < 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Inputs here are tiny: thread sync costs more than it saves (far more on a busy 2-core runner)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def sample(size: int) -> torch.Tensor:

@@ -10,17 +10,23 @@ Every run appends one row to results/eval.jsonl (results_file=...). configs/eval
 lists every option.
 """
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 
 @hydra.main(config_path="configs", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> float:
+    from resnet.engine.run import ConfigError
     from resnet.evaluation.hub import WeightsError
     from resnet.evaluation.run import evaluate_weights
 
     try:
         row = evaluate_weights(cfg)
+    except ConfigError as err:  # a bad config value or data layout: one line, no traceback, status 2
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     except WeightsError as err:  # a bad or missing weights= value: one line, no traceback
         raise SystemExit(f"eval.py: {err}") from None
     return row["top1_err"]

@@ -8,15 +8,22 @@
 Configs live in configs/ (train.yaml is the root); see the README for every form.
 """
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    from resnet.engine.run import train
+    from resnet.engine.loop import NonFiniteLoss
+    from resnet.engine.run import ConfigError, train
 
-    results = train(cfg)
+    try:
+        results = train(cfg)
+    except (ConfigError, NonFiniteLoss) as err:  # one line, no traceback; 2: fix the config or data
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2 if isinstance(err, ConfigError) else 1) from None
     return results["top1_err"]  # what a Hydra sweeper would minimise
 
 

@@ -121,6 +121,7 @@ def train_one_epoch(
         if not _all_finite(loss, ctx.env):
             step = global_step + stats.steps + stats.skipped_steps
             if ctx.on_nonfinite == "stop":
+                bar.close()  # clear the progress line, so that the message starts its own
                 raise NonFiniteLoss(
                     f"non-finite loss ({loss.item()}) at step {step} (epoch {epoch}, batch {i}); "
                     "the last good checkpoint is kept. Lower optim.lr, set grad_clip=1.0, "

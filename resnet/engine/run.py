@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -45,16 +46,47 @@ def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:
     return Path(run_dir[0])
 
 
+class ConfigError(ValueError):
+    """A config value (or the data it points at) that cannot work; the message is one
+    line saying what is wrong. train.py / eval.py print it and exit with status 2."""
+
+
 def _check_config(cfg: DictConfig) -> None:
     if cfg.batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {cfg.batch_size}")
+        raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
     if cfg.epochs <= 0:
-        raise ValueError(f"epochs must be positive, got {cfg.epochs}")
+        raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
     if cfg.amp not in AMP_DTYPES:
-        raise ValueError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
+        raise ConfigError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
     if cfg.on_nonfinite not in ("stop", "skip"):
-        raise ValueError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
-    resolve_padding(padding_spec(cfg))  # unknown preset / site / scheme fails here, before any work
+        raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
+    try:
+        resolve_padding(padding_spec(cfg))  # unknown preset / site / scheme fails here, before any work
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+    check_data_config(cfg.data)
+    if OmegaConf.is_missing(cfg.data, "num_classes"):
+        raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")
+
+
+def check_data_config(data_cfg: DictConfig) -> None:
+    """The data keys every run needs: a root directory for image folders, a sane worker count."""
+    cpus = os.cpu_count() or 1
+    if not 0 <= data_cfg.workers <= 4 * cpus:  # 4 decode processes per core is already past the useful range
+        raise ConfigError(
+            f"data.workers={data_cfg.workers} is out of range: 0 (load in the main process) "
+            f"to 4 per CPU core ({4 * cpus} on this machine)"
+        )
+    if data_cfg.name == "fashion_mnist":  # built in: root may be null
+        return
+    if OmegaConf.is_missing(data_cfg, "root"):
+        raise ConfigError(f"data={data_cfg.name} needs data.root=/path/to/{data_cfg.name}")
+    root = data_cfg.root
+    if root is None or not Path(root).is_dir():
+        what = "a file" if root is not None and Path(root).exists() else "not a directory"
+        raise ConfigError(
+            f"data.root={root} is {what}; {data_cfg.name} needs a directory holding train/<class>/* and val/<class>/*"
+        )
 
 
 def train(cfg: DictConfig) -> dict:
@@ -70,21 +102,24 @@ def train(cfg: DictConfig) -> dict:
 def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int):
     from data import build_loaders  # imported here so that composing configs stays fast
 
-    loaders = build_loaders(
-        data_cfg.name,
-        data_cfg.get("root"),
-        batch_size=batch_size,
-        workers=data_cfg.workers,
-        rank=env.rank,
-        world_size=env.world_size,
-        seed=seed,
-        image_size=data_cfg.image_size,
-        crop_pct=data_cfg.crop_pct,
-        interpolation=data_cfg.interpolation,
-        augment=data_cfg.augment,
-    )
+    try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
+        loaders = build_loaders(
+            data_cfg.name,
+            data_cfg.get("root"),
+            batch_size=batch_size,
+            workers=data_cfg.workers,
+            rank=env.rank,
+            world_size=env.world_size,
+            seed=seed,
+            image_size=data_cfg.image_size,
+            crop_pct=data_cfg.crop_pct,
+            interpolation=data_cfg.interpolation,
+            augment=data_cfg.augment,
+        )
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(str(err)) from None
     if loaders.num_classes != data_cfg.num_classes:
-        raise ValueError(
+        raise ConfigError(
             f"data.num_classes={data_cfg.num_classes} but {data_cfg.name} has {loaders.num_classes} classes; "
             f"pass data.num_classes={loaders.num_classes}"
         )
@@ -126,9 +161,12 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     loss_fn, mixup = _loss_and_mixup(cfg, loaders.num_classes)
 
     start_epoch, global_step, history = 0, 0, []
-    resume_path = find_resume(cfg.resume, run_dir)
-    if resume_path is not None:
-        state = load_training_state(resume_path, env.device)
+    try:  # a missing path, a weights-only file, a file that would unpickle code: one line
+        resume_path = find_resume(cfg.resume, run_dir)
+        state = load_training_state(resume_path, env.device) if resume_path is not None else None
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
+    if state is not None:
         _unwrap(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -176,7 +214,6 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         stats = train_one_epoch(train_model, loaders.train, optimizer, scheduler, ctx, epoch, global_step)
         global_step += stats.steps
         train_rate = stats.images_per_s
-        logger.log_steps(stats.history, epoch)
         last = epoch == last_epoch - 1
         row = {"epoch": epoch + 1, "step": global_step, "train_loss": stats.loss, "lr": stats.lr,
                "train_images_per_s": stats.images_per_s, "skipped_images": stats.skipped_images,
@@ -189,7 +226,6 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
                 ema_val = evaluate(ema.module, loaders.val, eval_ctx, desc="val ema")
                 row.update({f"ema_{k}": v for k, v in ema_val.items()})
         history.append(row)
-        logger.log_epoch(row)
         if env.is_main:
             _print_epoch(row)
             extra = {"scaler": scaler.state_dict()} if scaler is not None else {}
@@ -201,6 +237,10 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
             )
         else:
             _gather_rng(env)
+        # Logged after the checkpoint: a run killed while writing it repeats this epoch on
+        # resume, and the CSVs then get its rows once, not twice.
+        logger.log_steps(stats.history, epoch)
+        logger.log_epoch(row)
         barrier(env)
 
     results = {

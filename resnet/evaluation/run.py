@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from ..engine.distributed import DistEnv, all_reduce_sum, init_distributed, shutdown
 from ..engine.loop import StepContext, topk_correct
-from ..engine.run import AMP_DTYPES
+from ..engine.run import AMP_DTYPES, ConfigError, check_data_config
 from ..engine.runlog import format_table, git_commit
 from ..model import ModelMeta
 from ..padding import Padding, resolve_padding
@@ -49,14 +49,21 @@ def padding_override(cfg: DictConfig) -> dict | None:
 
 def _check_config(cfg: DictConfig) -> None:
     if cfg.batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {cfg.batch_size}")
+        raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
     if cfg.crops not in (1, 10):
-        raise ValueError(f"crops must be 1 (centre crop) or 10 (corners + centre and flips), got {cfg.crops}")
+        raise ConfigError(f"crops must be 1 (centre crop) or 10 (corners + centre and flips), got {cfg.crops}")
     if cfg.amp not in AMP_DTYPES:
-        raise ValueError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
-    resolve_padding(padding_override(cfg))  # unknown preset / site / scheme fails before any loading
+        raise ConfigError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
+    try:
+        resolve_padding(padding_override(cfg))  # unknown preset / site / scheme fails before any loading
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+    check_data_config(cfg.data)
     if cfg.data.name != "fashion_mnist":
-        eval_dir(cfg.data.name, cfg.data.get("root"))  # a wrong data.root fails before any download
+        try:
+            eval_dir(cfg.data.name, cfg.data.root)  # a wrong data.root fails before any download
+        except FileNotFoundError as err:
+            raise ConfigError(str(err)) from None
 
 
 def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
@@ -96,9 +103,12 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     protocol = resolve_protocol(cfg, meta, loaded.origin)
     # batch_size counts network inputs, so that one setting fits memory in both protocols.
     images_per_step = max(cfg.batch_size // protocol.crops, 1)
-    data = build_eval_loader(
-        cfg.data.name, cfg.data.get("root"), protocol, images_per_step, cfg.data.workers, env.rank, env.world_size
-    )
+    try:  # a wrong folder layout (an empty class folder, val classes != train classes)
+        data = build_eval_loader(
+            cfg.data.name, cfg.data.get("root"), protocol, images_per_step, cfg.data.workers, env.rank, env.world_size
+        )
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(str(err)) from None
     _check_fit(model, data)
 
     channels_last = env.device.type == "cuda" if cfg.channels_last == "auto" else bool(cfg.channels_last)
@@ -142,25 +152,34 @@ def _load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv
     """Every process loads the weights; a download happens once, on rank 0, the others then
     read its cached copy (or raise rank 0's error instead of waiting forever)."""
     if not (env.distributed and download and spec.published):
-        return load_weights(spec, arch, download)
+        return _load(spec, arch, download)
     loaded, error = None, [None]
     if env.is_main:
         try:
-            loaded = load_weights(spec, arch, download=True)
+            loaded = _load(spec, arch, download=True)
         except WeightsError as err:
             error = [str(err)]
     dist.broadcast_object_list(error, src=0)
     if error[0] is not None:
         raise WeightsError(error[0])
-    return loaded if env.is_main else load_weights(spec, arch, download=False)
+    return loaded if env.is_main else _load(spec, arch, download=False)
+
+
+def _load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
+    try:
+        return load_weights(spec, arch, download)
+    except WeightsError:
+        raise
+    except ValueError as err:  # e.g. a file that would unpickle code, refused by load_checkpoint
+        raise WeightsError(f"weights={spec.text}: {str(err).splitlines()[0]}") from None
 
 
 def _check_fit(model: nn.Module, data: EvalData) -> None:
     classes, in_chans = model.meta.num_classes, model.conv1.in_channels
     if classes not in (data.num_classes, data.num_classes + 1):  # +1: TF-slim's background class
-        raise ValueError(f"the weights have {classes} classes but the dataset has {data.num_classes}")
+        raise ConfigError(f"the weights have {classes} classes but the dataset has {data.num_classes}")
     if in_chans != data.in_chans:
-        raise ValueError(f"the weights take {in_chans}-channel images but the dataset has {data.in_chans} channels")
+        raise ConfigError(f"the weights take {in_chans}-channel images but the dataset has {data.in_chans} channels")
 
 
 def network_input(

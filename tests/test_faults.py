@@ -1,0 +1,344 @@
+"""Faults: kill -9 and resume, a worker lost under torchrun, non-finite losses, hostile
+checkpoints, bad configs and data layouts. Each ends in an exact resume or in one line.
+
+Kills are deterministic: train.py runs through a test-only wrapper (:data:`WRAPPER`,
+written into a temp dir) that patches one function and SIGKILLs its own process at a
+chosen call. Production code has no hooks for this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from resnet.checkpoint import load_checkpoint
+from resnet.engine import run as engine_run
+from tests.imagegen import make_folder
+from tests.test_train import PY, REPO, TORCHRUN, read_csv, run_in_process
+
+WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault from $FAULT.
+
+FAULT=step:N  SIGKILL before the N-th training step (loss) of this process
+FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
+FAULT=eval:N  SIGKILL at the N-th validation pass
+FAULT=nan:N   the N-th loss is NaN
+FAULT_RANK=R  only in the process of rank R (default 0)
+FAULT_ONCE=F  only if file F does not exist yet, and create it (once over restarts)
+"""
+import io
+import os
+import runpy
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+import resnet.engine.run as engine_run
+
+KIND, N = os.environ.get("FAULT", "none:0").split(":")
+calls = 0
+
+
+def due():
+    global calls
+    calls += 1
+    if calls != int(N) or os.environ.get("RANK", "0") != os.environ.get("FAULT_RANK", "0"):
+        return False
+    once = os.environ.get("FAULT_ONCE")
+    if once and Path(once).exists():
+        return False
+    if once:
+        Path(once).touch()
+    return True
+
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if KIND in ("step", "nan"):
+    real_loss_and_mixup = engine_run._loss_and_mixup
+
+    def loss_and_mixup(cfg, num_classes):
+        loss_fn, mixup = real_loss_and_mixup(cfg, num_classes)
+
+        def loss(logits, labels):
+            if not due():
+                return loss_fn(logits, labels)
+            if KIND == "step":
+                die()
+            return loss_fn(logits, labels) * float("nan")
+
+        return loss, mixup
+
+    engine_run._loss_and_mixup = loss_and_mixup
+elif KIND == "save":
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if not due():
+            return real_save(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        f.write(buffer.getvalue()[: buffer.tell() // 2])
+        f.flush()
+        die()
+
+    torch.save = save
+elif KIND == "eval":
+    real_evaluate = engine_run.evaluate
+
+    def evaluate(*args, **kwargs):
+        if due():
+            die()
+        return real_evaluate(*args, **kwargs)
+
+    engine_run.evaluate = evaluate
+
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+TIMING = ("train_images_per_s", "epoch_seconds", "val_images_per_s")  # differ between any two runs
+KILLED = -signal.SIGKILL
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory) -> Path:
+    """3 classes x 8 train images (6 steps of 4 per epoch); 7 val images."""
+    root = tmp_path_factory.mktemp("tiny")
+    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
+    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
+    return root
+
+
+@pytest.fixture(scope="module")
+def wrapper(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("wrapper") / "faulty_train.py"
+    path.write_text(WRAPPER)
+    return path
+
+
+def overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        "model=resnet_tiny", "data=imagefolder", f"data.root={root}", "data.num_classes=3", "data.image_size=32",
+        "data.workers=0", "batch_size=4", "epochs=2", "log_every=2", f"hydra.run.dir={run_dir}", *extra,
+    ]  # fmt: skip
+
+
+def launch(args: list[str], fault: str = "none:0", timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FAULT": fault, **env}
+    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def train_script(*args: str) -> subprocess.CompletedProcess:
+    return launch([PY, "train.py", *args])
+
+
+def assert_status(proc: subprocess.CompletedProcess, status: int) -> None:
+    assert proc.returncode == status, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+
+
+def error_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
+    """The one ``error:`` line a failed run printed; no traceback."""
+    assert_status(proc, status)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    return errors[0]
+
+
+def assert_readable(run_dir: Path) -> int | None:
+    """After any kill: last.pt is absent or loads whole. Returns its epoch."""
+    if not (run_dir / "last.pt").exists():
+        return None
+    return load_checkpoint(run_dir / "last.pt")["epoch"]
+
+
+def assert_same_training(a: dict, b: dict) -> None:
+    assert a["epoch"] == b["epoch"] and a["step"] == b["step"]
+    for key, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][key]), key
+
+    def untimed(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+
+    assert untimed(a["history"]) == untimed(b["history"])  # every epoch's loss and val errors, bit for bit
+
+
+# --- kill -9 and resume ------------------------------------------------------------------
+
+
+def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, one_thread):
+    common = ("epochs=4", "seed=5")
+    run_in_process(tiny_folder, tmp_path / "straight", *common)  # one thread, as the subprocesses: same bits
+    run_dir = tmp_path / "killed"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, *common, "resume=true")]
+
+    # 1. Mid-epoch, before the first checkpoint: nothing to resume from, the next run starts over.
+    assert_status(launch(args, "step:4"), KILLED)
+    assert assert_readable(run_dir) is None
+    # 2. Halfway through writing the second checkpoint: the first one is untouched.
+    proc = launch(args, "save:2")
+    assert_status(proc, KILLED)
+    assert "resumed from" not in proc.stdout and assert_readable(run_dir) == 1
+    partial = list(run_dir.glob(".last.pt.*.tmp"))
+    assert len(partial) == 1 and partial[0].stat().st_size > 0  # the kill did land inside the write
+    with pytest.raises(RuntimeError, match="zip archive"):  # half a file is no checkpoint
+        load_checkpoint(partial[0])
+    # 3. During validation, after resuming from epoch 1 and saving epoch 2.
+    proc = launch(args, "eval:2")
+    assert_status(proc, KILLED)
+    assert "resumed from" in proc.stdout and assert_readable(run_dir) == 2
+    # 4. Uninterrupted from epoch 2 to the end.
+    proc = launch(args)
+    assert_status(proc, 0)
+    assert "after epoch 2" in proc.stdout
+
+    assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
+    assert [r["epoch"] for r in read_csv(run_dir / "metrics.csv")] == ["1", "2", "3", "4"]  # once each
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 4
+
+
+def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder, wrapper, tmp_path):
+    # 2 processes x batch 2: 6 steps per epoch; rank 1 dies before its 9th step (epoch 1),
+    # once; torchrun restarts both, and resume=true picks up epoch 1's checkpoint.
+    def torchrun(run_dir: Path, **fault: str) -> subprocess.CompletedProcess:
+        args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "--max-restarts=1", str(wrapper),
+                str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "epochs=3", "batch_size=2", "resume=true")]
+        # torchrun's agent keeps one TCPStore across restarts; restarted workers then read the
+        # dead ones' gloo addresses and fail to connect (pytorch/pytorch#135712). Its opt-out:
+        proc = launch(args, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", **fault)
+        assert_status(proc, 0)
+        return proc
+
+    marker = tmp_path / "killed_once"
+    proc = torchrun(tmp_path / "killed", fault="step:9", FAULT_RANK="1", FAULT_ONCE=str(marker))
+    assert marker.exists()  # the kill happened
+    assert proc.stdout.count("resumed from") == 1 and "after epoch 1" in proc.stdout
+    torchrun(tmp_path / "straight")
+
+    results = json.loads((tmp_path / "killed" / "results.json").read_text())
+    assert results["epochs"] == 3 and results["world_size"] == 2 and results["n_val_images"] == 7
+    assert results["run_dir"] == str(tmp_path / "killed")  # one run dir for both ranks and both attempts
+    assert [r["epoch"] for r in read_csv(tmp_path / "killed" / "metrics.csv")] == ["1", "2", "3"]
+    killed, straight = (load_checkpoint(tmp_path / d / "last.pt") for d in ("killed", "straight"))
+    assert_same_training(straight, killed)
+    assert len(killed["rng"]) == 2
+
+
+# --- non-finite loss ---------------------------------------------------------------------
+
+
+def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny_folder, wrapper, tmp_path):
+    # The 9th loss is step 8: epoch 1, batch 2 (6 steps per epoch).
+    proc = launch([PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, tmp_path)], "nan:9")
+    line = error_line(proc, status=1)
+    assert "non-finite loss (nan) at step 8 (epoch 1, batch 2)" in line and "on_nonfinite=skip" in line
+    checkpoint = load_checkpoint(tmp_path / "last.pt")
+    assert checkpoint["epoch"] == 1 and checkpoint["step"] == 6
+    assert all(torch.isfinite(t).all() for t in checkpoint["model"].values() if t.is_floating_point())
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_nonfinite_loss_skipped_and_counted(tiny_folder, tmp_path, monkeypatch, one_thread):
+    real = engine_run._loss_and_mixup
+
+    def nan_third_loss(cfg, num_classes):
+        loss_fn, mixup = real(cfg, num_classes)
+        calls = [0]
+
+        def loss(logits, labels):
+            calls[0] += 1
+            return loss_fn(logits, labels) * (float("nan") if calls[0] == 3 else 1.0)
+
+        return loss, mixup
+
+    monkeypatch.setattr(engine_run, "_loss_and_mixup", nan_third_loss)
+    run_in_process(tiny_folder, tmp_path, "on_nonfinite=skip")
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert [r["skipped_steps"] for r in rows] == ["1", "0"]
+    assert [r["step"] for r in rows] == ["5", "11"]  # a skipped step is not an optimizer step
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 11
+
+
+# --- hostile checkpoints -----------------------------------------------------------------
+
+
+class _Payload:
+    """Unpickling this creates a file: stands in for any code an attacker would run."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').close()",)
+
+
+def test_pickled_code_is_refused_by_train_and_eval(tiny_folder, tmp_path):
+    marker, hostile = tmp_path / "pwned", tmp_path / "hostile.pt"
+    torch.save({"model": {}, "meta": {}, "epoch": 1, "step": 1, "optimizer": _Payload(marker)}, hostile)
+
+    line = error_line(train_script(*overrides(tiny_folder, tmp_path / "run"), f"resume={hostile}"))
+    assert "refusing to load" in line and str(hostile) in line
+    assert not marker.exists()
+
+    results = tmp_path / "r.jsonl"
+    proc = launch([PY, "eval.py", f"weights={hostile}", "data=imagefolder", f"data.root={tiny_folder}",
+                   "data.workers=0", f"hydra.run.dir={tmp_path / 'eval'}", f"results_file={results}"])  # fmt: skip
+    assert_status(proc, 1)
+    assert "refusing to load" in proc.stderr and "Traceback" not in proc.stderr
+    assert not marker.exists() and not results.exists()
+
+    torch.load(hostile, weights_only=False)  # control: the payload is live
+    assert marker.exists()
+
+
+# --- bad configuration and data layouts ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("batch_size=-4", "batch_size must be positive, got -4"),
+        ("+padding.stem_pool=sideways", "stem_pool"),
+        ("+padding.preset=sideways", "unknown padding preset 'sideways'; choose one of"),
+        ("data.root={file}", "is a file; imagefolder needs a directory"),
+        ("data.workers=-1", "data.workers=-1 is out of range"),
+        ("data.workers=100000", "to 4 per CPU core"),
+    ],
+)
+def test_bad_values_fail_before_any_work_in_one_line(tiny_folder, tmp_path, override, message):
+    (tmp_path / "file").write_text("not a dataset")
+    args = overrides(tiny_folder, tmp_path / "run") + [override.format(file=tmp_path / "file")]
+    assert message in error_line(train_script(*args))
+    assert not list((tmp_path / "run").glob("*.csv")) + list((tmp_path / "run").glob("*.pt"))  # nothing started
+
+
+def test_unknown_preset_name_is_hydras_message_listing_the_choices(tiny_folder, tmp_path):
+    proc = train_script(*overrides(tiny_folder, tmp_path / "run"), "+padding=sideways")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "Could not find 'padding/sideways'" in proc.stderr and "asymmetric" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "train, val, message",
+    [
+        ({"a": 2, "b": 2, "c": 0}, {"a": 1, "b": 1, "c": 1}, "has no images"),
+        ({"a": 2, "b": 2, "c": 2}, {"a": 1, "b": 1}, "missing in val: c; only in val: -"),
+        ({"a": 2, "b": 2, "c": 2}, {"a": 1, "b": 1, "c": 1, "d": 1}, "missing in val: -; only in val: d"),
+    ],
+    ids=["empty-class", "class-missing-from-val", "class-only-in-val"],
+)
+def test_bad_dataset_layout_is_one_line(tmp_path, train, val, message):
+    make_folder(tmp_path / "data" / "train", train, size=(40, 36))
+    make_folder(tmp_path / "data" / "val", val, size=(40, 36))
+    line = error_line(train_script(*overrides(tmp_path / "data", tmp_path / "run")))
+    assert message in line
+    assert not (tmp_path / "run" / "last.pt").exists()

@@ -212,9 +212,9 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     def torchrun(run_dir: Path, **fault: str) -> subprocess.CompletedProcess:
         args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "--max-restarts=1", str(wrapper),
                 str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "epochs=3", "batch_size=2", "resume=true")]
-        # torchrun's agent keeps one TCPStore across restarts; restarted workers then read the
-        # dead ones' gloo addresses and fail to connect (pytorch/pytorch#135712). Its opt-out:
-        proc = launch(args, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", **fault)
+        # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
+        # resnet.engine.distributed gives each attempt its own prefix.
+        proc = launch(args, **fault)
         assert_status(proc, 0)
         return proc
 

@@ -49,8 +49,23 @@ def init_distributed(device: str = "auto") -> DistEnv:
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
         kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+        store = _restart_safe_store(world_size)
+        if store is not None:
+            kwargs.update(store=store, rank=rank, world_size=world_size)
         dist.init_process_group(backend=backend, **kwargs)
     return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+
+
+def _restart_safe_store(world_size: int) -> dist.Store | None:
+    """torchrun's agent keeps one TCPStore across ``--max-restarts``; workers of a restarted
+    attempt would read the dead attempt's addresses from it and fail to connect
+    (pytorch/pytorch#135712). A prefix per restart gives each attempt its own keys."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    agent_store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False
+    )
+    return dist.PrefixStore(f"resnet_padding/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", agent_store)
 
 
 def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:

@@ -53,6 +53,8 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, **extra) -> Path:
     _check_plain(checkpoint, "checkpoint")
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed mid-write
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         with open(tmp, "xb") as f:

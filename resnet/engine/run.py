@@ -203,7 +203,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     )
     eval_ctx = StepContext(env=env, normalize=ctx.normalize, amp_dtype=amp_dtype, channels_last=channels_last)
     config = OmegaConf.to_container(cfg, resolve=True)
-    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name)
+    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name, resumed_epoch=start_epoch)
     checkpoint = run_dir / "last.pt"
     val: dict = {}
     train_rate = 0.0
@@ -226,6 +226,8 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
                 ema_val = evaluate(ema.module, loaders.val, eval_ctx, desc="val ema")
                 row.update({f"ema_{k}": v for k, v in ema_val.items()})
         history.append(row)
+        logger.log_steps(stats.history, epoch)
+        logger.log_epoch(row)  # before the checkpoint; a resume drops rows past the checkpoint's epoch
         if env.is_main:
             _print_epoch(row)
             extra = {"scaler": scaler.state_dict()} if scaler is not None else {}
@@ -237,10 +239,6 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
             )
         else:
             _gather_rng(env)
-        # Logged after the checkpoint: a run killed while writing it repeats this epoch on
-        # resume, and the CSVs then get its rows once, not twice.
-        logger.log_steps(stats.history, epoch)
-        logger.log_epoch(row)
         barrier(env)
 
     results = {

@@ -10,7 +10,7 @@ import csv
 import json
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -38,6 +38,19 @@ class CsvLog:
             with open(path, newline="") as f:
                 self.fields = next(csv.reader(f), None)
 
+    def drop_rows(self, keep: Callable[[dict], bool]) -> None:
+        """Rewrite the file with only the rows ``keep`` accepts (rows a resumed run repeats)."""
+        if self.fields is None:
+            return
+        with open(self.path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if keep(r)]
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.path)
+
     def write(self, row: Mapping) -> None:
         new = self.fields is None
         if new:
@@ -52,7 +65,9 @@ class CsvLog:
 class RunLogger:
     """Everything a run reports. Build it on every rank; only rank 0 writes."""
 
-    def __init__(self, run_dir: Path, enabled: bool, wandb_cfg: Mapping | None, config: dict, group: str) -> None:
+    def __init__(
+        self, run_dir: Path, enabled: bool, wandb_cfg: Mapping | None, config: dict, group: str, resumed_epoch: int = 0
+    ) -> None:
         self.enabled = enabled
         self.run_dir = run_dir
         self.wandb = None
@@ -61,6 +76,9 @@ class RunLogger:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.epochs = CsvLog(run_dir / "metrics.csv")
         self.steps = CsvLog(run_dir / "steps.csv")
+        # A run killed after logging an epoch but before checkpointing it repeats that epoch.
+        self.epochs.drop_rows(lambda r: int(r["epoch"]) <= resumed_epoch)  # 1-based: epochs done
+        self.steps.drop_rows(lambda r: int(r["epoch"]) < resumed_epoch)  # 0-based: the epoch running
         if wandb_cfg and wandb_cfg.get("wandb"):
             self.wandb = _start_wandb(wandb_cfg, config, group, run_dir)
 

@@ -84,7 +84,17 @@ class ImageFolder(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | BadImage:
+    def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, int] | BadImage:
+        """``item``: an index, or ``(index, seed)`` from :class:`data.samplers.SeededSampler`,
+        in which case the transform's random draws come from that seed alone."""
+        if isinstance(item, tuple):
+            index, seed = item
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return self._load(index)
+        return self._load(item)
+
+    def _load(self, index: int) -> tuple[torch.Tensor, int] | BadImage:
         path, label = self.samples[index]
         try:
             with open(path, "rb") as f:

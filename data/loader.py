@@ -41,12 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from .batch import collate, pass_batch
 from .imagefolder import ImageFolder
 from .in_memory import TensorImages
-from .samplers import ShardSampler
+from .samplers import SeededSampler, ShardSampler
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
 
 DATASETS = ("fashion_mnist", "imagenet", "imagefolder")
@@ -119,7 +119,7 @@ def build_loaders(
     train = DataLoader(
         train_set,
         batch_size=batch_size,
-        sampler=DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed),
+        sampler=_train_sampler(train_set, rank, world_size, seed),
         drop_last=True,  # a last batch of one image breaks BatchNorm
         generator=torch.Generator().manual_seed(seed + rank),  # seeds the workers' augmentation RNG
         **common,
@@ -140,6 +140,12 @@ def build_loaders(
         val_size=len(val_set),
         protocol={"dataset": name, **protocol},
     )
+
+
+def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int) -> Sampler:
+    """Shuffled shards reseeded per epoch; for image folders also a seed per sample (exact resume)."""
+    shards = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    return SeededSampler(shards, seed) if isinstance(train_set, ImageFolder) else shards
 
 
 def _split_dirs(name: str, root: str | None) -> tuple[Path, Path]:

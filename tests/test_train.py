@@ -101,6 +101,18 @@ def test_resume_after_an_interruption_ends_with_identical_weights(tiny_folder, t
     assert all(torch.equal(x, y) for x, y in zip(momentum_a, momentum_b))
 
 
+def test_resume_is_exact_with_loader_workers_and_augmentation(tiny_folder, tmp_path):
+    # Persistent worker processes carry their RNG across epochs; per-sample seeds
+    # (data.samplers.SeededSampler) make augmentation a function of (seed, epoch, index).
+    common = ("epochs=2", "data.workers=2", "data.augment=true", "seed=5")
+    run_in_process(tiny_folder, tmp_path / "straight", *common)
+    run_in_process(tiny_folder, tmp_path / "split", *common, "stop_after=1")
+    run_in_process(tiny_folder, tmp_path / "split", *common, "resume=true")
+    a = load_checkpoint(tmp_path / "straight" / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "split" / "last.pt")["model"]
+    assert all(torch.equal(tensor, b[key]) for key, tensor in a.items())
+
+
 def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path):
     root = tmp_path / "data"
     make_folder(root / "train", {"a": 6, "b": 6, "c": 6}, size=(40, 36))

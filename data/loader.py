@@ -31,8 +31,10 @@ What the trainer does::
 * Validation shows every image exactly once across ranks, no padding duplicates, so the
   all-reduced count equals ``loaders.val_size``.
 * ``loaders.protocol`` records the transforms; put it in every result row.
-* Train augmentation draws from torch's RNG: per worker, seeded from ``seed`` and ``rank``;
-  with ``workers=0`` (always for ``fashion_mnist``), the process's global RNG.
+* Image-folder augmentation is seeded per sample from (``seed``, epoch, index)
+  (:class:`data.samplers.SeededSampler`): the same for any number of workers or ranks, and
+  after a resume. ``fashion_mnist`` (in memory, ``workers=0``) draws from the process's
+  global RNG, which the trainer reseeds every epoch.
 """
 
 from __future__ import annotations

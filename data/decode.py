@@ -6,23 +6,41 @@ called: ImageNet has PNG data under ``.JPEG`` names. Formats torchvision cannot 
 (BMP, TIFF, PPM) fall back to PIL. Corrupt, truncated and empty files raise one of
 :data:`DECODE_ERRORS`.
 
-:func:`decode_resized_crop` decodes a JPEG at 1/4 or 1/8 scale (libjpeg's DCT scaling,
-through PIL's ``Image.draft``) when the crop still has at least the output resolution at
-that scale. Measured on one core, 500x375 q90: PIL decoding at 1/2 scale ran at ~770
-images/s against ~950 for torchvision's full decode (~1,050 at 1/4), so reduction starts at
-1/4. The crop must then be >= 4x the output side, which ImageNet's typical 500x375 never
-is; it pays off on the long tail of large photos and on high-resolution datasets
-(1600x1200 -> 224: 92 images/s, close to the 96 of a bare full decode, vs 56 classic).
+Speed (``python -m benchmarks.input_pipeline``: one core, 500x375 q90 JPEGs -> 224 px).
+The training transform runs at ~750 images/s, 2.1x torchvision's classic PIL pipeline and
+0.77x a bare ``decode_jpeg``, which is three quarters of its time (~980 of ~1,290 us per
+image; the antialiased resize of the crop is most of the rest, ~200 us). What made it
+1.24x faster than ``decode_image`` + ``TF.resized_crop`` + PIL header + torchvision's
+``get_params`` (-300 us an image, measured one step at a time):
+
+* :func:`resize_box` (-85 us) copies the crop box out as [h, w, 3] rows before resizing.
+  ATen's uint8 antialiased kernel reads and writes 3-channel pixels in place only in a
+  channels-last-contiguous tensor whose batch stride is not ambiguous; a crop view of the
+  decoded image is repacked to 4 channels on the way in and, its output allocated NCHW
+  (pytorch#68430, which torchvision's ``resize_image`` works around too), on the way out.
+  Same pixels. It then calls ``F.interpolate`` itself (-65 us: ``TF.resize``'s Python).
+* :func:`image_size` (-75 us) reads a JPEG's size from its frame header instead of
+  opening it with PIL, and ``RandomResizedCropFlip.sample`` (-85 us) draws all of an
+  image's random numbers in one call to torch's RNG instead of ~10 (:mod:`data.transforms`).
+  Tiny ops cost several times their isolated time right after a decode has filled the caches.
+* :func:`decode_resized_crop` decodes a JPEG at 1/4 or 1/8 scale (libjpeg's DCT scaling,
+  through PIL's ``Image.draft``) when the crop box still has at least the output resolution
+  at that scale: 41% of the crops of 1600x1200 photos at 224 px (0.97x a bare full decode,
+  1.6x classic), 53% of 500x375 ones at 64 px (1.09x). Never 1/2: PIL's decoder is
+  ~25% slower than torchvision's, which eats that gain (measured: none at 112 px, 5% at
+  64 px). At 224 px no crop of a 500x375 image qualifies, so a full decode is the floor.
 """
 
 from __future__ import annotations
 
 import io
+import platform
 import struct
 import zlib
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_image
@@ -47,7 +65,15 @@ INTERPOLATIONS: dict[str, tuple[InterpolationMode, Image.Resampling]] = {
     "bicubic": (InterpolationMode.BICUBIC, Image.Resampling.BICUBIC),
 }
 
-DCT_REDUCTIONS = (4, 8)  # no 1/2: PIL decoding at 1/2 scale is slower than torchvision's full decode
+DCT_REDUCTIONS = (4, 8)  # no 1/2: through PIL it saves nothing at 112 px, 5% at 64 (module docstring)
+
+# Where ATen's uint8 antialiased resize is vectorised, torchvision calls it on uint8 as is;
+# elsewhere it resizes in float32 (torchvision.transforms.v2.functional._geometry,
+# _do_native_uint8_resize_on_cpu). resize_box follows the same rule, so the same pixels.
+NATIVE_UINT8_RESIZE = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") or platform.machine() in (
+    "aarch64",
+    "arm64",
+)
 
 
 def check_interpolation(name: str) -> str:
@@ -57,7 +83,7 @@ def check_interpolation(name: str) -> str:
 
 
 def decode_rgb(data: bytes) -> torch.Tensor:
-    """Decode any image file's bytes to RGB uint8 [3, H, W]."""
+    """Decode any image file's bytes to RGB uint8 [3, H, W] (a channels-last view)."""
     if not data:
         raise OSError("empty file")
     try:
@@ -79,27 +105,87 @@ def open_header(data: bytes) -> Image.Image:
     return Image.open(io.BytesIO(data))
 
 
+# Start-of-frame markers (ITU T.81 table B.1): every SOFn except DHT (C4), JPG (C8) and DAC (CC).
+SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+STANDALONE_MARKERS = frozenset(range(0xD0, 0xD9)) | {0x01}  # RSTn, SOI, TEM: no length field
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) of an image file, as PIL's header reports it, without decoding.
+
+    For a JPEG, read from its start-of-frame segment: a few microseconds, against ~20 for
+    ``Image.open``. Anything else (PNG, BMP, a JPEG with its height in a DNL segment, a
+    broken file) goes to PIL, which raises for a file it cannot identify.
+    """
+    if data[:2] == b"\xff\xd8":
+        pos, end = 2, len(data) - 9
+        while pos < end and data[pos] == 0xFF:
+            marker = data[pos + 1]
+            if marker == 0xFF:  # fill byte
+                pos += 1
+            elif marker in STANDALONE_MARKERS:
+                pos += 2
+            elif marker in SOF_MARKERS:
+                height, width = struct.unpack_from(">HH", data, pos + 5)
+                if height and width:
+                    return width, height
+                break
+            else:
+                pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
+    return open_header(data).size
+
+
+def resize_box(
+    image: torch.Tensor, box: tuple[int, int, int, int], size: int, interpolation: str = "bilinear"
+) -> torch.Tensor:
+    """``TF.resized_crop(image, *box, [size, size], antialias=True)``, pixel for pixel, faster.
+
+    ``box`` = (top, left, height, width). The box is copied out as [h, w, 3] rows, which
+    viewed as [1, 3, h, w] is channels-last-contiguous with an unambiguous batch stride:
+    the layout ATen's uint8 kernel reads and writes in place (the module docstring). The
+    result is a channels-last view [3, size, size].
+    """
+    top, left, height, width = box
+    crop = image.permute(1, 2, 0)[top : top + height, left : left + width].contiguous().unsqueeze(0).permute(0, 3, 1, 2)
+    if not NATIVE_UINT8_RESIZE:  # torchvision resizes through float32 here; so do we, to give its pixels
+        return TF.resize(crop, [size, size], interpolation=INTERPOLATIONS[interpolation][0], antialias=True)[0]
+    # F.interpolate directly: TF.resize's checks and reshapes cost ~60 us a call in the pipeline.
+    return F.interpolate(crop, size=(size, size), mode=interpolation, antialias=True, align_corners=False)[0]
+
+
 def decode_resized_crop(
     data: bytes,
-    header: Image.Image,
+    header: Image.Image | None,
     box: tuple[int, int, int, int],
     size: int,
     interpolation: str = "bilinear",
+    flip: bool = False,
 ) -> torch.Tensor:
-    """Crop ``box`` = (top, left, height, width), in full-resolution pixels, and resize it
-    to ``size`` x ``size``; ``header`` is :func:`open_header` of ``data``."""
+    """Crop ``box`` = (top, left, height, width), in full-resolution pixels, resize it to
+    ``size`` x ``size`` and flip it horizontally if ``flip``.
+
+    ``header``: :func:`open_header` of ``data``, or None to open it here only when the
+    box allows a reduced JPEG decode (most boxes do not: a full decode needs no header).
+    """
     top, left, height, width = box
-    tensor_mode, pil_mode = INTERPOLATIONS[interpolation]
     reduction = max((r for r in DCT_REDUCTIONS if min(height, width) >= r * size), default=1)
+    if reduction > 1 and header is None:
+        header = open_header(data)
     if reduction > 1 and header.format == "JPEG":
         full_width, full_height = header.size
         # draft() picks the largest of 1/2, 1/4, 1/8 that keeps the image >= the requested size.
         header.draft("RGB", (full_width // reduction, full_height // reduction))
         sx, sy = header.size[0] / full_width, header.size[1] / full_height
+        # PIL resizes a fractional box: the crop maps exactly onto the reduced grid.
         region = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
-        return pil_to_tensor(header.convert("RGB").resize((size, size), pil_mode, box=region))
-    image = decode_rgb(data)
-    return TF.resized_crop(image, top, left, height, width, [size, size], interpolation=tensor_mode, antialias=True)
+        reduced = header if header.mode == "RGB" else header.convert("RGB")  # draft() makes most JPEGs RGB
+        image = pil_to_tensor(reduced.resize((size, size), INTERPOLATIONS[interpolation][1], box=region))
+    else:
+        image = decode_rgb(data)
+        if top + height > image.shape[1] or left + width > image.shape[2]:  # a header that lies: a broken file
+            raise ValueError(f"crop box {box} exceeds the decoded image {tuple(image.shape[1:])}")
+        image = resize_box(image, box, size, interpolation)
+    return image.flip(-1) if flip else image
 
 
 def decode_resize_center_crop(data: bytes, resize: int, size: int, interpolation: str = "bilinear") -> torch.Tensor:

@@ -1,0 +1,61 @@
+"""The benchmark scripts run in their smoke configuration and write the JSON they promise.
+
+No timing is asserted: on a shared CI machine a ratio is noise. One run of the runner
+(``python -m benchmarks --quick``, ~45 s on 2 cores: end_to_end alone starts seven
+processes, torchrun among them) covers every script and the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import end_to_end, input_pipeline, model_step
+from benchmarks.__main__ import RUNS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_benchmark_writes_its_json(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+    for name in ("input_pipeline", "input_pipeline_110kB"):
+        pipeline = json.loads((tmp_path / f"bench_{name}.json").read_text())
+        assert {"config", "env", "images_per_s", "rates", "ratios", "goals", "breakdown"} <= set(pipeline)
+        for clock in input_pipeline.CLOCKS:
+            assert set(pipeline["ratios"][clock]) == {label for label, *_ in input_pipeline.RATIOS}
+            assert all(rate > 0 for rate in pipeline["images_per_s"][clock].values())
+        assert "whole transform us" in pipeline["breakdown"]
+    assert pipeline["config"]["grain"] == 40
+
+    e2e = json.loads((tmp_path / "bench_end_to_end.json").read_text())
+    assert {"config", "env", "commands", "images_per_s", "runs", "ratios", "goals", "ddp_overhead"} <= set(e2e)
+    assert set(e2e["ratios"]) == {label for label, *_ in end_to_end.RATIOS}
+    assert (
+        set(e2e["images_per_s"])
+        == set(e2e["commands"])
+        == {
+            "train.py",
+            "reference train",
+            "eval.py",
+            "reference eval",
+            "eval.py 10-crop",
+            "train.py 2 processes",
+        }
+    )
+    assert all(run["images_per_s"] > 0 for runs in e2e["runs"].values() for run in runs)
+
+    step = json.loads((tmp_path / "bench_model_step.json").read_text())
+    assert set(step["modes"]) == {f"{mode} {clock}" for mode in ("train", "infer") for clock in model_step.CLOCKS}
+
+    summary = json.loads((tmp_path / "bench_summary.json").read_text())
+    assert {row["benchmark"] for row in summary} == set(RUNS)
+    assert all({"ratio", "value", "goal", "met"} <= set(row) for row in summary)

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import save_result
 from benchmarks.input_pipeline import write_jpegs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # train.py and eval.py live here
@@ -222,9 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     result["ddp_overhead"] = 1 - result["ratios"]["2 processes / 1 process"]
     print_table(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    save_result(result, args.out)
     return result
 
 

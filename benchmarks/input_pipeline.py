@@ -30,7 +30,6 @@ with the file's bytes, the resize does not, so the ratio rises with ``--grain``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -48,6 +47,7 @@ import torchvision.transforms.v2 as T2
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_jpeg, read_file
 
+from benchmarks import save_result
 from data.decode import DCT_REDUCTIONS, decode_resized_crop, decode_rgb, image_size
 from data.imagefolder import ImageFolder
 from data.transforms import RandomResizedCropFlip, ResizeCenterCrop
@@ -224,9 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
         "breakdown": parts,
     }
     print_table(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    save_result(result, args.out)
     return result
 
 

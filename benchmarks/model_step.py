@@ -19,7 +19,6 @@ steadier than wall time: other jobs stall multi-threaded steps at every barrier.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,6 +33,7 @@ import torchvision
 from timm.layers import create_conv2d, create_pool2d
 from torch import nn
 
+from benchmarks import save_result
 from resnet import build_model
 
 GOAL = 1.02  # largest acceptable time ratio
@@ -176,9 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
             }
     result["env"]["loadavg_end"] = os.getloadavg()
     print_table(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"saved {args.out}")
+    save_result(result, args.out)
     return result
 
 

@@ -109,14 +109,6 @@ TIMING = ("train_images_per_s", "epoch_seconds", "val_images_per_s")  # differ b
 KILLED = -signal.SIGKILL
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory) -> Path:
-    """3 classes x 8 train images (6 steps of 4 per epoch); 7 val images."""
-    root = tmp_path_factory.mktemp("tiny")
-    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
-    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
-    return root
-
 
 @pytest.fixture(scope="module")
 def wrapper(tmp_path_factory) -> Path:

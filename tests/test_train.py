@@ -22,14 +22,6 @@ PY = sys.executable
 TORCHRUN = str(Path(PY).with_name("torchrun"))
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory) -> Path:
-    """3 classes x 8 train images; 7 val images (odd: a 2-way split is 4 + 3)."""
-    root = tmp_path_factory.mktemp("tiny")
-    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
-    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
-    return root
-
 
 def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
     return [

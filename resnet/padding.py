@@ -310,9 +310,10 @@ def make_conv(
     kwargs = dict(stride=stride, groups=groups, bias=bias, dilation=dilation)
     if scheme == "same" and same_depends_on_size(kernel_size, stride, dilation):
         return SameConv2d(*args, **kwargs)
-    pad = conv_pad(scheme, 0 if scheme == "same" else None, kernel_size, stride, dilation)
-    if scheme == "same":  # stride 1 or 1x1: SAME is a constant k_eff - 1
+    if scheme == "same":  # at stride 1 (or for a 1x1) SAME pads k_eff - 1 whatever n is: as fixed
         pad = fixed_pad(kernel_size, stride, dilation)
+    else:
+        pad = conv_pad(scheme, None, kernel_size, stride, dilation)
     return _static_conv(pad, pad, *args, **kwargs)
 
 

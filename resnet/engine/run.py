@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from ..checkpoint import _unwrap, save_checkpoint
+from ..checkpoint import save_checkpoint
 from ..padding import resolve_padding
 from .distributed import DistEnv, barrier, init_distributed, shutdown
 from .loop import StepContext, evaluate, train_one_epoch
@@ -167,7 +167,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if state is not None:
-        _unwrap(model).load_state_dict(state["model"])
+        model.load_state_dict(state["model"])  # not wrapped yet: DDP and compile come below
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if scaler is not None and "scaler" in state:

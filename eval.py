@@ -15,12 +15,14 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from resnet.config import register_configs
+
 
 @hydra.main(config_path="configs", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    from resnet.engine.run import ConfigError
-    from resnet.evaluation.hub import WeightsError
+    from resnet.config import ConfigError
     from resnet.evaluation.run import evaluate_weights
+    from resnet.weights import WeightsError
 
     try:
         row = evaluate_weights(cfg)
@@ -33,4 +35,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
     main()

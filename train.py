@@ -13,11 +13,14 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from resnet.config import register_configs
+
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    from resnet.config import ConfigError
     from resnet.engine.loop import NonFiniteLoss
-    from resnet.engine.run import ConfigError, train
+    from resnet.engine.run import train
 
     try:
         results = train(cfg)
@@ -28,4 +31,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
     main()

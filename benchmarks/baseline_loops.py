@@ -1,7 +1,7 @@
 """Plain torchvision-reference-style loops, the baselines that ``benchmarks.end_to_end`` runs beside train.py, eval.py.
 
-    python -m benchmarks.reference train --root /tmp/folder --arch resnet_small --size 64 --batch 32 --steps 30
-    python -m benchmarks.reference eval --root /tmp/folder --weights outputs/<run>/last.pt --size 64
+    python -m benchmarks.baseline_loops train --root /tmp/folder --arch resnet_small --size 64 --batch 32 --steps 30
+    python -m benchmarks.baseline_loops eval --root /tmp/folder --weights outputs/<run>/last.pt --size 64
 
 What a user writes from torchvision's references/classification: the classic
 ``torchvision.datasets.ImageFolder`` with PIL transforms ending in ``ToTensor`` +

@@ -8,7 +8,7 @@ A generated ImageNet-like folder (``--classes`` x photo-like 500x375 q90 JPEGs, 
 ``benchmarks.input_pipeline`` writes them) and six contenders, each a fresh process:
 
 * ``train.py``: ``data=imagefolder``, ``--workers`` workers, ``max_steps_per_epoch``,
-  ``logger=csv``; ``reference train``: ``benchmarks.reference`` (classic ImageFolder +
+  ``logger=csv``; ``reference train``: ``benchmarks.baseline_loops`` (classic ImageFolder +
   PIL transforms + DataLoader + the same model, batch, channels_last and SGD).
 * ``eval.py`` single crop and ``reference eval`` (Resize / CenterCrop / ToTensor /
   Normalize), both on the checkpoint of a first, untimed train.py run; ``eval.py``
@@ -120,7 +120,7 @@ def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list
     train += [f"max_steps_per_epoch={args.steps}", "logger=csv", *data]
     evaluate = ["eval.py", f"weights={weights}", "data=imagefolder", f"data.workers={args.workers}", *data]
     evaluate += [f"batch_size={args.eval_batch}", f"results_file={root.parent / 'eval.jsonl'}"]
-    reference = [python, "-m", "benchmarks.reference", "--root", str(root), "--size", str(args.size)]
+    reference = [python, "-m", "benchmarks.baseline_loops", "--root", str(root), "--size", str(args.size)]
     reference += ["--workers", str(args.workers)]
     ddp_workers = max(args.workers // 2, 1)
     return [

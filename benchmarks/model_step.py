@@ -5,7 +5,7 @@
 
 Six ResNet-50s with identical weights, channels_last, measured side by side in
 one process: torchvision's; ours under ``symmetric`` and ``asymmetric`` (TF 'SAME'
-stem, PADDING.md), the latter also frozen at the input size (every pad static, as
+stem, docs/padding.md), the latter also frozen at the input size (every pad static, as
 exported); timm's, and timm's with its stem conv and pool swapped for its
 TF-'SAME' layers (``Conv2dSame``, ``MaxPool2dSame``). Each repeat times every model
 in turn (rotating the order, so drift and thermal effects spread evenly), and each

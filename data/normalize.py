@@ -2,7 +2,7 @@
 
 The loaders hand out uint8 pixels (4x less to copy to the GPU than float32); the
 scheme that turns them into network input is part of what a checkpoint means
-(``shared/PADDING.md``, "Input preprocessing"), so it is a named option:
+(docs/padding.md, "Other things that silently change accuracy"), so it is a named option:
 
 * ``torch``: x/255, minus mean (0.485, 0.456, 0.406), over std (0.229, 0.224, 0.225), RGB
   (torchvision's ImageNet weights);

@@ -3,7 +3,7 @@
 :class:`ShardSampler` (evaluation) shows every index to exactly one rank.
 
 ``DistributedSampler`` pads the index list to a multiple of the world size, so a
-distributed evaluation of ImageNet val sees 50,001-50,004 images (``shared/PADDING.md``).
+distributed evaluation of ImageNet val sees 50,001-50,004 images (docs/padding.md).
 Here rank r gets r, r + world_size, r + 2 * world_size, ...: shards differ in length by at
 most one and nothing is repeated, so summing correct counts and image counts over ranks
 (an all-reduce) gives the exact accuracy.

@@ -1,12 +1,13 @@
 """Every architecture as data: one row each, consumed by :class:`resnet.model.ResNet`.
 
-Where a family puts its stride (PADDING.md, "Where the stride sits") decides which
+Where a family puts its stride (docs/padding.md, "Where the stride sits") decides which
 layers the padding scheme touches; it is the ``block`` and ``stride_unit`` columns.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Arch:
     bn_eps: float = 1e-5
     native_padding: str = "symmetric"  # the preset the model's reference weights were trained with
     preprocessing: str = "torch"  # "torch" mean/std, "caffe" BGR minus mean, "tf" [-1, 1]
-    input_size: int = 224  # default evaluation size
+    eval_size: int = 224  # default evaluation crop (px)
 
 
 _TV = Arch(block="bottleneck", depths=(3, 4, 6, 3))  # torchvision v1.5: stride on the 3x3
@@ -48,7 +49,7 @@ _V2 = replace(
     conv_bias="unnormed",
     native_padding="tf_slim",
     preprocessing="tf",
-    input_size=299,
+    eval_size=299,
 )
 # timm resnetv2_50/101: pre-activation, stride in the first unit, no biases.
 _TIMM_V2 = replace(_TV, block="preact", stem_norm=False, shortcut_norm=False, final_norm=True)
@@ -65,7 +66,7 @@ _TINY = Arch(
     stem_width=16,
     stem_kernel=3,
     stem_pool=False,
-    input_size=28,
+    eval_size=28,
 )
 
 ARCHS: dict[str, Arch] = {
@@ -127,5 +128,17 @@ def canonical_name(name: str) -> str:
     return name
 
 
-def get_arch(name: str) -> Arch:
-    return ARCHS[canonical_name(name)]
+def arch_spec(name: str, overrides: Mapping[str, object] | None = None) -> tuple[str, Arch, dict[str, object]]:
+    """(canonical name, its table row with ``overrides`` applied, the overrides as plain values).
+
+    Overrides are :class:`Arch` fields; sequences (lists from a config or a checkpoint)
+    become tuples, so that equal overrides compare equal however they arrived.
+    """
+    canonical = canonical_name(name)
+    overrides = overrides or {}
+    plain = {k: v if isinstance(v, str) or not isinstance(v, Sequence) else tuple(v) for k, v in overrides.items()}
+    valid = [f.name for f in fields(Arch)]
+    unknown = sorted(set(plain) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown override(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+    return canonical, replace(ARCHS[canonical], **plain), plain

@@ -7,7 +7,7 @@ are written, so :func:`load_checkpoint` can use ``torch.load(weights_only=True)`
 which refuses any pickled object instead of constructing it.
 
 State-dict keys never depend on the padding (``resnet.blocks``), so weights trained
-under one scheme load under another; :func:`load_model` does that only when asked.
+under one scheme run under another: ``resnet.with_padding(load_model(path), "symmetric")``.
 """
 
 from __future__ import annotations
@@ -16,22 +16,20 @@ import os
 import pickle
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .archs import get_arch
+from .archs import arch_spec
 from .model import ResNet, build_model
-from .padding import Padding
 
 # What torch.load(weights_only=True) reconstructs without an allow-list. Exact types:
 # a subclass (numpy.float64 is a float) is pickled as an object and would be refused.
 _PLAIN_TYPES = (str, bytes, int, float, bool, type(None), torch.Size, torch.dtype, torch.device)
-# Meta fields that load_model derives from the build rather than copies from the file.
-_REBUILT = ("arch", "num_classes", "padding", "padding_name", "bn_eps", "overrides")
+# Meta fields that are Arch fields too: a recorded value that differs from the table row
+# (a run's preprocessing, an importer's BN epsilon) is rebuilt as an override.
+_ARCH_FIELDS = ("preprocessing", "eval_size", "bn_eps")
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, **extra) -> Path:
@@ -89,41 +87,38 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return checkpoint
 
 
-def load_model(
-    path: str | os.PathLike,
-    padding: str | Mapping | Padding | None = None,
-    input_size: int | tuple[int, int] | None = None,
-) -> ResNet:
-    """Rebuild the recorded model, load its weights, return it in eval mode.
+def load_model(path: str | os.PathLike, input_size: int | tuple[int, int] | None = None) -> ResNet:
+    """Rebuild the recorded model under its recorded padding, load its weights, eval mode.
 
-    ``padding=None`` keeps the padding recorded in the checkpoint. Any other value
-    (a preset name, a per-site mapping, a :class:`Padding`) rebuilds the same weights
-    under that scheme, and the model's ``meta`` records the new one.
-    ``input_size`` freezes every pad for that size (see ``build_model``).
+    ``input_size`` freezes every pad for that size (see ``build_model``). To run the same
+    weights under another scheme: ``resnet.with_padding(load_model(path), scheme)``.
     """
-    checkpoint = load_checkpoint(path)
+    return model_from_checkpoint(load_checkpoint(path), input_size, where=path)
+
+
+def model_from_checkpoint(
+    checkpoint: dict, input_size: int | tuple[int, int] | None = None, where: object = "the checkpoint"
+) -> ResNet:
+    """The model a checkpoint dict (:func:`load_checkpoint`) records, in eval mode."""
     if "model" not in checkpoint or "meta" not in checkpoint:
-        raise ValueError(f"{path} has no 'model' and 'meta' entries; was it written by save_checkpoint?")
-    saved, state = checkpoint["meta"], checkpoint["model"]
-    overrides = dict(saved.get("overrides", {}))
-    # A BN epsilon that differs from the architecture's (e.g. the table changed since)
-    # would not break loading, only accuracy: rebuild with the recorded one.
-    if "bn_eps" in saved and saved["bn_eps"] != replace(get_arch(saved["arch"]), **overrides).bn_eps:
-        overrides["bn_eps"] = saved["bn_eps"]
+        raise ValueError(f"{where} has no 'model' and 'meta' entries; was it written by save_checkpoint?")
+    recorded, state = checkpoint["meta"], checkpoint["model"]
+    _, table, overrides = arch_spec(recorded["arch"], recorded.get("overrides", {}))
+    if "eval_size" not in recorded and "input_size" in recorded:  # the name before eval_size
+        recorded = {**recorded, "eval_size": recorded["input_size"]}
+    for key in _ARCH_FIELDS:
+        if key in recorded and recorded[key] != getattr(table, key):
+            overrides[key] = recorded[key]
     model = build_model(
-        saved["arch"],
-        saved["num_classes"],
-        saved["padding"] if padding is None else padding,
+        recorded["arch"],
+        recorded["num_classes"],
+        recorded["padding"],
         input_size=input_size,
-        in_chans=state["conv1.weight"].shape[1],
+        in_chans=recorded.get("in_chans", state["conv1.weight"].shape[1]),
+        source=recorded.get("source", "scratch"),
         **overrides,
     )
     model.load_state_dict(state)
-    # What the weights mean beyond the build (preprocessing they were trained with, eval
-    # size, where they came from) is whatever was recorded, not the table's default.
-    for key, value in saved.items():
-        if key not in _REBUILT and hasattr(model.meta, key):
-            setattr(model.meta, key, value)
     return model.eval()
 
 

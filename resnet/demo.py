@@ -11,21 +11,34 @@ top-1 and top-5 errors. It writes, under ``--out`` (default ``results/demo``):
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from .engine.runlog import format_table
-from .tables import load_rows, write_tables
+from .config import register_configs
+from .report.console import format_table
+from .report.rows import read_rows
+from .tables import write_tables
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+def config_dir() -> Path:
+    """The project's ``configs/``: ``$RESNET_PADDING_CONFIGS``, else the working directory's
+    (the demo runs from a checkout: train.py and eval.py live there too)."""
+    path = Path(os.environ.get("RESNET_PADDING_CONFIGS", "configs")).resolve()
+    if not (path / "train.yaml").is_file():
+        raise SystemExit(
+            f"error: no train.yaml in {path}; run from the repository root or set RESNET_PADDING_CONFIGS=/repo/configs"
+        )
+    return path
 
 
 def train_under(scheme: str, run_dir: Path, overrides: list[str]) -> dict:
     from .engine.run import train
 
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[f"+padding={scheme}", f"run_dir={run_dir}", *overrides])
     return train(cfg)
 
@@ -33,7 +46,8 @@ def train_under(scheme: str, run_dir: Path, overrides: list[str]) -> dict:
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, overrides: list[str]) -> dict:
     from .evaluation.run import evaluate_weights
 
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(
             config_name="eval",
             overrides=[
@@ -82,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\n=== trained with {trained}, evaluated with {evaluated} ===", flush=True)
             evaluate_under(checkpoint, evaluated, results_file, [])
 
-    rows = load_rows(results_file)
+    rows = read_rows(results_file)
     write_tables(results_file, args.out, schemes=args.schemes)
     print("\nFashion-MNIST test set (10,000 images): error % of each trained model under each scheme\n")
     print(format_table(matrix_rows(rows, args.schemes)))

@@ -1,10 +1,10 @@
 """Which padding preset were these weights trained with? Ask a few hundred labelled images.
 
 Weights of unknown origin run best under the sampling grid they were trained on
-(PADDING.md: a mismatched stem costs 0.3-0.7 points of top-1 on ImageNet).
-:func:`detect_padding` rebuilds the same weights under every preset of
-:data:`resnet.padding.PRESETS` (state-dict keys never depend on the preset), scores each
-on the images and reports the best fit and its margin over the runner-up.
+(docs/padding.md: a mismatched stem costs 0.3-0.7 points of top-1 on ImageNet).
+:func:`detect_padding` runs the same weights under every preset of
+:data:`resnet.padding.PRESETS` (:func:`resnet.with_padding`), scores each with the
+evaluation loop on the images and reports the best fit and its margin over the runner-up.
 
 Presets that pad every stride-2 layer identically at this input size (equal
 :func:`resnet.inspect.pad_table`; at odd sizes SAME is symmetric, so many collapse) are one
@@ -23,11 +23,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .config import Runtime
+from .evaluation.loop import evaluate
 from .inspect import pad_table
-from .model import build_model
+from .model import build_model, with_padding
 from .padding import PRESETS
 
 SAME_LOGITS_ATOL = 1e-5  # relative to the largest |logit|: float32 noise, not a padding difference
@@ -75,11 +76,13 @@ class DetectionReport:
 
 def preset_groups(model: nn.Module, input_size: int) -> list[tuple[str, ...]]:
     """Presets grouped by the pad table they give ``model``'s architecture at ``input_size``."""
+    meta = model.meta
     tables: dict[tuple, list[str]] = {}
     for name in PRESETS:
-        with torch.device("meta"):  # pad tables need shapes only
-            candidate = _rebuild(model, name)
-        tables.setdefault(tuple(pad_table(candidate, input_size)), []).append(name)
+        with torch.device("meta"):  # pad tables need shapes only: a fresh build, no weights
+            candidate = build_model(meta.arch, meta.num_classes, name, **meta.build_kwargs())
+        # eval mode: the pad table's 1-image probe would break train-mode BN at 1x1
+        tables.setdefault(tuple(pad_table(candidate.eval(), input_size)), []).append(name)
     return [tuple(names) for names in tables.values()]
 
 
@@ -98,38 +101,20 @@ def detect_padding(
     meta = getattr(model, "meta", None)
     if meta is None:
         raise ValueError("detect_padding needs a model built by resnet.build_model (it reads model.meta.arch)")
-    device = next(model.parameters()).device
-    state = model.state_dict()
+    batches = list(batches)  # the caller's iterable is read once; every group scores the same images
+    for batch in batches:
+        if tuple(batch[0].shape[-2:]) != (input_size, input_size):
+            raise ValueError(f"images are {tuple(batch[0].shape[-2:])}, but input_size={input_size}")
+    runtime = Runtime.local(next(model.parameters()).device)
     groups = preset_groups(model, input_size)
-    candidates = []
-    for group in groups:
-        with torch.device("meta"):
-            candidate = _rebuild(model, group[0])
-        candidate.load_state_dict(state, assign=True)  # shares the tensors: no copy per preset
-        candidates.append(candidate)
-
-    loss_sum = [0.0] * len(groups)
-    correct = [0] * len(groups)
-    same = [[True] * len(groups) for _ in groups]  # same[a][b]: logits agree on every image so far
-    n_images = 0
-    with torch.inference_mode():
-        for batch in batches:
-            images, labels = batch[0].to(device), batch[1].to(device)
-            if tuple(images.shape[-2:]) != (input_size, input_size):
-                raise ValueError(f"images are {tuple(images.shape[-2:])}, but input_size={input_size}")
-            x = normalize(images)
-            logits = [candidate(x).float() for candidate in candidates]
-            for g, out in enumerate(logits):
-                loss_sum[g] += F.cross_entropy(out, labels, reduction="sum").item()
-                correct[g] += (out.argmax(1) == labels).sum().item()
-            for a in range(len(groups)):
-                for b in range(a + 1, len(groups)):
-                    scale = max(logits[a].abs().max().item(), 1.0)
-                    agree = (logits[a] - logits[b]).abs().max().item() <= SAME_LOGITS_ATOL * scale
-                    same[a][b] = same[b][a] = same[a][b] and agree
-            n_images += labels.numel()
+    results = [
+        evaluate(with_padding(model, group[0]), batches, runtime, normalize, keep_scores=True, progress=False)
+        for group in groups
+    ]
+    n_images = results[0].n_images
     if n_images == 0:
         raise ValueError("no images: batches was empty")
+    same = [[_same_outputs(a.scores, b.scores) for b in results] for a in results]
 
     scores, merged = [], set()
     for a in range(len(groups)):
@@ -138,16 +123,14 @@ def detect_padding(
         members = [b for b in range(a, len(groups)) if b == a or (same[a][b] and b not in merged)]
         merged.update(members)
         presets = tuple(p for p in PRESETS if any(p in groups[b] for b in members))
-        scores.append(SchemeScore(presets, loss_sum[a] / n_images, 100.0 * (1 - correct[a] / n_images)))
+        scores.append(SchemeScore(presets, results[a].loss, results[a].top1_err))
     scores.sort(key=lambda s: (s.loss, s.top1_err))
     if any(math.isnan(s.loss) for s in scores):
         raise ValueError("a preset gave NaN logits; check the weights and the normalisation")
     return DetectionReport(meta.arch, input_size, n_images, tuple(scores))
 
 
-def _rebuild(model: nn.Module, preset: str) -> nn.Module:
-    """``model``'s architecture (same overrides, classes, input channels) under ``preset``."""
-    meta = model.meta
-    in_chans = next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels
-    rebuilt = build_model(meta.arch, meta.num_classes, padding=preset, in_chans=in_chans, **meta.overrides)
-    return rebuilt.eval()  # eval also for pad tables: their 1-image probe breaks train-mode BN at 1x1
+def _same_outputs(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal up to float32 noise, relative to the largest |score|."""
+    scale = max(a.abs().max().item(), 1.0)
+    return (a - b).abs().max().item() <= SAME_LOGITS_ATOL * scale

@@ -1,4 +1,4 @@
-"""Distributed setup: read torchrun's environment, return where this process runs.
+"""Distributed setup shared by training and evaluation: read torchrun's environment, return where this process runs.
 
 NCCL on GPU, gloo on CPU. Nothing here mutates configs or patches builtins.
 """

@@ -3,7 +3,7 @@
 TF 'SAME' layers compute their pad from the input size in ``forward``
 (``resnet.padding.SameConv2d``). An exported graph should not: a runtime that reads
 it must see the pads themselves, or it may re-derive them under its own convention
-(ONNX ``SAME_LOWER`` puts the odd pixel first, TF after; PADDING.md). So the model
+(ONNX ``SAME_LOWER`` puts the odd pixel first, TF after; docs/padding.md). So the model
 is frozen at one input size first, and the graph is checked afterwards.
 
 The exporter is torch's dynamo-based one. The TorchScript exporter (``dynamo=False``)

@@ -1,8 +1,8 @@
-"""Figures: the sampling grid of stride-2 layers, and the charts of :mod:`resnet.tables`.
+"""The sampling grid of stride-2 layers, measured on the real layers and drawn.
 
 ``python -m resnet.figures --out docs/sampling_grid.png [--size 8]`` draws which input
 pixels each output of a 3x3/2 conv and of a 1x1/2 shortcut reads, under ``symmetric``
-and under TF ``same`` (PADDING.md: under SAME at even n the 3x3/2 output i is centred on
+and under TF ``same`` (docs/padding.md: under SAME at even n the 3x3/2 output i is centred on
 2i+1 while the shortcut samples 2i). The grids are measured on the layers
 :func:`resnet.padding.make_conv` builds, not drawn by hand.
 """
@@ -10,19 +10,14 @@ and under TF ``same`` (PADDING.md: under SAME at even n the 3x3/2 output i is ce
 from __future__ import annotations
 
 import argparse
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from .padding import conv_pad, make_conv
-
-if TYPE_CHECKING:
-    from .tables import CrossMatrix, ModelRow, SchemeTable
-
+from .report.charts import pyplot
 
 # --- the sampling grid, measured --------------------------------------------------
 
@@ -99,15 +94,6 @@ def _window(codes: torch.Tensor, n: int) -> tuple[int, ...]:
 # --- drawing --------------------------------------------------------------------------
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _draw_input(ax, n: int, pad: tuple[int, int], title: str) -> None:
     from matplotlib.patches import Rectangle
 
@@ -139,7 +125,7 @@ def _draw_window(ax, grid: SamplingGrid, i: int, j: int, colour: str) -> None:
 def plot_sampling_grid(path: str | Path, n: int = 8, schemes: Sequence[str] = ("symmetric", "same")) -> None:
     """2 x len(schemes) panels: per scheme, the 3x3/2 conv (two windows outlined, every
     output's centre dotted) and the 1x1/2 shortcut (its samples, the 3x3 centres hollow)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(schemes), 2, figsize=(9, 4.4 * len(schemes)), squeeze=False)
     for row, scheme in enumerate(schemes):
         conv3, conv1 = sampling_grid(scheme, n, 3), sampling_grid(scheme, n, 1)
@@ -177,91 +163,6 @@ def _formula(centres: Sequence[float]) -> str:
     if all(c == 2 * i + offset for i, c in enumerate(centres)) and offset == int(offset):
         return "2i" if offset == 0 else f"2i{int(offset):+d}"
     return ", ".join(f"{c:g}" for c in centres)
-
-
-# --- charts of resnet.tables ----------------------------------------------------------
-
-
-def _short_label(row: ModelRow) -> str:
-    return f"{row.arch} · {row.weights}\n{row.protocol}"
-
-
-def plot_scheme_table(table: SchemeTable, path: Path) -> None:
-    """Horizontal grouped bars of top-1 error per model and scheme; a second panel with the delta."""
-    plt = _pyplot()
-    n, k = len(table.rows), len(table.schemes)
-    panels = 2 if table.delta else 1
-    fig, axes = plt.subplots(1, panels, figsize=(6 * panels + 3, 1.2 + 0.3 * n * k), squeeze=False)
-    ax = axes[0, 0]
-    height = 0.8 / k
-    colours = plt.get_cmap("tab10")
-    for j, scheme in enumerate(table.schemes):  # one bar slot per scheme; missing results leave it empty
-        present = [(i, row.error(scheme, "top1_err")) for i, row in enumerate(table.rows)]
-        present = [(i + (j - (k - 1) / 2) * height, v) for i, v in present if v is not None]
-        bars = ax.barh([y for y, _ in present], [v for _, v in present], height, label=scheme, color=colours(j))
-        ax.bar_label(bars, [f"{v:.2f}" for _, v in present], padding=2, fontsize=7)
-    ax.set_yticks(range(n), [_short_label(row) for row in table.rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("top-1 error (%)")
-    ax.set_title("Top-1 error per padding scheme")
-    for boundary in range(n - 1):
-        ax.axhline(boundary + 0.5, color="0.85", linewidth=0.8)
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", ncol=min(k, 6), fontsize=8, frameon=False)
-    ax.margins(x=0.15)
-    if table.delta:
-        ax = axes[0, 1]
-        deltas = [(i, table.delta_of(row, "top1_err")) for i, row in enumerate(table.rows)]
-        deltas = [(i, d) for i, d in deltas if d is not None]
-        colour = ["tab:red" if d > 0 else "tab:green" for _, d in deltas]
-        bars = ax.barh([i for i, _ in deltas], [d for _, d in deltas], 0.6, color=colour)
-        ax.bar_label(bars, [f"{d:+.3f}" for _, d in deltas], padding=2, fontsize=8)
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_ylim(axes[0, 0].get_ylim())  # rows line up with the left panel
-        ax.set_yticks(range(n), [""] * n)
-        ax.set_xlabel("Δ top-1 error (points)")
-        ax.set_title(f"{table.delta[0]} − {table.delta[1]} (> 0: {table.delta[0]} is worse)")
-        ax.margins(x=0.25)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))  # room for the legend on top
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
-    """One annotated heatmap per matrix, stacked; the matched (diagonal) cells outlined in red."""
-    plt = _pyplot()
-    import numpy as np
-    from matplotlib import patheffects
-
-    outline = [patheffects.withStroke(linewidth=2, foreground="black")]
-    count = max(len(matrices), 1)
-    width = 5 + 1.3 * max((len(m.evaluated) for m in matrices), default=1)
-    heights = [2.6 + 0.55 * len(m.trained) for m in matrices] or [2.0]
-    fig, axes = plt.subplots(count, 1, figsize=(width, sum(heights)), squeeze=False,
-                             gridspec_kw={"height_ratios": heights})
-    if not matrices:
-        axes[0, 0].text(0.5, 0.5, "no checkpoint results", ha="center", va="center")
-        axes[0, 0].axis("off")
-    for ax, m in zip(axes[:, 0], matrices):
-        grid = np.array([[np.nan if m.cell(t, e) is None else m.cell(t, e) for e in m.evaluated] for t in m.trained])
-        image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
-        for (i, j), value in np.ndenumerate(grid):
-            if np.isnan(value):
-                ax.text(j, i, "not run", ha="center", va="center", color="0.5", fontsize=8)
-            else:
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=9,
-                        path_effects=outline)
-            if m.matched(m.trained[i], m.evaluated[j]):
-                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
-        ax.set_xticks(range(len(m.evaluated)), m.evaluated, rotation=20, ha="right", fontsize=8)
-        ax.set_yticks(range(len(m.trained)), [t.replace(" (", "\n(") for t in m.trained], fontsize=8)
-        ax.set_xlabel("evaluated with")
-        ax.set_ylabel("trained with")
-        title = f"{m.arch}: {m.metric.replace('_err', '')} error (%), red = matched scheme"
-        ax.set_title(title + "\n" + textwrap.fill(m.protocol, 70), fontsize=9)
-        fig.colorbar(image, ax=ax, shrink=0.9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:

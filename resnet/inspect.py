@@ -1,7 +1,7 @@
 """Which pad every strided layer of a model applies at a given input size.
 
 ``python -m resnet.inspect resnet50 --size 224 299`` prints the pad table of every
-preset (PADDING.md, "ResNet-50 at 224x224") for that architecture.
+preset (docs/padding.md, "ResNet-50 at 224x224") for that architecture.
 """
 
 from __future__ import annotations

@@ -2,36 +2,62 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import nn
 
-from .archs import ARCHS, Arch, canonical_name
+from .archs import ARCHS, Arch, arch_spec
 from .blocks import BLOCKS, BasicBlock, Block, Bottleneck
 from .padding import Padding, freeze_padding, make_conv, make_max_pool, resolve_padding
 
 PREPROCESSING = ("torch", "caffe", "tf")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelMeta:
-    """What a checkpoint must carry besides weights to mean the same thing again."""
+    """What a checkpoint must carry besides weights to mean the same thing again.
+
+    Set once, by :func:`build_model` (which every loader and importer goes through), and
+    never changed: the same weights under other settings are a new model with a new meta
+    (:func:`with_padding`).
+    """
 
     arch: str
     num_classes: int
-    padding: dict[str, str]
-    padding_name: str
-    preprocessing: str
-    input_size: int
+    padding: Padding
+    preprocessing: str  # torch | caffe | tf (data.normalize)
+    eval_size: int  # the crop evaluation feeds these weights by default (px)
     bn_eps: float
-    source: str = "scratch"  # where the weights came from: scratch, torchvision, timm, keras, a path
-    overrides: dict = field(default_factory=dict)
+    in_chans: int = 3
+    source: str = "scratch"  # where the weights came from: scratch, torchvision, timm, keras
+    overrides: tuple[tuple[str, object], ...] = ()  # Arch fields that differ from the table row
+
+    @property
+    def padding_name(self) -> str:
+        return self.padding.name
+
+    def build_kwargs(self) -> dict:
+        """The keyword arguments of :func:`build_model` that rebuild this model (with its
+        ``arch``, ``num_classes`` and ``padding``)."""
+        return {"in_chans": self.in_chans, "source": self.source, **dict(self.overrides)}
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Plain data, as checkpoints and ONNX metadata store it."""
+        return {
+            "arch": self.arch,
+            "num_classes": self.num_classes,
+            "padding": self.padding.as_dict(),
+            "padding_name": self.padding_name,
+            "preprocessing": self.preprocessing,
+            "eval_size": self.eval_size,
+            "bn_eps": self.bn_eps,
+            "in_chans": self.in_chans,
+            "source": self.source,
+            "overrides": dict(self.overrides),
+        }
 
 
 @dataclass
@@ -56,11 +82,13 @@ class ResNet(nn.Module):
     """Stem (conv, BN, ReLU, max pool), stages ``layer1..N``, optional final BN+ReLU, head.
 
     Names follow torchvision, so torchvision and timm ResNet state dicts load as they are.
+    ``meta`` (number of classes, input channels, padding per site, ...) is read-only.
     """
 
-    def __init__(self, arch: Arch, num_classes: int = 1000, padding: Padding | None = None, in_chans: int = 3):
+    def __init__(self, arch: Arch, meta: ModelMeta):
         super().__init__()
-        padding = padding or Padding()
+        self._meta = meta
+        padding, in_chans = meta.padding, meta.in_chans
         if arch.block not in BLOCKS:
             raise ValueError(f"unknown block type {arch.block!r}; choose one of {', '.join(BLOCKS)}")
         block: type[Block] = BLOCKS[arch.block]
@@ -91,8 +119,12 @@ class ResNet(nn.Module):
         self.final_bn = norm(in_ch) if arch.final_norm else nn.Identity()
         self.final_relu = nn.ReLU(inplace=True) if arch.final_norm else nn.Identity()
         self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(in_ch, num_classes)
+        self.fc = nn.Linear(in_ch, meta.num_classes)
         self._init_weights()
+
+    @property
+    def meta(self) -> ModelMeta:
+        return self._meta
 
     @staticmethod
     def _make_stage(arch, block, in_ch, planes, depth, stride, conv, norm) -> tuple[nn.Sequential, int]:
@@ -161,6 +193,7 @@ def build_model(
     input_size: int | tuple[int, int] | None = None,
     in_chans: int = 3,
     zero_init_residual: bool = False,
+    source: str = "scratch",
     **overrides,
 ) -> ResNet:
     """Build ``arch`` (a name of :func:`list_archs` or a TensorNets alias).
@@ -168,35 +201,47 @@ def build_model(
     ``padding``: a preset name of ``resnet.padding.PRESETS``, a per-site mapping
     (optionally with a base ``preset``), or None for the architecture's native preset.
     ``input_size``: fix the input size so every pad is precomputed (export, speed).
-    ``overrides``: any field of :class:`resnet.archs.Arch` (``bn_eps``, ``widths``, ...).
+    ``source``: where the weights will come from (recorded in ``meta``).
+    ``overrides``: any field of :class:`resnet.archs.Arch` (``bn_eps``, ``preprocessing``,
+    ``eval_size``, ``widths``, ...); they are recorded in ``meta`` so the model rebuilds.
     """
-    name = canonical_name(arch)
-    spec = ARCHS[name]
-    # Sequences from configs (lists, Hydra ListConfig) become tuples of plain values.
-    overrides = {k: v if isinstance(v, str) or not isinstance(v, Sequence) else tuple(v) for k, v in overrides.items()}
-    unknown = sorted(set(overrides) - set(Arch.__dataclass_fields__))
-    if unknown:
-        raise ValueError(f"unknown override(s) {', '.join(unknown)}; valid: {', '.join(Arch.__dataclass_fields__)}")
-    spec = replace(spec, **overrides)
+    name, spec, overrides = arch_spec(arch, overrides)
     if spec.preprocessing not in PREPROCESSING:
         raise ValueError(f"unknown preprocessing {spec.preprocessing!r}; choose one of {', '.join(PREPROCESSING)}")
-    pad = resolve_padding(padding, native=spec.native_padding)
-    model = ResNet(spec, num_classes=num_classes, padding=pad, in_chans=in_chans)
+    meta = ModelMeta(
+        arch=name,
+        num_classes=num_classes,
+        padding=resolve_padding(padding, native=spec.native_padding),
+        preprocessing=spec.preprocessing,
+        eval_size=spec.eval_size,
+        bn_eps=spec.bn_eps,
+        in_chans=in_chans,
+        source=source,
+        overrides=tuple(sorted(overrides.items())),
+    )
+    model = ResNet(spec, meta)
     if zero_init_residual:
         model.zero_init_residual()
     if input_size is not None:
         freeze_padding(model, input_size)
-    model.meta = ModelMeta(
-        arch=name,
-        num_classes=num_classes,
-        padding=pad.as_dict(),
-        padding_name=pad.name,
-        preprocessing=spec.preprocessing,
-        input_size=spec.input_size,
-        bn_eps=spec.bn_eps,
-        overrides=dict(overrides),
-    )
     return model
+
+
+def with_padding(model: ResNet, padding: str | Mapping | Padding) -> ResNet:
+    """The same weights under another padding scheme: the one way to re-grid a model.
+
+    ``padding``: a preset name, a :class:`Padding`, or a per-site mapping whose sites
+    left out keep ``model``'s own scheme. A new model is built from ``model.meta``
+    (architecture, classes, overrides) and shares ``model``'s tensors (state-dict keys
+    never depend on the padding); its ``meta`` records the new scheme. The train/eval
+    mode is kept; pads are left dynamic (freeze with :func:`resnet.padding.freeze_padding`).
+    """
+    meta = model.meta
+    new = resolve_padding(padding, native=meta.padding)
+    with torch.device("meta"):  # nothing allocated: the tensors are assigned below
+        rebuilt = build_model(meta.arch, meta.num_classes, new, **meta.build_kwargs())
+    rebuilt.load_state_dict(model.state_dict(), assign=True)
+    return rebuilt.train(model.training)
 
 
 def list_archs() -> list[str]:

@@ -1,6 +1,6 @@
 """Padding schemes per site, decided when a layer is built.
 
-The spec is ``shared/PADDING.md``. A :class:`Padding` names one scheme per *site*:
+The domain is described in docs/padding.md. A :class:`Padding` names one scheme per *site*:
 the stem conv, the stem max pool (and the value it pads with) and every stride-2
 conv with kernel > 1 inside a residual block. :func:`make_conv` and
 :func:`make_max_pool` turn a scheme into a layer once, at build time:
@@ -70,7 +70,7 @@ class Padding:
         return "custom"
 
 
-# PADDING.md, "Framework-native presets". "asymmetric" is TensorNets' Case 1: only the
+# docs/padding.md, "Presets". "asymmetric" is TensorNets' Case 1: only the
 # stem follows TF 'SAME'; blocks keep the model's native (symmetric) explicit pads.
 PRESETS: dict[str, Padding] = {
     "symmetric": Padding("symmetric", "symmetric", "-inf", "symmetric"),
@@ -84,12 +84,12 @@ PRESETS: dict[str, Padding] = {
 SITES = tuple(f.name for f in fields(Padding))
 
 
-def resolve_padding(spec: str | Mapping | Padding | None, native: str = "symmetric") -> Padding:
+def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding = "symmetric") -> Padding:
     """A preset name, a per-site mapping or a Padding -> Padding.
 
     A mapping may name a base ``preset`` and override single sites, e.g.
     ``{"preset": "symmetric", "stem_pool": "same"}``; sites it leaves out come from
-    that preset, or from the model's ``native`` preset when it names none.
+    that preset, or from ``native`` (the model's own preset or scheme) when it names none.
     """
     if spec is None:
         spec = native
@@ -104,6 +104,10 @@ def resolve_padding(spec: str | Mapping | Padding | None, native: str = "symmetr
         return PRESETS[spec]
     if isinstance(spec, Mapping):
         overrides = {k: v for k, v in spec.items() if v is not None}
+        if isinstance(overrides.get("stem_pool_value"), float):  # a command line's -inf / 0 arrive as numbers
+            overrides["stem_pool_value"] = {-math.inf: "-inf", 0.0: "zero"}.get(
+                overrides["stem_pool_value"], str(overrides["stem_pool_value"])
+            )
         base = resolve_padding(overrides.pop("preset", None) or overrides.pop("name", None) or native)
         unknown = sorted(set(overrides) - set(SITES))
         if unknown:
@@ -115,7 +119,7 @@ def resolve_padding(spec: str | Mapping | Padding | None, native: str = "symmetr
     raise TypeError(f"padding must be a preset name, a mapping of sites or a Padding, not {type(spec)}")
 
 
-# --- formulas (PADDING.md, "Convolution schemes") ---------------------------------
+# --- formulas (docs/padding.md, "Convolution schemes") ---------------------------------
 
 
 def effective_kernel(k: int, d: int = 1) -> int:
@@ -227,7 +231,7 @@ class SameConv2d(nn.Conv2d):
 
 class PadMaxPool2d(nn.MaxPool2d):
     """Max pool on an input padded with a constant fixed at build time (Keras pads
-    with zeros before a 'valid' pool; PADDING.md, "Pooling")."""
+    with zeros before a 'valid' pool; docs/padding.md, "Pooling")."""
 
     def __init__(self, kernel_size: int, stride: int, pad: Pad2d, value: float) -> None:
         super().__init__(kernel_size, stride, padding=0)

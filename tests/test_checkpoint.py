@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from resnet import PRESETS, build_model
+from resnet import PRESETS, build_model, with_padding
 from resnet.checkpoint import load_checkpoint, load_model, save_checkpoint
 from resnet.padding import SameConv2d, SameMaxPool2d
 
@@ -28,9 +28,9 @@ def _randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
     return model
 
 
-def _model(padding: str) -> nn.Module:
+def _model(padding: str, **build) -> nn.Module:
     torch.manual_seed(0)
-    return _randomize_bn(build_model(ARCH, num_classes=10, padding=padding)).eval()
+    return _randomize_bn(build_model(ARCH, num_classes=10, padding=padding, **build)).eval()
 
 
 @pytest.fixture
@@ -51,12 +51,11 @@ def test_round_trip_gives_identical_logits(tmp_path, x, preset):
 
 
 def test_recorded_meta_wins_over_table_defaults(tmp_path):
-    """Fields set after the build (the trainer's preprocessing, a port's source) and a
-    BN epsilon that the architecture table no longer uses come back as recorded."""
-    model = _model("symmetric")
-    model.meta.preprocessing, model.meta.source, model.meta.input_size = "tf", "keras", 299
+    """What a build set beyond the table (the trainer's preprocessing and size, a port's
+    source) and a BN epsilon that the architecture table no longer uses come back as recorded."""
+    model = _model("symmetric", preprocessing="tf", eval_size=299, source="keras")
     path = save_checkpoint(tmp_path / "ckpt.pt", model)
-    assert load_model(path).meta.as_dict() == model.meta.as_dict()
+    assert load_model(path).meta == model.meta
 
     checkpoint = load_checkpoint(path)
     checkpoint["meta"]["bn_eps"] = 1e-3
@@ -64,6 +63,31 @@ def test_recorded_meta_wins_over_table_defaults(tmp_path):
     loaded = load_model(path)
     assert loaded.meta.bn_eps == 1e-3
     assert {m.eps for m in loaded.modules() if isinstance(m, nn.BatchNorm2d)} == {1e-3}
+
+
+def test_meta_is_set_once_and_cannot_change():
+    model = _model("symmetric")
+    with pytest.raises(AttributeError):
+        model.meta = None
+    with pytest.raises(AttributeError):
+        model.meta.source = "keras"
+    assert model.meta.padding == PRESETS["symmetric"] and model.meta.in_chans == 3
+
+
+def test_checkpoints_written_before_eval_size_still_load(tmp_path, x):
+    """Checkpoints of earlier versions named the evaluation size ``input_size`` and had no in_chans."""
+    model = _model("asymmetric", eval_size=40)
+    path = save_checkpoint(tmp_path / "ckpt.pt", model)
+    checkpoint = load_checkpoint(path)
+    meta = checkpoint["meta"]
+    meta["input_size"] = meta.pop("eval_size")
+    del meta["in_chans"]
+    meta["overrides"] = {}
+    torch.save(checkpoint, path)
+    loaded = load_model(path)
+    assert loaded.meta.eval_size == 40 and loaded.meta.padding_name == "asymmetric"
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
 
 
 def test_extra_entries_round_trip(tmp_path):
@@ -87,13 +111,15 @@ def test_keys_do_not_depend_on_padding():
     assert all(k == keys["symmetric"] for k in keys.values())
 
 
-def test_checkpoint_loads_under_another_padding_only_when_asked(tmp_path, x):
+def test_checkpoint_runs_under_another_padding_only_when_asked(tmp_path, x):
     model = _model("tf_same")
     path = save_checkpoint(tmp_path / "ckpt.pt", model)
-    assert load_model(path).meta.padding_name == "tf_same"
-    moved = load_model(path, padding="symmetric")
-    assert moved.meta.padding_name == "symmetric"
-    assert moved.meta.padding == PRESETS["symmetric"].as_dict()
+    loaded = load_model(path)
+    assert loaded.meta.padding_name == "tf_same"
+    moved = with_padding(loaded, "symmetric")
+    assert moved.meta.padding == PRESETS["symmetric"] and loaded.meta.padding_name == "tf_same"
+    assert moved.conv1.weight.data_ptr() == loaded.conv1.weight.data_ptr()  # the same tensors, not a copy
+    assert not moved.training
     reference = _model("symmetric")  # same seed, same weights, built symmetric
     with torch.no_grad():
         assert torch.equal(moved(x), reference(x))

@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+import shlex
 
 import pytest
-from hydra import compose, initialize_config_dir
+import torch
 from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import resnet
-from resnet.engine.run import _check_config, build_run_model, padding_spec
-from resnet.padding import PRESETS, resolve_padding
+from resnet.config import ConfigError, padding_from_config
+from resnet.engine.run import _check_config, build_run_model
+from resnet.padding import PRESETS, SITES
+from tests.compose import CONFIGS, compose_config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-GROUPS = ("model", "data", "optim", "sched", "logger", "padding", "experiment")
-
-
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+FILE_GROUPS = ("data", "optim", "sched", "logger", "experiment")  # one YAML per option
 
 
 def compose_train(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+    return compose_config("train", *overrides, hydra=True)
 
 
 def resolved(cfg) -> dict:
@@ -40,19 +37,25 @@ def test_padding_is_not_in_the_defaults():
     defaults = OmegaConf.load(CONFIGS / "train.yaml").defaults
     assert not any("padding" in str(d) for d in defaults)
     assert compose_train().get("padding") is None  # the model's native padding applies
+    assert build_run_model(compose_train()).meta.padding_name == "symmetric"  # resnet_small's native
 
 
-@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("group", FILE_GROUPS)
 def test_every_option_composes(group):
-    for option in options(group):
-        override = f"+{group}={option}" if group in ("padding", "experiment") else f"{group}={option}"
+    for option in sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")):
+        override = f"+{group}={option}" if group == "experiment" else f"{group}={option}"
         cfg = compose_train(override, "data.root=/tmp/none", "data.num_classes=3")
         assert OmegaConf.is_struct(cfg)
         resolved(cfg)  # every interpolation resolves
 
 
-def test_every_architecture_has_a_model_config():
-    assert set(options("model")) == set(resnet.list_archs())
+def test_every_architecture_is_a_model_option_that_builds_it():
+    for arch in resnet.list_archs():
+        cfg = compose_train(f"model={arch}")
+        assert cfg.model.arch == arch
+        with torch.device("meta"):
+            model = instantiate(cfg.model)
+        assert model.meta.arch == arch and model.meta.num_classes == 10 and model.meta.in_chans == 1
 
 
 @pytest.mark.parametrize("arch", ["resnet_tiny", "resnet_small", "resnet_tiny_v2", "resnet18", "resnet50_v2"])
@@ -64,30 +67,35 @@ def test_model_configs_instantiate(arch):
     assert model.conv1.in_channels == 1  # Fashion-MNIST is grey
 
 
-def test_all_model_configs_instantiate_on_meta_device():
-    import torch
-
-    for arch in options("model"):
-        with torch.device("meta"):
-            model = instantiate(compose_train(f"model={arch}").model)
-        assert model.meta.arch == arch
+def test_model_keys_override_the_one_model_config():
+    cfg = compose_train("model=resnet18", "model.zero_init_residual=true")
+    model = instantiate(cfg.model)
+    assert all((block.bn2.weight == 0).all() for block in (model.layer1[0], model.layer4[1]))
+    assert compose_train("model.arch=resnet34").model.arch == "resnet34"  # the generic option
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
-def test_padding_configs_equal_the_presets(preset):
+def test_padding_options_build_their_preset(preset):
     cfg = compose_train(f"+padding={preset}")
-    assert resolve_padding(padding_spec(cfg)) == PRESETS[preset]
-    assert build_run_model(cfg).meta.padding == PRESETS[preset].as_dict()
+    assert build_run_model(cfg).meta.padding == PRESETS[preset]
 
 
 def test_per_site_overrides():
     cfg = compose_train("+padding=symmetric", "padding.stem_pool=same")
     model = build_run_model(cfg)
-    assert model.meta.padding["stem_pool"] == "same" and model.meta.padding_name == "custom"
+    assert model.meta.padding.stem_pool == "same" and model.meta.padding_name == "custom"
+    assert model.meta.padding.stem_conv == "symmetric"
     # a single site over the model's native preset, without naming a preset
     cfg = compose_train("model=resnet50_v1", "+padding.stem_pool=valid")
-    assert resolve_padding(padding_spec(cfg), native="caffe").stem_pool == "valid"
-    assert build_run_model(cfg).meta.padding["stem_conv"] == "symmetric"
+    assert padding_from_config(cfg) == {"stem_pool": "valid"}
+    padding = build_run_model(cfg).meta.padding
+    assert padding == PRESETS["caffe"].__class__(**{**PRESETS["caffe"].as_dict(), "stem_pool": "valid"})
+
+
+def test_every_site_can_be_overridden_after_a_preset():
+    for site in SITES:
+        cfg = compose_train("+padding=tf_same", f"padding.{site}={'-inf' if site == 'stem_pool_value' else 'valid'}")
+        assert getattr(build_run_model(cfg).meta.padding, site) in ("valid", "-inf")
 
 
 def test_unknown_preset_lists_the_choices():
@@ -98,10 +106,10 @@ def test_unknown_preset_lists_the_choices():
 
 def test_unknown_site_or_scheme_fails_before_any_work():
     cfg = compose_train("+padding=symmetric", "padding.stem_pool=sideways")
-    with pytest.raises(ValueError, match="stem_pool.*symmetric, same, ceil, valid"):
+    with pytest.raises(ConfigError, match="stem_pool.*symmetric, same, ceil, valid"):
         _check_config(cfg)
     cfg = compose_train("+padding.stem_poll=same")
-    with pytest.raises(ValueError, match="unknown padding site.*stem_pool"):
+    with pytest.raises(ConfigError, match="unknown padding site.*stem_pool"):
         _check_config(cfg)
 
 
@@ -111,19 +119,32 @@ def test_unknown_keys_and_groups_fail():
     with pytest.raises(ConfigCompositionException) as err:
         compose_train("model=resnet51")
     assert "resnet50" in str(err.value)  # Hydra lists the available options
+    with pytest.raises(ConfigError, match="unknown architecture 'resnet51'.*resnet50"):
+        _check_config(compose_train("model.arch=resnet51"))
 
 
 @pytest.mark.parametrize(
     "override, message",
-    [("batch_size=-4", "batch_size must be positive"), ("amp=fp8", "amp"), ("on_nonfinite=ignore", "stop or skip")],
+    [
+        ("batch_size=-4", "batch_size must be positive"),
+        ("amp=fp8", "amp"),
+        ("on_nonfinite=ignore", "stop or skip"),
+        ("device=tpu", "unknown device 'tpu'"),
+    ],
 )
 def test_bad_values_fail_with_one_line(override, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         _check_config(compose_train(override))
 
 
-def test_recipes_start_with_command_hardware_and_expectation():
-    for path in (CONFIGS / "experiment").glob("*.yaml"):
-        head = path.read_text().split("defaults:")[0]
-        for word in ("Command:", "Hardware:", "Expected:"):
-            assert word in head, f"{path.name} lacks '{word}' in its header comment"
+def test_every_recipe_command_composes():
+    """Each experiment config documents the command that runs it; that command must compose."""
+    for path in sorted((CONFIGS / "experiment").glob("*.yaml")):
+        command = re.search(r"^# Command:\s+(.*?train\.py .*)$", path.read_text(), re.M)
+        assert command, f"{path.name} has no '# Command: ... train.py ...' line"
+        args = shlex.split(command.group(1).split("train.py", 1)[1])
+        overrides = [a.strip("[]") for a in args if "=" in a]  # [optional] arguments included
+        assert f"+experiment={path.stem}" in overrides, f"{path.name}'s command does not select it"
+        cfg = compose_train(*overrides)
+        resolved(cfg)
+        assert cfg.model.arch in resnet.list_archs()

@@ -26,22 +26,16 @@ from data import (
     random_crop_flip,
 )
 from data.decode import decode_resized_crop, decode_rgb, open_header
-from data.fashion_mnist import find_root, load_fashion_mnist
+from data.fashion_mnist import load_fashion_mnist
 from data.imagefolder import ImageFolder
+from tests.builtin_data import require_fashion_mnist
 from tests.imagegen import jpeg_bytes, make_folder, smooth_image
 
 # --- Fashion-MNIST -------------------------------------------------------------------
 
 
-def fashion_mnist_or_skip() -> None:
-    try:
-        find_root()
-    except FileNotFoundError as err:
-        pytest.skip(f"Fashion-MNIST is not installed: {err}")
-
-
 def test_fashion_mnist_loads():
-    fashion_mnist_or_skip()
+    require_fashion_mnist()
     for split, n in (("train", 60000), ("test", 10000)):
         images, labels = load_fashion_mnist(split)
         assert images.shape == (n, 1, 28, 28) and images.dtype == torch.uint8
@@ -51,7 +45,7 @@ def test_fashion_mnist_loads():
 
 
 def test_fashion_mnist_loaders():
-    fashion_mnist_or_skip()
+    require_fashion_mnist()
     loaders = build_loaders("fashion_mnist", None, batch_size=500, workers=4, world_size=3, rank=1)
     assert (loaders.num_classes, loaders.in_chans, loaders.image_size, loaders.val_size) == (10, 1, 28, 10000)
     loaders.set_epoch(0)

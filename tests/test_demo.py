@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from data.fashion_mnist import find_root
 from resnet.demo import main
+from tests.builtin_data import require_fashion_mnist
 
 
 def test_demo_trains_twice_evaluates_four_times_and_writes_tables(tmp_path, capsys):
-    try:
-        find_root()
-    except FileNotFoundError as err:
-        pytest.skip(f"Fashion-MNIST is not installed here ({err}); scripts/setup.sh installs it")
+    require_fashion_mnist()
     main(["--out", str(tmp_path), "epochs=1", "max_steps_per_epoch=4", "batch_size=64"])
     rows = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
     pairs = {(r["trained_padding"], r["padding_name"]) for r in rows}

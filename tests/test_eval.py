@@ -12,17 +12,18 @@ from urllib.error import URLError
 import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import resnet
 from resnet.checkpoint import save_checkpoint
-from resnet.evaluation.hub import WeightsError, WeightsUnavailable
 from resnet.evaluation.loader import ResizeCrop, ResizeShorter, collate_padded
-from resnet.evaluation.results import ROW_KEYS, append_row, read_rows
-from resnet.evaluation.run import count_hits, error_percent, evaluate_weights
-from resnet.evaluation.sources import FORMS, WeightsSpec, load_weights, parse_weights
+from resnet.evaluation.loop import reduce_outputs, topk_correct
+from resnet.evaluation.run import evaluate_weights
 from resnet.evaluation.tencrop import average_crops, crop_boxes, ten_crop
+from resnet.report.rows import ROW_KEYS, append_row, read_rows
+from resnet.weights import FORMS, WeightsError, WeightsSpec, WeightsUnavailable, load_weights, parse_weights
+from tests.builtin_data import require_fashion_mnist
+from tests.compose import compose_config
 from tests.imagegen import jpeg_bytes, make_folder, smooth_image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,8 +62,7 @@ def checkpoint(tmp_path_factory) -> Path:
 
 
 def compose_eval(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return compose(config_name="eval", overrides=list(overrides))
+    return compose_config("eval", *overrides)
 
 
 def folder_overrides(root: Path, weights: str | Path, results: Path, *extra: str) -> list[str]:
@@ -143,12 +143,10 @@ def test_topk_errors_on_hand_made_logits():
         ]
     )
     labels = torch.tensor([0, 5, 5, 2])
-    top1, top5 = count_hits(average_crops(logits, 1), labels, num_classes=6)
-    assert (top1, top5) == (2, 3)
-    assert (error_percent(top1, 4), error_percent(top5, 4)) == (50.0, 25.0)
+    assert topk_correct(reduce_outputs(logits, 1, num_classes=6), labels) == [2, 3]
     # A head with one class more than the data (TF-slim's 1001): column 0 is background.
     with_background = torch.cat([torch.full((4, 1), 99.0), logits], dim=1)
-    assert count_hits(with_background, labels, num_classes=6) == [2, 3]
+    assert topk_correct(reduce_outputs(with_background, 1, num_classes=6), labels) == [2, 3]
 
 
 def test_ten_crops_average_softmax():
@@ -195,14 +193,6 @@ def test_results_rows_refuse_missing_or_extra_keys(tmp_path):
     with pytest.raises(ValueError, match="weights_source"):
         append_row(tmp_path / "r.jsonl", a_row(weights_source="hub"))
     assert not (tmp_path / "r.jsonl").exists()
-
-
-def test_row_schema():
-    assert ROW_KEYS == (
-        "arch", "weights", "weights_source", "trained_padding", "padding_name", "padding", "input_size",
-        "resize", "crop", "interpolation", "preprocessing", "crops", "dataset", "top1_err", "top5_err",
-        "n_images", "date", "git_commit",
-    )  # fmt: skip
 
 
 # --- weights sources -------------------------------------------------------------------------
@@ -314,12 +304,7 @@ def test_timm_state_dict_from_a_safetensors_file(folder, tmp_path):
 
 def test_fashion_mnist_test_split(tmp_path):
     """A checkpoint as train.py's default run writes it: 1 channel, 10 classes, 28 px, no resize."""
-    from data.fashion_mnist import find_root
-
-    try:
-        find_root()
-    except FileNotFoundError as err:
-        pytest.skip(f"Fashion-MNIST is not installed: {err}")
+    require_fashion_mnist()
     model = resnet.build_model("resnet_tiny", num_classes=10, in_chans=1)
     config = {"data": {"name": "fashion_mnist", "image_size": 28, "crop_pct": 1.0, "interpolation": "bilinear"}}
     save_checkpoint(tmp_path / "last.pt", model, config=config)

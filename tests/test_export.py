@@ -1,5 +1,5 @@
 """ONNX export: onnxruntime matches PyTorch by value, and every pad is a constant
-that equals what the padding scheme prescribes (PADDING.md, ResNet-50 at 224)."""
+that equals what the padding scheme prescribes (docs/padding.md, ResNet-50 at 224)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _stride2_pads(proto: onnx.ModelProto) -> list[tuple[str, list[int]]]:
     return found
 
 
-# ResNet-50 at 224 (PADDING.md): stem conv 7/2 on 224, stem pool 3/2 on 112, then the
+# ResNet-50 at 224 (docs/padding.md): stem conv 7/2 on 224, stem pool 3/2 on 112, then the
 # 3x3/2 convs of layer2-4 on 56, 28, 14. "asymmetric" changes the stem only.
 RESNET50_STRIDE2_PADS = {
     "symmetric": [("Conv", [3, 3, 3, 3]), ("MaxPool", [1, 1, 1, 1])] + [("Conv", [1, 1, 1, 1])] * 3,
@@ -82,7 +82,7 @@ def test_resnet50_onnx_matches_pytorch(tmp_path, preset):
     assert _stride2_pads(proto) == RESNET50_STRIDE2_PADS[preset]
     props = {p.key: p.value for p in proto.metadata_props}
     assert props["padding"] == preset and props["input_size"] == "224x224"
-    assert json.loads(props["resnet_meta"])["padding"] == model.meta.padding
+    assert json.loads(props["resnet_meta"])["padding"] == model.meta.padding.as_dict()
     if preset == "asymmetric":  # the exported copy was frozen, not the model
         assert isinstance(model.conv1, SameConv2d)
 

@@ -205,7 +205,7 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
         args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "--max-restarts=1", str(wrapper),
                 str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "epochs=3", "batch_size=2", "resume=true")]
         # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
-        # resnet.engine.distributed gives each attempt its own prefix.
+        # resnet.distributed gives each attempt its own prefix.
         proc = launch(args, **fault)
         assert_status(proc, 0)
         return proc

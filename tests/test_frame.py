@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from tests.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,11 +69,9 @@ def test_default_command_and_documented_runs_compose():
     readme = (REPO / "README.md").read_text()
     runs = re.findall(r"docker run [^\n]*? (?:python|torchrun [^\n]*?) train\.py([^\n`]*)", readme)
     assert len(runs) >= 2, "the README documents docker run ... python train.py / torchrun train.py"
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        compose(config_name="train")  # the image's default command
-        for args in runs:
-            overrides = [a for a in shlex.split(args) if "=" in a]
-            compose(config_name="train", overrides=overrides)
+    compose_config("train")  # the image's default command
+    for args in runs:
+        compose_config("train", *[a for a in shlex.split(args) if "=" in a])
 
 
 def test_ci_runs_the_readme_test_command():
@@ -81,7 +84,51 @@ def test_ci_runs_the_readme_test_command():
     assert "set -e" in ci or "set -euo pipefail" in ci
 
 
-def test_gitignore_covers_run_outputs():
-    ignored = (REPO / ".gitignore").read_text()
-    for pattern in ("outputs/", "multirun/", "wandb/", "*.pt", ".venv/"):
-        assert pattern in ignored
+def test_run_outputs_are_never_committed():
+    outputs = ["outputs/2025-01-01/12-00-00/last.pt", "multirun/x/0/metrics.csv", "wandb/run-1/files/a",
+               "results/eval.jsonl", "some/dir/model.pt", ".venv/bin/python"]  # fmt: skip
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *outputs], cwd=REPO, capture_output=True, text=True)
+    assert proc.stdout.split() == outputs, f"not ignored: {sorted(set(outputs) - set(proc.stdout.split()))}"
+
+
+def test_a_shadowing_data_package_is_refused_in_one_line(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("")  # someone else's data/ package in the working directory
+    proc = subprocess.run(
+        [sys.executable, "-c", "from resnet.config import check_data_package; check_data_package()"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0 and f"'data' package imported here is {tmp_path / 'data'}" in proc.stderr
+    assert "run from another directory" in proc.stderr
+
+
+def test_a_non_editable_install_works_without_the_checkout(tmp_path):
+    """The wheel holds resnet/ and data/ (not benchmarks/ or tests/), and nothing in them
+    finds files by walking up from __file__ into a checkout."""
+    wheel_dir, site, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    for name in tracked:  # a clean copy: building in the checkout would leave build/ behind
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(wheel_dir), str(source)], check=True, capture_output=True, timeout=300)  # fmt: skip
+    (wheel,) = wheel_dir.glob("resnet_padding-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        top = {name.split("/")[0] for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"resnet", "data"}
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    script = (
+        "import resnet, resnet.weights, resnet.tables, resnet.evaluation.run, resnet.engine.run\n"
+        "from resnet.config import check_data_package; check_data_package()\n"
+        "print(resnet.__file__)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(site)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str(site / "resnet" / "__init__.py")
+    demo = subprocess.run([sys.executable, "-m", "resnet.demo"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(site)})  # fmt: skip
+    assert demo.returncode != 0 and "run from the repository root or set RESNET_PADDING_CONFIGS" in demo.stderr

@@ -1,4 +1,4 @@
-"""Padding formulas, layers and presets against PADDING.md, timm and hand-made references."""
+"""Padding formulas, layers and presets against docs/padding.md, timm and hand-made references."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_same_pad_formula(k, s, d):
 
 @pytest.mark.parametrize("k", [1, 3, 7])
 def test_same_pad_parity_rules(k):
-    # PADDING.md, "Consequences for s = 2 and odd k"
+    # docs/padding.md, "Convolution schemes"
     for n in range(8, 30, 2):
         assert same_pad(n, k, 2) == (max(k // 2 - 1, 0), k // 2)
     for n in range(9, 31, 2):
@@ -129,7 +129,7 @@ def test_ceil_pool_equals_caffe_and_torch_ceil_mode(n):
     ours = make_max_pool("ceil")(x)
     torch.testing.assert_close(ours, caffe_pool_reference(x), rtol=0, atol=0)
     torch.testing.assert_close(ours, F.max_pool2d(x, 3, 2, ceil_mode=True), rtol=0, atol=0)
-    if n % 2 == 0:  # PADDING.md: at even n Caffe's ceil mode is TF SAME (0, 1)
+    if n % 2 == 0:  # docs/padding.md: at even n Caffe's ceil mode is TF SAME (0, 1)
         torch.testing.assert_close(ours, make_max_pool("same")(x), rtol=0, atol=0)
 
 
@@ -208,7 +208,7 @@ def test_frozen_same_conv_is_plain_where_symmetric():
     assert type(model[0]) is nn.Conv2d and model[0].padding == (3, 3)
 
 
-# --- whole models: symmetric vs asymmetric (PADDING.md) ---------------------------
+# --- whole models: symmetric vs asymmetric (docs/padding.md) ---------------------------
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet_tiny_v2"])
@@ -223,12 +223,12 @@ def test_symmetric_vs_asymmetric_values(arch):
         assert a.shape == b.shape
         assert (a - b).abs().max() > 1e-4, "even input: SAME must sample another grid"
         # 65 -> 33 -> 17 -> 9 -> 5 -> 3: every strided layer sees an odd size, where
-        # SAME equals the symmetric pad (PADDING.md, "Consequences for s = 2").
+        # SAME equals the symmetric pad (docs/padding.md, "Convolution schemes").
         odd = torch.randn(2, 3, 65, 65)
         torch.testing.assert_close(sym(odd), other(odd), rtol=0, atol=1e-6)
 
 
-# --- pad tables (PADDING.md, "ResNet-50 at 224x224" and the 299 paragraph) ---------
+# --- pad tables (docs/padding.md, "ResNet-50 at 224x224" and the 299 paragraph) ---------
 
 SYM, SAME_EVEN = (1, 1), (0, 1)
 EXPECTED_TABLES = {
@@ -286,7 +286,7 @@ def test_resolve_padding_forms():
     assert resolve_padding({"stem_conv": "same", "stem_pool": "same"}).name == "asymmetric"
     assert resolve_padding({"stem_pool": "ceil"}).name == "caffe"  # a site override can land on a preset
     model = resnet.build_model("resnet18", padding={"stem_pool": "valid"})
-    assert model.meta.padding["stem_pool"] == "valid" and model.meta.padding_name == "custom"
+    assert model.meta.padding.stem_pool == "valid" and model.meta.padding_name == "custom"
 
 
 @pytest.mark.parametrize(

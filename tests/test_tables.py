@@ -15,22 +15,13 @@ import torch
 from torch import nn
 
 from data import Normalize
-from resnet import ALIASES, build_model
+from resnet import ALIASES, PRESETS, build_model
 from resnet.detect import detect_padding, preset_groups
 from resnet.figures import plot_sampling_grid, sampling_grid
-from resnet.reference import TENSORNETS, TENSORNETS_ZERO_POOL, tensornets_reference
-from resnet.tables import (
-    cross_markdown,
-    cross_matrices,
-    latest_rows,
-    load_rows,
-    main,
-    scheme_label,
-    scheme_records,
-    scheme_table,
-    wandb_table,
-    write_tables,
-)
+from resnet.report.published import TENSORNETS, TENSORNETS_ZERO_POOL, tensornets_reference
+from resnet.report.rows import ROW_KEYS, check_row, latest_rows, read_rows, scheme_label
+from resnet.report.tables import cross_markdown, cross_matrices, scheme_records, scheme_table, wandb_table
+from resnet.tables import main, write_tables
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -92,7 +83,7 @@ def test_cells_and_delta_by_hand(written):
 
 
 def test_latest_row_wins_by_date_then_by_line():
-    rows = load_rows(FIXTURE)
+    rows = read_rows(FIXTURE)
     base = next(r for r in rows if r["arch"] == "resnet50" and r["padding_name"] == "symmetric")
     older = {**base, "top1_err": 1.0, "date": "2024-12-31T23:00:00-02:00"}  # = 2025-01-01T01:00Z
     newer = {**base, "top1_err": 2.0, "date": "2025-01-01T00:30:00"}  # naive = UTC: still older
@@ -103,18 +94,18 @@ def test_latest_row_wins_by_date_then_by_line():
     assert len(latest_rows([base, {**base, "crops": 10}])) == 2  # 10-crop is another evaluation
 
 
-def test_load_rows_skips_a_cut_short_last_line_only(tmp_path):
+def test_read_rows_skips_a_cut_short_last_line_only(tmp_path):
     good = FIXTURE.read_text().splitlines()[0]
     path = tmp_path / "eval.jsonl"
     path.write_text(f"{good}\n\n{good}\n{good[:40]}")  # the last write was cut short
-    assert len(load_rows(path)) == 2
+    assert len(read_rows(path)) == 2
     path.write_text(f"{good}\n{good[:40]}\n{good}\n")
-    with pytest.raises(ValueError, match="eval.jsonl:2: not a JSON line"):
-        load_rows(path)
+    with pytest.raises(ValueError, match="eval.jsonl:2 is not a JSON row"):
+        read_rows(path)
 
 
 def test_protocols_are_never_merged():
-    rows = load_rows(FIXTURE)
+    rows = read_rows(FIXTURE)
     _, records = scheme_records(scheme_table(rows))
     at_232 = find(records, "resnet50", RESNET50_232)
     at_256 = find(records, "resnet50", RESNET50_256)
@@ -128,7 +119,7 @@ def test_protocols_are_never_merged():
 
 
 def test_schemes_order_delta_and_custom_labels():
-    rows = load_rows(FIXTURE)
+    rows = read_rows(FIXTURE)
     table = scheme_table(rows)
     assert table.schemes == ["symmetric", "asymmetric", "tf_same", "tf_slim", "keras", "custom(stem_conv=same)"]
     assert table.delta == ("asymmetric", "symmetric")
@@ -149,7 +140,7 @@ def test_schemes_order_delta_and_custom_labels():
 
 def test_cross_matrix_cells(written):
     out, _ = written
-    (matrix,) = cross_matrices(load_rows(FIXTURE))  # checkpoints only: resnet_tiny
+    (matrix,) = cross_matrices(read_rows(FIXTURE))  # checkpoints only: resnet_tiny
     assert (matrix.arch, matrix.protocol) == ("resnet_tiny", TINY)
     seed0, seed1 = "symmetric (runs/tiny-symmetric/last.pt)", "symmetric (runs/tiny-symmetric-seed1/last.pt)"
     assert matrix.trained == [seed1, seed0, "tf_same"]  # two symmetric checkpoints: a row each
@@ -162,7 +153,7 @@ def test_cross_matrix_cells(written):
     rows = read_csv(out / "cross.csv")
     tf_same = next(r for r in rows if r["trained with"] == "tf_same")
     assert (float(tf_same["symmetric"]), tf_same["custom(stem_conv=same)"]) == (10.90, "")
-    everything = cross_matrices(load_rows(FIXTURE), weights_sources=None)
+    everything = cross_matrices(read_rows(FIXTURE), weights_sources=None)
     assert [m.arch for m in everything] == ["resnet50", "resnet50", "resnet50_v1", "resnet50_v2", "resnet_tiny"]
 
 
@@ -174,7 +165,7 @@ def test_cli_prints_markdown(tmp_path, capsys):
 
 
 def test_wandb_table_holds_the_records():
-    columns, records = scheme_records(scheme_table(load_rows(FIXTURE)), reference=True)
+    columns, records = scheme_records(scheme_table(read_rows(FIXTURE)), reference=True)
     table = wandb_table(columns, records)
     assert table.columns == columns and len(table.data) == len(records)
 
@@ -183,14 +174,13 @@ def test_wandb_table_holds_the_records():
 
 
 def test_reference_numbers_for_the_eleven_tensornets_models(written):
-    assert sorted(TENSORNETS) == sorted(ALIASES.values()) and len(TENSORNETS) == 11
-    resnet50v2 = TENSORNETS["resnet50_v2"]
-    assert (resnet50v2.source_name, resnet50v2.input_size) == ("ResNet50v2", 299)
-    assert (resnet50v2.top1_err, resnet50v2.top5_err, resnet50v2.top5_err_10crop) == (24.040, 6.966, 5.896)
-    assert TENSORNETS["resnext101_64x4d"].top1_err == 20.506
-    assert set(TENSORNETS_ZERO_POOL) == {"resnet50_v2", "resnet101_v2", "resnet152_v2"}
-    assert tensornets_reference("resnet152_v2", "keras").top1_err == 22.236
-    assert tensornets_reference("resnet50") is None
+    assert sorted(TENSORNETS) == sorted(ALIASES.values())  # every model of the seed table, by our name
+    for arch, ref in TENSORNETS.items():  # each row is a model we build, under a preset we have
+        assert ALIASES[ref.source_name] == arch and ref.padding_name in PRESETS
+        assert ref.top5_err < ref.top1_err and ref.top5_err_10crop < ref.top5_err
+    for arch, variant in TENSORNETS_ZERO_POOL.items():  # the zero-padded pool1 variant, when asked for
+        assert tensornets_reference(arch, "keras") == variant and tensornets_reference(arch) == TENSORNETS[arch]
+    assert tensornets_reference("resnet50") is None  # torchvision's resnet50 is not in the seed table
     out, _ = written
     row = find(read_csv(out / "tensornets.csv"), "resnet50_v1", RESNET50_256.replace("torch", "caffe"))
     assert (float(row["TensorNets Top-1"]), row["TensorNets padding"]) == (25.126, "caffe @224")
@@ -206,7 +196,7 @@ def test_sampling_grids_of_the_real_layers():
     for scheme in ("same", "symmetric"):
         shortcut = sampling_grid(scheme, 8, 1)
         assert [shortcut.reads(i) for i in range(4)] == [{0}, {2}, {4}, {6}]
-    # PADDING.md: under SAME at even n the 3x3/2 output i is centred on 2i+1, the shortcut on 2i.
+    # docs/padding.md: under SAME at even n the 3x3/2 output i is centred on 2i+1, the shortcut on 2i.
     assert [same3.centre(i) for i in range(4)] == [1, 3, 5, 7]
     assert [symmetric3.centre(i) for i in range(4)] == [0, 2, 4, 6]
     assert sampling_grid("same", 9, 3).taps == sampling_grid("symmetric", 9, 3).taps  # odd n: identical
@@ -288,9 +278,8 @@ def test_detection_needs_a_built_model():
         detect_padding(plain, [], Normalize("torch"), 32)
 
 
-def test_fixture_rows_have_exactly_the_evaluator_keys():
-    keys = ["arch", "weights", "weights_source", "trained_padding", "padding_name", "padding", "input_size",
-            "resize", "crop", "interpolation", "preprocessing", "crops", "dataset", "top1_err", "top5_err",
-            "n_images", "date", "git_commit"]
+def test_fixture_rows_are_rows_the_evaluator_writes():
     for line in FIXTURE.read_text().splitlines():
-        assert list(json.loads(line)) == keys
+        row = json.loads(line)
+        check_row(row)  # the evaluator's own check: exactly its keys, valid source and crops
+        assert list(row) == list(ROW_KEYS)

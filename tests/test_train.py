@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from resnet.checkpoint import load_checkpoint, load_model
 from resnet.engine.run import train
+from tests.compose import compose_config
 from tests.imagegen import make_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,9 +40,7 @@ def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
 
 
 def run_in_process(root: Path, run_dir: Path, *extra: str) -> dict:
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=tiny_overrides(root, run_dir, *extra))
-    return train(cfg)
+    return train(compose_config("train", *tiny_overrides(root, run_dir, *extra)))
 
 
 def read_csv(path: Path) -> list[dict]:

@@ -18,7 +18,8 @@ from torch import nn
 
 import resnet
 from resnet.padding import PRESETS
-from resnet.weights import KERAS_BN_EPS, from_keras, from_timm, from_torchvision
+from resnet.weights import from_keras, from_timm, from_torchvision
+from resnet.weights.keras import BN_EPS as KERAS_BN_EPS
 
 TOL = 1e-4  # max |logit difference|, float32
 
@@ -39,7 +40,7 @@ TORCHVISION_CASES = [
 
 def test_preact_stem_pool_sees_negatives() -> None:
     """Pre-activation stems (TF-slim, Keras V2, timm ResNetV2) are conv + pool, no ReLU: their
-    pool sees negatives, which is where Keras's zero pad differs from -inf (PADDING.md, "Pooling")."""
+    pool sees negatives, which is where Keras's zero pad differs from -inf (docs/padding.md, "Pooling")."""
     model = resnet.build_model("resnet_tiny_v2").eval()
     seen = []
     model.maxpool.register_forward_pre_hook(lambda module, args: seen.append(args[0].min().item()))
@@ -197,7 +198,7 @@ def test_keras_layouts_agree_and_meta(keras_case) -> None:
     assert (meta.arch, meta.source, meta.padding_name) == ("resnet50_v2" if v2 else "resnet50_v1", "keras", "keras")
     assert meta.preprocessing == ("tf" if v2 else "caffe")
     assert meta.bn_eps == KERAS_BN_EPS == from_keras3.layer1[0].bn2.eps
-    assert meta.padding["stem_pool_value"] == "zero"
+    assert meta.padding.stem_pool_value == "zero" and meta.eval_size == 224
     keras_model = keras_case["models"][224]
     assert sum(v.numel() for k, v in from_keras3.state_dict().items() if "num_batches" not in k) == (
         keras_model.count_params()
@@ -232,7 +233,7 @@ def test_keras_wrong_arch_names_the_right_one(keras_case) -> None:
 # --- metadata, keys, errors -------------------------------------------------------
 
 
-def test_torchvision_meta_and_padding_override() -> None:
+def test_torchvision_meta_and_another_padding() -> None:
     torch.manual_seed(0)
     state = torchvision.models.resnet18().state_dict()
     model = from_torchvision(state, "resnet18")
@@ -240,7 +241,8 @@ def test_torchvision_meta_and_padding_override() -> None:
     assert (meta.source, meta.padding_name, meta.preprocessing) == ("torchvision", "symmetric", "torch")
     assert meta.bn_eps == 1e-5 and meta.num_classes == 1000
     assert not model.training
-    assert from_torchvision(state, "resnet18", padding="tf_same").meta.padding_name == "tf_same"
+    assert resnet.with_padding(model, "tf_same").meta.padding_name == "tf_same"
+    assert resnet.with_padding(model, "tf_same").meta.source == "torchvision"
     assert model.conv1.weight.data_ptr() != state["conv1.weight"].data_ptr()  # a copy, not a view
 
 

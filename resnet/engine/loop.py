@@ -1,16 +1,14 @@
-"""One training epoch and one evaluation pass; both DDP-aware and device-agnostic.
+"""One training epoch, DDP-aware and device-agnostic (validation is :mod:`resnet.evaluation.loop`).
 
-Batches are ``(images, labels)`` or ``(images, labels, n_skipped)`` with images as
-uint8 (or float) NCHW tensors; normalisation and the batch augmentation run on the
-device (``StepContext.normalize`` / ``augment``), in channels_last where asked.
+Batches are ``(images, labels)`` or ``(images, labels, n_skipped, skipped_paths)`` with
+images as uint8 (or float) NCHW tensors; normalisation and the batch augmentation run on
+the device (``StepContext.normalize`` / ``augment``), in channels_last where asked.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -18,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from .distributed import DistEnv, all_reduce_sum
+from ..config import Runtime
+from ..distributed import DistEnv, all_reduce_sum
 
 
 class NonFiniteLoss(RuntimeError):
@@ -29,13 +28,11 @@ class NonFiniteLoss(RuntimeError):
 class StepContext:
     """What every step needs besides the model, optimizer and batch."""
 
-    env: DistEnv
+    runtime: Runtime  # device, autocast dtype, memory format
     normalize: nn.Module
     augment: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy
-    amp_dtype: torch.dtype | None = None  # None = float32; bfloat16 or float16 under autocast
     scaler: torch.amp.GradScaler | None = None  # fp16 only
-    channels_last: bool = False
     grad_clip: float = 0.0
     on_nonfinite: str = "stop"  # stop | skip
     ema: nn.Module | None = None  # timm ModelEmaV3
@@ -44,18 +41,9 @@ class StepContext:
     max_steps: int | None = None
     progress: bool = True
 
-    def autocast(self):
-        if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.env.device.type, dtype=self.amp_dtype)
-
-    def to_device(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        non_blocking = self.env.device.type == "cuda"
-        images = images.to(self.env.device, non_blocking=non_blocking)
-        labels = labels.to(self.env.device, non_blocking=non_blocking)
-        if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return images, labels
+    @property
+    def env(self) -> DistEnv:
+        return self.runtime.env
 
 
 @dataclass
@@ -112,11 +100,11 @@ def train_one_epoch(
         stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
         if images.shape[0] == 0:  # every image of this batch was unreadable
             continue
-        images, labels = ctx.to_device(images, labels)
-        images = ctx.normalize(images)
+        images, labels = ctx.runtime.to_device(images, labels)
+        images = ctx.normalize(ctx.runtime.memory_format(images))
         if ctx.augment is not None:
             images, labels = ctx.augment(images, labels)
-        with ctx.autocast():
+        with ctx.runtime.autocast():
             loss = ctx.loss_fn(model(images), labels)
         if not _all_finite(loss, ctx.env):
             step = global_step + stats.steps + stats.skipped_steps
@@ -179,49 +167,3 @@ def _all_finite(loss: torch.Tensor, env: DistEnv) -> bool:
     if env.distributed:
         finite = all_reduce_sum(finite.reshape(1), env) / env.world_size
     return bool(finite.min() == 1.0)
-
-
-def topk_correct(logits: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> list[int]:
-    """How many rows have their label among the k highest logits, for each k."""
-    k_max = min(max(ks), logits.shape[1])
-    top = logits.topk(k_max, dim=1).indices  # (N, k_max), best first
-    hits = top.eq(labels[:, None])
-    return [int(hits[:, : min(k, k_max)].any(dim=1).sum()) for k in ks]
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable, ctx: StepContext, desc: str = "val") -> dict:
-    """Top-1/top-5 error (%) and mean loss over every image of ``loader`` on every process.
-
-    Each process sees a disjoint shard (no padded duplicates); the sums are all-reduced,
-    so ``n_images`` is the dataset size exactly.
-    """
-    model.eval()
-    sums = torch.zeros(5, dtype=torch.float64, device=ctx.env.device)  # top1, top5, loss, n, skipped
-    start = time.perf_counter()
-    bar = tqdm(loader, desc=desc, disable=not (ctx.progress and ctx.env.is_main), leave=False)
-    for batch in bar:
-        images, labels, skipped, _ = _split(batch)
-        sums[4] += skipped
-        if images.shape[0] == 0:
-            continue
-        images, labels = ctx.to_device(images, labels)
-        with ctx.autocast():
-            logits = model(ctx.normalize(images)).float()
-        top1, top5 = topk_correct(logits, labels)
-        sums[0] += top1
-        sums[1] += top5
-        sums[2] += F.cross_entropy(logits, labels, reduction="sum").item()
-        sums[3] += labels.shape[0]
-    bar.close()
-    sums = all_reduce_sum(sums, ctx.env)
-    n = int(sums[3].item())
-    seconds = time.perf_counter() - start
-    return {
-        "top1_err": 100.0 * (1 - sums[0].item() / n) if n else math.nan,
-        "top5_err": 100.0 * (1 - sums[1].item() / n) if n else math.nan,
-        "loss": sums[2].item() / n if n else math.nan,
-        "n_images": n,
-        "skipped_images": int(sums[4].item()),
-        "images_per_s": n / seconds if seconds else 0.0,
-    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,29 +12,34 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..checkpoint import save_checkpoint
-from ..padding import resolve_padding
-from .distributed import DistEnv, barrier, init_distributed, shutdown
-from .loop import StepContext, evaluate, train_one_epoch
+from ..config import ConfigError, check_run_config, padding_from_config, runtime_for
+from ..distributed import DistEnv, barrier, init_distributed, shutdown
+from ..evaluation.loop import evaluate
+from ..report.console import summary
+from ..report.rows import git_commit
+from .loop import StepContext, train_one_epoch
 from .optim import build_optimizer, build_scheduler
-from .runlog import RunLogger, format_table, git_commit
+from .runlog import RunLogger
 from .state import epoch_seed, find_resume, load_training_state, rng_state, seed_everything, set_rng_state
 
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def padding_spec(cfg: DictConfig) -> dict | None:
-    """``+padding=<preset>`` adds a ``padding`` node; without it the model's native preset applies."""
-    node = cfg.get("padding")
-    return None if node is None else OmegaConf.to_container(node, resolve=True)
+SUMMARY_COLUMNS = {
+    "arch": "arch",
+    "padding": "padding_name",
+    "dataset": "dataset",
+    "epochs": "epochs",
+    "top1_err %": "top1_err",
+    "top5_err %": "top5_err",
+    "val images": "n_val_images",
+    "train img/s": "train_images_per_s",
+    "wall s": "wall_seconds",
+}
 
 
 def build_run_model(cfg: DictConfig) -> nn.Module:
-    model = instantiate(cfg.model, padding=padding_spec(cfg))
-    if cfg.data.get("preprocessing"):
-        model.meta.preprocessing = cfg.data.preprocessing  # the scheme the weights will be trained with
-    if cfg.data.get("image_size"):
-        model.meta.input_size = cfg.data.image_size  # what evaluation should feed these weights
-    return model
+    """The model of ``cfg.model`` under the configured padding; its meta records what the run
+    trains with: the data's preprocessing (where set) and its size, for evaluation."""
+    recorded = {"preprocessing": cfg.data.get("preprocessing"), "eval_size": cfg.data.get("image_size")}
+    return instantiate(cfg.model, padding=padding_from_config(cfg), **{k: v for k, v in recorded.items() if v})
 
 
 def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:
@@ -46,47 +50,14 @@ def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:
     return Path(run_dir[0])
 
 
-class ConfigError(ValueError):
-    """A config value (or the data it points at) that cannot work; the message is one
-    line saying what is wrong. train.py / eval.py print it and exit with status 2."""
-
-
 def _check_config(cfg: DictConfig) -> None:
-    if cfg.batch_size <= 0:
-        raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
+    check_run_config(cfg)
     if cfg.epochs <= 0:
         raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
-    if cfg.amp not in AMP_DTYPES:
-        raise ConfigError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
     if cfg.on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
-    try:
-        resolve_padding(padding_spec(cfg))  # unknown preset / site / scheme fails here, before any work
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err)) from None
-    check_data_config(cfg.data)
     if OmegaConf.is_missing(cfg.data, "num_classes"):
         raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")
-
-
-def check_data_config(data_cfg: DictConfig) -> None:
-    """The data keys every run needs: a root directory for image folders, a sane worker count."""
-    cpus = os.cpu_count() or 1
-    if not 0 <= data_cfg.workers <= 4 * cpus:  # 4 decode processes per core is already past the useful range
-        raise ConfigError(
-            f"data.workers={data_cfg.workers} is out of range: 0 (load in the main process) "
-            f"to 4 per CPU core ({4 * cpus} on this machine)"
-        )
-    if data_cfg.name == "fashion_mnist":  # built in: root may be null
-        return
-    if OmegaConf.is_missing(data_cfg, "root"):
-        raise ConfigError(f"data={data_cfg.name} needs data.root=/path/to/{data_cfg.name}")
-    root = data_cfg.root
-    if root is None or not Path(root).is_dir():
-        what = "a file" if root is not None and Path(root).exists() else "not a directory"
-        raise ConfigError(
-            f"data.root={root} is {what}; {data_cfg.name} needs a directory holding train/<class>/* and val/<class>/*"
-        )
 
 
 def train(cfg: DictConfig) -> dict:
@@ -131,17 +102,11 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     wall_start = time.perf_counter()
     run_dir = shared_run_dir(cfg, env)
     seed_everything(cfg.seed + env.rank)
-    if cfg.deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
-    elif env.device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-
+    runtime = runtime_for(cfg, env)
     model = build_run_model(cfg)
     meta = model.meta
     loaders = make_loaders(cfg.data, cfg.batch_size, env, cfg.seed)
-    channels_last = env.device.type == "cuda" if cfg.channels_last == "auto" else bool(cfg.channels_last)
-    model = model.to(env.device, memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    model = runtime.place(model)
     if cfg.sync_bn and env.distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
@@ -151,8 +116,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
     optimizer = build_optimizer(cfg.optim, model, global_batch)
     scheduler = build_scheduler(cfg.sched, optimizer, steps_per_epoch, cfg.epochs)
-    amp_dtype = AMP_DTYPES[cfg.amp]
-    scaler = torch.amp.GradScaler(env.device.type) if amp_dtype is torch.float16 else None
+    scaler = torch.amp.GradScaler(env.device.type) if runtime.amp_dtype is torch.float16 else None
     ema = None
     if cfg.ema_decay:
         from timm.utils import ModelEmaV3
@@ -187,13 +151,11 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=device_ids)
 
     ctx = StepContext(
-        env=env,
+        runtime=runtime,
         normalize=Normalize(meta.preprocessing).to(env.device),
         augment=mixup,
         loss_fn=loss_fn,
-        amp_dtype=amp_dtype,
         scaler=scaler,
-        channels_last=channels_last,
         grad_clip=cfg.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         ema=ema,
@@ -201,7 +163,6 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         log_every=cfg.log_every,
         max_steps=cfg.max_steps_per_epoch,
     )
-    eval_ctx = StepContext(env=env, normalize=ctx.normalize, amp_dtype=amp_dtype, channels_last=channels_last)
     config = OmegaConf.to_container(cfg, resolve=True)
     logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name, resumed_epoch=start_epoch)
     checkpoint = run_dir / "last.pt"
@@ -220,10 +181,10 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
                "skipped_examples": "; ".join(stats.skipped_paths),
                "skipped_steps": stats.skipped_steps, "epoch_seconds": stats.seconds}
         if last or (epoch + 1) % cfg.eval_every == 0:
-            val = evaluate(model, loaders.val, eval_ctx)
+            val = evaluate(model, loaders.val, runtime, ctx.normalize, desc="val").metrics()
             row.update({f"val_{k}": v for k, v in val.items()})
             if ema is not None:
-                ema_val = evaluate(ema.module, loaders.val, eval_ctx, desc="val ema")
+                ema_val = evaluate(ema.module, loaders.val, runtime, ctx.normalize, desc="val ema").metrics()
                 row.update({f"ema_{k}": v for k, v in ema_val.items()})
         history.append(row)
         logger.log_steps(stats.history, epoch)
@@ -244,7 +205,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     results = {
         "arch": meta.arch,
         "padding_name": meta.padding_name,
-        "padding": meta.padding,
+        "padding": meta.padding.as_dict(),
         "preprocessing": meta.preprocessing,
         "dataset": cfg.data.name,
         "epochs": last_epoch,
@@ -261,7 +222,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     }
     logger.finish(results, checkpoint, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
     if env.is_main:
-        print(summary(results))
+        print(summary(results, SUMMARY_COLUMNS, f"results: {results['run_dir']}/results.json"))
     return results
 
 
@@ -293,18 +254,3 @@ def _print_epoch(row: dict) -> None:
     if row["skipped_images"]:
         parts.append(f"skipped {row['skipped_images']} unreadable images, e.g. {row['skipped_examples']}")
     print(" | ".join(parts), flush=True)
-
-
-def summary(results: dict) -> str:
-    row = {
-        "arch": results["arch"],
-        "padding": results["padding_name"],
-        "dataset": results["dataset"],
-        "epochs": results["epochs"],
-        "top1_err %": results["top1_err"],
-        "top5_err %": results["top5_err"],
-        "val images": results["n_val_images"],
-        "train img/s": results["train_images_per_s"],
-        "wall s": results["wall_seconds"],
-    }
-    return "\n" + format_table([row]) + f"\nresults: {results['run_dir']}/results.json"

@@ -9,23 +9,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-
-
-def git_commit() -> str:
-    """The commit the code runs from (with '+dirty' if changed), or 'unknown'."""
-    def git(*args: str) -> str:
-        here = Path(__file__).resolve().parent
-        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5).stdout.strip()
-
-    try:
-        sha = git("rev-parse", "--short=12", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
 
 
 class CsvLog:
@@ -139,22 +124,3 @@ def write_json(path: Path, data: Mapping) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)
-
-
-def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> str:
-    """A plain box table for the terminal: one row per dict, floats to 3 decimals."""
-    if not rows:
-        return ""
-    columns = list(columns or rows[0])
-
-    def fmt(v) -> str:
-        if isinstance(v, float):
-            return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
-        return str(v)
-
-    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    head = "|" + "|".join(f" {c:<{w}} " for c, w in zip(columns, widths)) + "|"
-    body = ["|" + "|".join(f" {v:>{w}} " for v, w in zip(row, widths)) + "|" for row in cells]
-    return "\n".join([line, head, line, *body, line])

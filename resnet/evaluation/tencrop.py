@@ -10,7 +10,11 @@ network sees one batch of ``10 x N`` crops in one forward.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+from .loader import EvalProtocol, resize_shorter
 
 # The order of :func:`crop_boxes` and of the first five crops of :func:`ten_crop`.
 CROP_NAMES = ("top_left", "top_right", "bottom_left", "bottom_right", "centre")
@@ -77,3 +81,21 @@ def average_crops(logits: torch.Tensor, crops: int) -> torch.Tensor:
     if crops == 1:
         return logits
     return logits.float().softmax(dim=-1).view(-1, crops, logits.shape[-1]).mean(dim=1)
+
+
+def protocol_view(
+    protocol: EvalProtocol, resize: int | None = None
+) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """The input transform of the evaluation loop for ``protocol``: a loader batch (and each
+    image's true size, for zero-padded batches) -> [N * crops, C, crop, crop], the crops of an
+    image adjacent. ``resize``: the shorter side to resize to first, for data the loader did
+    not resize (in-memory datasets)."""
+
+    def view(images: torch.Tensor, sizes: torch.Tensor | None) -> torch.Tensor:
+        if resize is not None:
+            images = resize_shorter(images, resize, protocol.interpolation)
+        if protocol.crops == 1:
+            return centre_crop(images, protocol.crop)  # a no-op where the loader already cropped
+        return ten_crop(images, protocol.crop, sizes).flatten(0, 1)
+
+    return view

@@ -1,4 +1,4 @@
-"""Published reference numbers of ``shared/PADDING.md`` ("Reference numbers") as data.
+"""Published reference numbers (docs/padding.md, "Published numbers") as data.
 
 TensorNets (taehoonlee/tensornets, README and issue #25): ImageNet val, single
 centre crop, errors in %, each model under its native padding. Keys are our
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .archs import ALIASES
+from ..archs import ALIASES
 
 _TENSORNETS_NAME = {arch: name for name, arch in ALIASES.items()}  # ours -> TensorNets'
 

@@ -1,10 +1,10 @@
-"""Evaluation results: one JSON object per line, appended safely by every run.
+"""Evaluation results: one JSON object per line, appended safely by every run, read back here.
 
 The file is the stable record the tables are built from, so every row carries its
-whole protocol (PADDING.md: "Every result row must record its protocol"): the
+whole protocol (docs/padding.md: "every result row records its protocol"): the
 weights and where they came from, the padding they were trained with and the one
 they ran under, the resize/crop/interpolation/preprocessing, the crop count, and
-the code version.
+the code version. This is the one reader and writer of that file.
 """
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
+
+from ..padding import PRESETS
 
 # Every row has exactly these keys, in this order. Errors are in percent.
 ROW_KEYS = (
@@ -34,7 +38,7 @@ ROW_KEYS = (
     "top5_err",  # %
     "n_images",  # images evaluated, over all processes, each exactly once
     "date",  # ISO 8601, UTC
-    "git_commit",  # resnet.engine.runlog.git_commit()
+    "git_commit",  # git_commit()
 )
 WEIGHTS_SOURCES = ("checkpoint", "torchvision", "timm", "keras")
 
@@ -105,3 +109,62 @@ def _lock(fd: int) -> None:
     except ImportError:  # Windows: O_APPEND's single write is all we have
         return
     fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+PROTOCOL_FIELDS = ("dataset", "input_size", "resize", "crop", "interpolation", "preprocessing", "n_images")
+
+
+def scheme_label(row: Mapping) -> str:
+    """The preset name, or ``custom(site=scheme, ...)`` for the sites that differ from symmetric."""
+    if row["padding_name"] != "custom":
+        return row["padding_name"]
+    base = PRESETS["symmetric"].as_dict()
+    changed = [f"{site}={value}" for site, value in sorted(row["padding"].items()) if base.get(site) != value]
+    return f"custom({', '.join(changed)})"
+
+
+def protocol_label(row: Mapping) -> str:
+    """e.g. ``imagenet, resize 256 → crop 224, bilinear, torch, 50000 images``."""
+    parts = [str(row["dataset"])]
+    if row.get("resize") is not None:
+        parts.append(f"resize {row['resize']} → crop {row.get('crop')}")
+    if row.get("crop") != row["input_size"]:
+        parts.append(f"input {row['input_size']}")
+    parts += [str(row[name]) for name in ("interpolation", "preprocessing") if row.get(name) is not None]
+    return ", ".join(parts) + f", {row['n_images']} images"
+
+
+def _date(row: Mapping) -> datetime:
+    stamp = datetime.fromisoformat(str(row["date"]).replace("Z", "+00:00"))
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)  # naive = UTC
+
+
+def _evaluation_key(row: Mapping) -> tuple:
+    padding = json.dumps(row["padding"], sort_keys=True)
+    model = (row["arch"], row["weights"], row["weights_source"], row["trained_padding"])
+    return (*model, row["padding_name"], padding, int(row["crops"]), *(row.get(f) for f in PROTOCOL_FIELDS))
+
+
+def latest_rows(rows: Iterable[Mapping]) -> list[dict]:
+    """One row per evaluation: the latest ``date`` wins; ties go to the later row."""
+    kept: dict[tuple, tuple[datetime, dict]] = {}
+    for row in rows:
+        key, when = _evaluation_key(row), _date(row)
+        if key not in kept or when >= kept[key][0]:
+            kept[key] = (when, dict(row))
+    return [row for _, row in kept.values()]
+
+
+def git_commit() -> str:
+    """The commit the code runs from (with '+dirty' if changed), or 'unknown'."""
+
+    def git(*args: str) -> str:
+        here = Path(__file__).resolve().parent
+        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"

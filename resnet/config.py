@@ -1,0 +1,167 @@
+"""Run configuration shared by ``train.py`` and ``eval.py``: what both read from a config.
+
+* :class:`ConfigError`: a value (or the data it points at) that cannot work; both scripts
+  print its one line and exit with status 2;
+* :func:`padding_from_config`: the ``+padding=...`` node, or None for the native padding;
+* :func:`check_run_config`, :func:`check_data_config`: the checks that run before any work;
+* :class:`Runtime`, :func:`runtime_for`: where this process computes (its :class:`DistEnv`),
+  under which autocast dtype, in which memory format;
+* :func:`register_configs`: the ``model=<arch>`` and ``padding=<preset>`` options, generated
+  from the architecture table and the padding presets, so neither is written twice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from .archs import ARCHS, canonical_name
+from .distributed import DistEnv
+from .padding import PRESETS, SITES, resolve_padding
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A config value (or the data it points at) that cannot work; the message is one
+    line saying what is wrong. train.py / eval.py print it and exit with status 2."""
+
+
+# --- reading the config ---------------------------------------------------------------
+
+
+def padding_from_config(cfg: DictConfig) -> dict | None:
+    """``+padding=<preset>`` / ``+padding.<site>=<scheme>`` add a ``padding`` node (sites it
+    leaves null keep the preset's scheme); without one, the model's or weights' own padding
+    applies. The value goes to :func:`resnet.padding.resolve_padding`."""
+    node = cfg.get("padding")
+    return None if node is None else OmegaConf.to_container(node, resolve=True)
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """The keys train.yaml and eval.yaml share: batch size, device, amp, padding, data."""
+    if cfg.batch_size <= 0:
+        raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
+    if cfg.device not in DEVICES:
+        raise ConfigError(f"unknown device {cfg.device!r}; choose one of {', '.join(DEVICES)}")
+    if cfg.amp not in AMP_DTYPES:
+        raise ConfigError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
+    try:
+        if cfg.get("model") is not None:
+            canonical_name(cfg.model.arch)  # model.arch=<typo> fails here, listing the names
+        resolve_padding(padding_from_config(cfg))  # unknown preset / site / scheme fails here, before any work
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+    check_data_config(cfg.data)
+    check_data_package()
+
+
+def check_data_config(data_cfg: DictConfig) -> None:
+    """The data keys every run needs: a root directory for image folders, a sane worker count."""
+    cpus = os.cpu_count() or 1
+    if not 0 <= data_cfg.workers <= 4 * cpus:  # 4 decode processes per core is already past the useful range
+        raise ConfigError(
+            f"data.workers={data_cfg.workers} is out of range: 0 (load in the main process) "
+            f"to 4 per CPU core ({4 * cpus} on this machine)"
+        )
+    if data_cfg.name == "fashion_mnist":  # built in: root may be null
+        return
+    if OmegaConf.is_missing(data_cfg, "root"):
+        raise ConfigError(f"data={data_cfg.name} needs data.root=/path/to/{data_cfg.name}")
+    root = data_cfg.root
+    if root is None or not Path(root).is_dir():
+        what = "a file" if root is not None and Path(root).exists() else "not a directory"
+        raise ConfigError(
+            f"data.root={root} is {what}; {data_cfg.name} needs a directory holding train/<class>/* and val/<class>/*"
+        )
+
+
+def check_data_package() -> None:
+    """The top-level ``data`` package must be this project's, not one that shadows it (a
+    ``data/`` package in the working directory, or another distribution's)."""
+    ours = Path(__file__).resolve().parent.parent / "data"  # installed beside resnet/, editable or not
+    spec = importlib.util.find_spec("data")
+    found = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+    if found != ours:
+        raise ConfigError(
+            f"the 'data' package imported here is {found or 'a namespace package'}, not this project's {ours}; "
+            "run from another directory (or rename that package)"
+        )
+
+
+# --- where and how tensors run -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """This process's device (through its :class:`DistEnv`), autocast dtype and memory format."""
+
+    env: DistEnv
+    amp_dtype: torch.dtype | None = None  # None = float32; bfloat16 or float16 under autocast
+    channels_last: bool = False
+
+    @classmethod
+    def local(cls, device: str | torch.device = "cpu") -> Runtime:
+        """One process, float32, contiguous: for library calls (detection, tests)."""
+        return cls(DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device(device)))
+
+    @property
+    def device(self) -> torch.device:
+        return self.env.device
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def place(self, model: nn.Module) -> nn.Module:
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        return model.to(self.device, memory_format=memory_format)
+
+    def to_device(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        non_blocking = self.device.type == "cuda"
+        images = images.to(self.device, non_blocking=non_blocking)
+        labels = labels.to(self.device, non_blocking=non_blocking)
+        return images, labels
+
+    def memory_format(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+
+def runtime_for(cfg: DictConfig, env: DistEnv) -> Runtime:
+    """``amp``, ``channels_last`` (auto: on for CUDA) and ``deterministic`` of a run config."""
+    if cfg.get("deterministic"):
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+    elif env.device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick its fastest kernels
+    channels_last = env.device.type == "cuda" if cfg.channels_last == "auto" else bool(cfg.channels_last)
+    return Runtime(env, AMP_DTYPES[cfg.amp], channels_last)
+
+
+# --- generated config options ---------------------------------------------------------------
+
+
+def register_configs() -> None:
+    """Add the generated options to Hydra's ConfigStore (idempotent; call before composing).
+
+    * ``model=<arch>`` for every architecture of :data:`resnet.archs.ARCHS`: the one model
+      config, ``configs/model/resnet.yaml``, with that ``arch``;
+    * ``padding=<preset>`` for every preset of :data:`resnet.padding.PRESETS`: the preset's
+      name, and a null override slot per site (``padding.stem_pool=same`` fills one).
+    """
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for arch in ARCHS:
+        store.store(group="model", name=arch, node={"defaults": ["resnet", "_self_"], "arch": arch})
+    for preset in PRESETS:
+        store.store(group="padding", name=preset, node={"preset": preset, **dict.fromkeys(SITES)})

@@ -1,0 +1,148 @@
+"""The one evaluation loop: training's validation, ``eval.py``, the demo and padding detection.
+
+A batch is ``(images, labels)`` or a :class:`data.Batch` / :class:`resnet.evaluation.loader.PaddedBatch`
+(``images, labels, skipped, skipped_paths[, sizes]``), images as uint8 NCHW. Per batch:
+
+1. move to the device (:class:`resnet.config.Runtime`);
+2. the input transform ``view`` (none for training's validation; the protocol's crop for
+   ``eval.py``, where 10-crop turns ``[N, C, H, W]`` into ``[N * 10, C, crop, crop]``);
+3. normalise, forward under the runtime's autocast;
+4. the output reduction: the logits themselves for one crop, the mean softmax of each
+   image's crops for more (:func:`resnet.evaluation.tencrop.average_crops`); a head with
+   one class more than the data (TF-slim's background class) has that class dropped;
+5. top-1 / top-5 hits and the summed cross-entropy.
+
+Every process sees a disjoint shard and the sums are all-reduced, so ``n_images`` is the
+split's size exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from ..config import Runtime
+from ..distributed import all_reduce_sum
+from .tencrop import average_crops
+
+View = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (images, sizes or None) -> network input
+
+
+@dataclass
+class Evaluation:
+    """Errors in %; ``loss`` is the mean cross-entropy of the (crop-averaged) predictions."""
+
+    top1_err: float
+    top5_err: float
+    loss: float
+    n_images: int  # over all processes, each once
+    skipped_images: int  # unreadable files the loader dropped, over all processes
+    images_per_s: float
+    skipped_examples: list[str] = field(default_factory=list)  # the first few of this process
+    scores: torch.Tensor | None = None  # [n_images, classes] of this process, when asked for
+
+    def metrics(self) -> dict[str, float | int]:
+        """The numbers a run logs (``val_*`` columns of metrics.csv)."""
+        return {
+            "top1_err": self.top1_err,
+            "top5_err": self.top5_err,
+            "loss": self.loss,
+            "n_images": self.n_images,
+            "skipped_images": self.skipped_images,
+            "images_per_s": self.images_per_s,
+        }
+
+
+def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> list[int]:
+    """How many rows have their label among the k highest scores, for each k."""
+    k_max = min(max(ks), scores.shape[1])
+    top = scores.topk(k_max, dim=1).indices  # (N, k_max), best first
+    hits = top.eq(labels[:, None])
+    return [int(hits[:, : min(k, k_max)].any(dim=1).sum()) for k in ks]
+
+
+def reduce_outputs(logits: torch.Tensor, crops: int, num_classes: int | None) -> torch.Tensor:
+    """[N * crops, K] logits, each image's crops adjacent -> [N, num_classes] scores to rank."""
+    scores = average_crops(logits.float(), crops)
+    if num_classes is not None and scores.shape[1] == num_classes + 1:  # TF-slim: background first
+        scores = scores[:, 1:]
+    return scores
+
+
+def summed_loss(scores: torch.Tensor, labels: torch.Tensor, crops: int) -> float:
+    """Cross-entropy summed over the batch: of the logits (one crop) or of the mean probabilities."""
+    if crops == 1:
+        return F.cross_entropy(scores, labels, reduction="sum").item()
+    return F.nll_loss(scores.clamp_min(1e-12).log(), labels, reduction="sum").item()
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable,
+    runtime: Runtime,
+    normalize: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    view: View | None = None,
+    crops: int = 1,
+    num_classes: int | None = None,
+    desc: str = "eval",
+    progress: bool = True,
+    keep_scores: bool = False,
+) -> Evaluation:
+    """Top-1 / top-5 error and loss of ``model`` over every image of ``loader``, all processes together.
+
+    ``view`` makes the network input from a batch on the device (``crops`` inputs per image);
+    ``num_classes``: the data's classes, to drop a background class; ``keep_scores``: keep
+    this process's scores in the result (detection compares them between schemes).
+    """
+    model.eval()
+    env = runtime.env
+    sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # top1, top5, loss, n, skipped
+    examples: list[str] = []
+    kept: list[torch.Tensor] = []
+    start = time.perf_counter()
+    bar = tqdm(loader, desc=desc, disable=not (progress and env.is_main), leave=False)
+    for batch in bar:
+        images, labels = batch[0], batch[1]
+        skipped = int(batch[2]) if len(batch) > 2 else 0
+        sums[4] += skipped
+        if len(batch) > 3:
+            examples += list(batch[3])[: max(5 - len(examples), 0)]
+        if labels.numel() == 0:  # every image of the batch was unreadable
+            continue
+        images, labels = runtime.to_device(images, labels)
+        sizes = batch[4].to(env.device) if len(batch) > 4 else None
+        x = view(images, sizes) if view is not None else images
+        x = runtime.memory_format(normalize(x))
+        with runtime.autocast():
+            logits = model(x)
+        scores = reduce_outputs(logits, crops, num_classes)
+        top1, top5 = topk_correct(scores, labels)
+        sums[0] += top1
+        sums[1] += top5
+        sums[2] += summed_loss(scores, labels, crops)
+        sums[3] += labels.shape[0]
+        if keep_scores:
+            kept.append(scores.cpu())
+    bar.close()
+    sums = all_reduce_sum(sums, env)
+    n = int(sums[3].item())
+    seconds = time.perf_counter() - start
+    return Evaluation(
+        top1_err=100.0 * (1 - sums[0].item() / n) if n else math.nan,
+        top5_err=100.0 * (1 - sums[1].item() / n) if n else math.nan,
+        loss=sums[2].item() / n if n else math.nan,
+        n_images=n,
+        skipped_images=int(sums[4].item()),
+        images_per_s=n / seconds if seconds else 0.0,
+        skipped_examples=examples,
+        scores=torch.cat(kept) if keep_scores and kept else None,
+    )

@@ -1,0 +1,7 @@
+"""Results, from the rows a run writes to what a person reads.
+
+* :mod:`.rows`: the results file, one JSON row per evaluation (the one reader and writer);
+* :mod:`.tables`: TensorNets-style tables and trained x evaluated matrices from rows;
+* :mod:`.charts`: their charts; :mod:`.published`: the published numbers beside them;
+* :mod:`.console`: the summary table every run prints.
+"""

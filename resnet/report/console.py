@@ -1,0 +1,30 @@
+"""Tables for the terminal: the summary every run prints at its end."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> str:
+    """A plain box table for the terminal: one row per dict, floats to 3 decimals."""
+    if not rows:
+        return ""
+    columns = list(columns or rows[0])
+
+    def fmt(v) -> str:
+        if isinstance(v, float):
+            return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
+        return str(v)
+
+    cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    head = "|" + "|".join(f" {c:<{w}} " for c, w in zip(columns, widths)) + "|"
+    body = ["|" + "|".join(f" {v:>{w}} " for v, w in zip(row, widths)) + "|" for row in cells]
+    return "\n".join([line, head, line, *body, line])
+
+
+def summary(record: Mapping, columns: Mapping[str, str], footer: str) -> str:
+    """A run's closing table: ``columns`` maps each heading to its key in ``record``."""
+    row = {heading: record[key] for heading, key in columns.items()}
+    return "\n" + format_table([row]) + "\n" + footer

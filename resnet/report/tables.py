@@ -1,0 +1,262 @@
+"""TensorNets-style error tables and the trained-with x evaluated-with matrix, from result rows.
+
+Rules, so that no number is silently merged with another:
+
+* **Latest wins.** Rows that repeat the same evaluation (same weights, scheme, crops and
+  protocol) are re-runs: the one with the latest ``date`` is kept (on equal dates, the
+  later line of the file).
+* **Protocol separates.** The protocol (dataset, input size, resize, crop,
+  interpolation, preprocessing, number of images) is part of every table row's label,
+  so results measured differently never share a row, a delta or a matrix.
+* A scheme is its ``padding_name``; a ``custom`` per-site padding is labelled by the
+  sites where it departs from ``symmetric``, so two custom schemes never merge.
+* 10-crop Top-5 is the ``top5_err`` of the row with ``crops=10``, same protocol.
+
+Output: Markdown, CSV and ``wandb.Table``; the charts are :mod:`resnet.report.charts`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..archs import ARCHS
+from ..padding import PRESETS
+from .published import tensornets_reference
+from .rows import latest_rows, protocol_label, scheme_label
+
+METRICS = ("top1_err", "top5_err", "top5_err_10crop")  # the three columns of a scheme
+METRIC_TITLES = {"top1_err": "Top-1", "top5_err": "Top-5", "top5_err_10crop": "10-crop Top-5"}
+MODEL_COLUMNS = ("model", "weights", "trained with", "protocol")
+
+
+def _scheme_order(labels: Iterable[str]) -> list[str]:
+    presets = list(PRESETS)
+    return sorted(set(labels), key=lambda s: (presets.index(s) if s in presets else len(presets), s))
+
+
+def _arch_order(arch: str) -> tuple[int, str]:
+    archs = list(ARCHS)
+    return (archs.index(arch) if arch in archs else len(archs), arch)
+
+
+# --- the TensorNets-style table -----------------------------------------------------
+
+
+@dataclass
+class ModelRow:
+    """One table row: one set of weights under one protocol; errors[scheme][metric] in %."""
+
+    arch: str
+    weights: str
+    weights_source: str
+    trained_padding: str
+    protocol: str
+    errors: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def error(self, scheme: str, metric: str) -> float | None:
+        return self.errors.get(scheme, {}).get(metric)
+
+
+@dataclass
+class SchemeTable:
+    """Rows = models, columns = Top-1 / Top-5 / 10-crop Top-5 per scheme, plus ``delta``."""
+
+    schemes: list[str]
+    rows: list[ModelRow]
+    delta: tuple[str, str] | None = None  # (a, b): the columns show a - b
+
+    def delta_of(self, row: ModelRow, metric: str) -> float | None:
+        if self.delta is None:
+            return None
+        a, b = (row.error(s, metric) for s in self.delta)
+        return None if a is None or b is None else round(a - b, 6)  # inputs have <= 6 decimals
+
+
+def scheme_table(
+    rows: Iterable[Mapping], schemes: Sequence[str] | None = None, delta: Sequence[str] | None = None
+) -> SchemeTable:
+    """Build the table from result rows (deduplicated here: latest wins).
+
+    ``schemes``: which columns, in order (default: every scheme present, presets first).
+    ``delta``: (a, b) for ``a - b`` columns; default the second scheme minus the first.
+    """
+    rows = latest_rows(rows)
+    present = _scheme_order(scheme_label(r) for r in rows)
+    schemes = list(schemes) if schemes else present
+    unknown = sorted(set(schemes) - set(present))
+    if unknown:
+        raise ValueError(f"no results for scheme(s) {', '.join(unknown)}; the results have {', '.join(present)}")
+    if delta is None and len(schemes) >= 2:
+        delta = (schemes[1], schemes[0])
+    if delta is not None and (len(delta) != 2 or not set(delta) <= set(schemes)):
+        raise ValueError(f"delta must name two of the table's schemes ({', '.join(schemes)}), got {list(delta)}")
+    table: dict[tuple, ModelRow] = {}
+    for r in rows:
+        scheme = scheme_label(r)
+        if scheme not in schemes:
+            continue
+        key = (r["arch"], r["weights"], r["weights_source"], r["trained_padding"], protocol_label(r))
+        model_row = table.setdefault(key, ModelRow(*key))
+        metrics = model_row.errors.setdefault(scheme, {})
+        if int(r["crops"]) == 10:
+            metrics["top5_err_10crop"] = float(r["top5_err"])
+        else:
+            metrics.update(top1_err=float(r["top1_err"]), top5_err=float(r["top5_err"]))
+    ordered = sorted(table.values(), key=lambda m: (_arch_order(m.arch), m.weights, m.protocol))
+    return SchemeTable(schemes, ordered, tuple(delta) if delta else None)
+
+
+def scheme_records(table: SchemeTable, reference: bool = False) -> tuple[list[str], list[dict]]:
+    """The table as flat columns and one dict per row (the form CSV, Markdown and W&B take)."""
+    columns = list(MODEL_COLUMNS)
+    columns += [f"{s} {METRIC_TITLES[m]}" for s in table.schemes for m in METRICS]
+    if table.delta:
+        columns += [f"Δ {METRIC_TITLES[m]} ({table.delta[0]} − {table.delta[1]})" for m in METRICS]
+    if reference:
+        columns += [f"TensorNets {METRIC_TITLES[m]}" for m in METRICS] + ["TensorNets padding"]
+    records = []
+    for row in table.rows:
+        values: list = [row.arch, row.weights, row.trained_padding, row.protocol]
+        values += [row.error(s, m) for s in table.schemes for m in METRICS]
+        if table.delta:
+            values += [table.delta_of(row, m) for m in METRICS]
+        if reference:
+            ref = tensornets_reference(row.arch)
+            values += [getattr(ref, m) if ref else None for m in METRICS]
+            values.append(f"{ref.padding_name} @{ref.input_size}" if ref else None)
+        records.append(dict(zip(columns, values)))
+    return columns, records
+
+
+def to_markdown(
+    columns: Sequence[str], records: Sequence[Mapping], bold: Collection[tuple[int, str]] = (), drop_empty: bool = True
+) -> str:
+    """A GitHub Markdown table; errors to 3 decimals as TensorNets prints them, deltas signed,
+    missing cells as '–'. ``bold``: (row index, column) cells to emphasise. ``drop_empty``:
+    leave out columns with no value in any row (the CSV keeps them)."""
+    if drop_empty:
+        columns = [c for c in columns if any(r.get(c) is not None for r in records)]
+
+    def cell(i: int, column: str) -> str:
+        value = records[i].get(column)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            text = "–"
+        elif isinstance(value, float):
+            text = f"{value:+.3f}" if column.startswith("Δ") else f"{value:.3f}"
+        else:
+            text = str(value).replace("|", "\\|")
+        return f"**{text}**" if (i, column) in bold else text
+
+    numeric = [not any(isinstance(r.get(c), str) for r in records) for c in columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    lines += ["| " + " | ".join(cell(i, c) for c in columns) + " |" for i in range(len(records))]
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, columns: Sequence[str], records: Iterable[Mapping]) -> None:
+    """Plain CSV, numbers at full precision, missing cells empty."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows({c: ("" if r.get(c) is None else r[c]) for c in columns} for r in records)
+
+
+# --- the trained-with x evaluated-with matrix --------------------------------------
+
+
+@dataclass
+class CrossMatrix:
+    """Top-1 (or ``metric``) error of weights trained under each row's scheme, evaluated
+    under each column's scheme; one matrix per (arch, protocol)."""
+
+    arch: str
+    protocol: str
+    trained: list[str]  # row labels: trained_padding, plus the weights where one scheme has several
+    evaluated: list[str]  # column labels: schemes
+    cells: dict[tuple[str, str], float]  # (row label, scheme) -> error in %
+    trained_scheme: dict[str, str]  # row label -> the scheme its weights were trained with
+    metric: str = "top1_err"
+
+    def cell(self, trained: str, evaluated: str) -> float | None:
+        return self.cells.get((trained, evaluated))
+
+    def matched(self, trained: str, evaluated: str) -> bool:
+        """Trained and evaluated with the same scheme: the diagonal."""
+        return self.trained_scheme[trained] == evaluated
+
+
+def cross_matrices(
+    rows: Iterable[Mapping], metric: str = "top1_err", weights_sources: Collection[str] | None = ("checkpoint",)
+) -> list[CrossMatrix]:
+    """Matrices from single-crop rows of the given ``weights_sources`` (None: all sources).
+
+    Several weights trained under the same scheme (seeds, recipes) get a row each,
+    labelled ``scheme (weights)``: they are never averaged.
+    """
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in latest_rows(rows):
+        if int(r["crops"]) == 1 and (weights_sources is None or r["weights_source"] in weights_sources):
+            groups.setdefault((r["arch"], protocol_label(r)), []).append(r)
+    matrices = []
+    for (arch, protocol), group in sorted(groups.items(), key=lambda g: (_arch_order(g[0][0]), g[0][1])):
+        weights_per_scheme: dict[str, set] = {}
+        for r in group:
+            weights_per_scheme.setdefault(r["trained_padding"], set()).add((r["weights_source"], r["weights"]))
+        shared = {scheme for scheme, weights in weights_per_scheme.items() if len(weights) > 1}
+        labels = [f"{r['trained_padding']} ({r['weights']})" if r["trained_padding"] in shared else r["trained_padding"]
+                  for r in group]
+        cells = {(label, scheme_label(r)): float(r[metric]) for label, r in zip(labels, group)}
+        trained_scheme = {label: r["trained_padding"] for label, r in zip(labels, group)}
+        order = {s: i for i, s in enumerate(_scheme_order(weights_per_scheme))}
+        trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], t))
+        evaluated = _scheme_order(e for _, e in cells)
+        matrices.append(CrossMatrix(arch, protocol, trained, evaluated, cells, trained_scheme, metric))
+    return matrices
+
+
+def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict]]:
+    """All matrices as one wide table: arch, protocol, trained with, one column per scheme."""
+    schemes = _scheme_order(s for m in matrices for s in m.evaluated)
+    columns = ["arch", "protocol", "trained with", *schemes]
+    records = [
+        {"arch": m.arch, "protocol": m.protocol, "trained with": t, **{s: m.cell(t, s) for s in schemes}}
+        for m in matrices
+        for t in m.trained
+    ]
+    return columns, records
+
+
+def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
+    """One Markdown matrix per (arch, protocol); matched schemes (the diagonal) in bold."""
+    if not matrices:
+        return "No checkpoint results to cross: evaluate checkpoints under several schemes first."
+    parts = []
+    for m in matrices:
+        columns = ["trained with \\ evaluated with", *m.evaluated]
+        records = [{columns[0]: t, **{s: m.cell(t, s) for s in m.evaluated}} for t in m.trained]
+        diagonal = {(i, s) for i, t in enumerate(m.trained) for s in m.evaluated if m.matched(t, s)}
+        title = f"**{m.arch}**, {m.protocol}: {METRIC_TITLES[m.metric]} error (%)"
+        parts.append(title + "\n\n" + to_markdown(columns, records, bold=diagonal))
+    return "\n\n".join(parts)
+
+
+# --- W&B ------------------------------------------------------------------------
+
+
+def wandb_table(columns: Sequence[str], records: Sequence[Mapping]):
+    """A ``wandb.Table`` of flat records (from :func:`scheme_records` or :func:`cross_records`)."""
+    import wandb
+
+    return wandb.Table(columns=list(columns), data=[[r.get(c) for c in columns] for r in records])
+
+
+def log_to_wandb(run, table: SchemeTable, matrices: Sequence[CrossMatrix], reference: bool = False) -> None:
+    """Log both tables to a W&B run (``wandb.init(...)``), as ``padding/tensornets`` and ``padding/cross``."""
+    run.log({
+        "padding/tensornets": wandb_table(*scheme_records(table, reference)),
+        "padding/cross": wandb_table(*cross_records(matrices)),
+    })

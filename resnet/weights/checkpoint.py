@@ -1,0 +1,31 @@
+"""Our own checkpoints (train.py's ``last.pt``, :func:`resnet.checkpoint.save_checkpoint`).
+
+``weights=/path/last.pt`` (or ``checkpoint:/path``): the architecture, padding and
+preprocessing come from the checkpoint's meta; the crop, resize ratio and interpolation
+the run validated at come from the config train.py records in it. The file is read once.
+"""
+
+from __future__ import annotations
+
+from ..checkpoint import load_checkpoint, model_from_checkpoint
+from .common import LoadedWeights, OriginProtocol, WeightsSpec, WeightsUnavailable
+
+FORMS = ("/path/to/last.pt or checkpoint:/path/to/last.pt",)
+
+
+def is_published_name(text: str) -> bool:
+    return False  # checkpoints are files only
+
+
+def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
+    if not spec.path.is_file():
+        raise WeightsUnavailable(
+            f"no checkpoint at {spec.path}; pass weights=/path/to/last.pt (a train.py run dir has one)"
+        )
+    checkpoint = load_checkpoint(spec.path)
+    model = model_from_checkpoint(checkpoint, where=spec.path)
+    data = checkpoint.get("config", {}).get("data", {})
+    origin = OriginProtocol(
+        crop=data.get("image_size"), crop_pct=data.get("crop_pct"), interpolation=data.get("interpolation")
+    )
+    return LoadedWeights(model, origin)

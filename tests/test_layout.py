@@ -1,0 +1,105 @@
+"""The layout holds: no import circles inside the project, evaluation independent of training."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("resnet", "data")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Project modules ``path`` imports, at any depth of the file (lazy imports count too)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}  # "from . import x" names a module
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for imported in imports_of(path):
+            while imported and imported not in files:  # resnet.weights.from_keras -> resnet.weights
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), each a cycle's members."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_import_circles():
+    # A package __init__ that re-exports its submodules is the usual exception: it is
+    # imported first, so leave the edges from a submodule to its own package out.
+    graph = {name: {t for t in targets if not name.startswith(t + ".")} for name, targets in import_graph().items()}
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_evaluation_never_imports_training():
+    graph = import_graph()
+    evaluation = [name for name in graph if name.startswith("resnet.evaluation")]
+    assert evaluation, "no resnet.evaluation modules found"
+    for name in evaluation:
+        assert not {t for t in graph[name] if t.startswith("resnet.engine")}, name
+
+
+def test_weights_sources_do_not_reach_into_each_other():
+    """Each source uses the shared helpers (common.py); none imports another's private names."""
+    for path in (REPO / "resnet" / "weights").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"{path.name} imports private {private} from {node.module}"

@@ -1,1 +1,2 @@
-"""Training and evaluation machinery used by train.py and eval.py (one job per module)."""
+"""Training (``train.py``): run.py is its body; loop.py one epoch; optim.py, state.py (resume),
+runlog.py (CSV / W&B). Validation is :mod:`resnet.evaluation.loop`, shared with ``eval.py``."""

@@ -12,6 +12,9 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from resnet.config import ConfigError, check_data_package
 from tests.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,15 +94,13 @@ def test_run_outputs_are_never_committed():
     assert proc.stdout.split() == outputs, f"not ignored: {sorted(set(outputs) - set(proc.stdout.split()))}"
 
 
-def test_a_shadowing_data_package_is_refused_in_one_line(tmp_path):
+def test_a_shadowing_data_package_is_refused_in_one_line(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "__init__.py").write_text("")  # someone else's data/ package in the working directory
-    proc = subprocess.run(
-        [sys.executable, "-c", "from resnet.config import check_data_package; check_data_package()"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode != 0 and f"'data' package imported here is {tmp_path / 'data'}" in proc.stderr
-    assert "run from another directory" in proc.stderr
+    (tmp_path / "data" / "__init__.py").write_text("")  # someone else's data/ package, first on the path
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "data", raising=False)  # as in a fresh process
+    with pytest.raises(ConfigError, match=f"'data' package imported here is {tmp_path / 'data'}.*another directory"):
+        check_data_package()
 
 
 def test_a_non_editable_install_works_without_the_checkout(tmp_path):
@@ -112,23 +113,21 @@ def test_a_non_editable_install_works_without_the_checkout(tmp_path):
         if (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(wheel_dir), str(source)], check=True, capture_output=True, timeout=300)  # fmt: skip
+    build = f"from setuptools.build_meta import build_wheel; build_wheel({str(wheel_dir)!r})"  # what pip wheel calls
+    wheel_dir.mkdir()
+    subprocess.run([sys.executable, "-c", build], cwd=source, check=True, capture_output=True, timeout=300)
     (wheel,) = wheel_dir.glob("resnet_padding-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
+    with zipfile.ZipFile(wheel) as archive:  # pure Python: installing a wheel is unpacking it
         top = {name.split("/")[0] for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")}
+        archive.extractall(site)
     assert top == {"resnet", "data"}
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
     script = (
         "import resnet, resnet.weights, resnet.tables, resnet.evaluation.run, resnet.engine.run\n"
         "from resnet.config import check_data_package; check_data_package()\n"
         "print(resnet.__file__)\n"
+        "from resnet.demo import config_dir; config_dir()\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(site)})  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == str(site / "resnet" / "__init__.py")
-    demo = subprocess.run([sys.executable, "-m", "resnet.demo"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(site)})  # fmt: skip
-    assert demo.returncode != 0 and "run from the repository root or set RESNET_PADDING_CONFIGS" in demo.stderr
+    assert proc.stdout.strip() == str(site / "resnet" / "__init__.py"), proc.stderr[-2000:]
+    assert proc.returncode != 0 and "run from the repository root or set RESNET_PADDING_CONFIGS" in proc.stderr

@@ -21,14 +21,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .archs import arch_spec
 from .model import ResNet, build_model
 
 # What torch.load(weights_only=True) reconstructs without an allow-list. Exact types:
 # a subclass (numpy.float64 is a float) is pickled as an object and would be refused.
 _PLAIN_TYPES = (str, bytes, int, float, bool, type(None), torch.Size, torch.dtype, torch.device)
-# Meta fields that are Arch fields too: a recorded value that differs from the table row
-# (a run's preprocessing, an importer's BN epsilon) is rebuilt as an override.
+# Meta fields that are Arch fields too: the recorded value wins over the table row (a run's
+# preprocessing, an importer's BN epsilon, a row changed since); build_model keeps what differs.
 _ARCH_FIELDS = ("preprocessing", "eval_size", "bn_eps")
 
 
@@ -103,12 +102,9 @@ def model_from_checkpoint(
     if "model" not in checkpoint or "meta" not in checkpoint:
         raise ValueError(f"{where} has no 'model' and 'meta' entries; was it written by save_checkpoint?")
     recorded, state = checkpoint["meta"], checkpoint["model"]
-    _, table, overrides = arch_spec(recorded["arch"], recorded.get("overrides", {}))
     if "eval_size" not in recorded and "input_size" in recorded:  # the name before eval_size
         recorded = {**recorded, "eval_size": recorded["input_size"]}
-    for key in _ARCH_FIELDS:
-        if key in recorded and recorded[key] != getattr(table, key):
-            overrides[key] = recorded[key]
+    overrides = {**recorded.get("overrides", {}), **{k: recorded[k] for k in _ARCH_FIELDS if k in recorded}}
     model = build_model(
         recorded["arch"],
         recorded["num_classes"],

@@ -23,11 +23,10 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from .archs import ARCHS, canonical_name
-from .distributed import DistEnv
+from .distributed import DEVICES, DistEnv
 from .padding import PRESETS, SITES, resolve_padding
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-DEVICES = ("auto", "cpu", "cuda")
 
 
 class ConfigError(ValueError):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+DEVICES = ("auto", "cpu", "cuda")  # the values of a run config's `device`
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -29,8 +31,8 @@ class DistEnv:
 
 
 def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:
-    if preference not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"unknown device {preference!r}; choose one of auto, cpu, cuda")
+    if preference not in DEVICES:
+        raise ValueError(f"unknown device {preference!r}; choose one of {', '.join(DEVICES)}")
     if preference == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device=cuda but no CUDA device is visible; use device=cpu (or auto)")
     if preference == "cpu" or not torch.cuda.is_available():

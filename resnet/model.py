@@ -206,6 +206,8 @@ def build_model(
     ``eval_size``, ``widths``, ...); they are recorded in ``meta`` so the model rebuilds.
     """
     name, spec, overrides = arch_spec(arch, overrides)
+    row = ARCHS[name]
+    overrides = {key: value for key, value in overrides.items() if value != getattr(row, key)}  # what differs
     if spec.preprocessing not in PREPROCESSING:
         raise ValueError(f"unknown preprocessing {spec.preprocessing!r}; choose one of {', '.join(PREPROCESSING)}")
     meta = ModelMeta(

@@ -72,6 +72,9 @@ def test_meta_is_set_once_and_cannot_change():
     with pytest.raises(AttributeError):
         model.meta.source = "keras"
     assert model.meta.padding == PRESETS["symmetric"] and model.meta.in_chans == 3
+    # Overrides are what differs from the architecture's row: resnet_tiny already evaluates at 28.
+    assert build_model(ARCH, eval_size=28, bn_eps=1e-5).meta.overrides == ()
+    assert build_model(ARCH, eval_size=32).meta.overrides == (("eval_size", 32),)
 
 
 def test_checkpoints_written_before_eval_size_still_load(tmp_path, x):

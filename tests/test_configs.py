@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import replace
 
 import pytest
 import torch
@@ -88,14 +89,17 @@ def test_per_site_overrides():
     # a single site over the model's native preset, without naming a preset
     cfg = compose_train("model=resnet50_v1", "+padding.stem_pool=valid")
     assert padding_from_config(cfg) == {"stem_pool": "valid"}
-    padding = build_run_model(cfg).meta.padding
-    assert padding == PRESETS["caffe"].__class__(**{**PRESETS["caffe"].as_dict(), "stem_pool": "valid"})
+    assert build_run_model(cfg).meta.padding == replace(PRESETS["caffe"], stem_pool="valid")
 
 
 def test_every_site_can_be_overridden_after_a_preset():
-    for site in SITES:
-        cfg = compose_train("+padding=tf_same", f"padding.{site}={'-inf' if site == 'stem_pool_value' else 'valid'}")
-        assert getattr(build_run_model(cfg).meta.padding, site) in ("valid", "-inf")
+    # Each value differs from the keras preset's, so an ignored override fails; -inf arrives
+    # from the command line as a float, as a user types it.
+    changed = {"stem_conv": "valid", "stem_pool": "valid", "stem_pool_value": "-inf", "block_conv": "valid"}
+    assert set(changed) == set(SITES) and all(getattr(PRESETS["keras"], s) != v for s, v in changed.items())
+    for site, value in changed.items():
+        padding = build_run_model(compose_train("+padding=keras", f"padding.{site}={value}")).meta.padding
+        assert padding == replace(PRESETS["keras"], **{site: value}), site
 
 
 def test_unknown_preset_lists_the_choices():

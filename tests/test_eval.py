@@ -143,10 +143,10 @@ def test_topk_errors_on_hand_made_logits():
         ]
     )
     labels = torch.tensor([0, 5, 5, 2])
-    assert topk_correct(reduce_outputs(logits, 1, num_classes=6), labels) == [2, 3]
+    assert topk_correct(reduce_outputs(logits, 1, num_classes=6), labels).tolist() == [2, 3]
     # A head with one class more than the data (TF-slim's 1001): column 0 is background.
     with_background = torch.cat([torch.full((4, 1), 99.0), logits], dim=1)
-    assert topk_correct(reduce_outputs(with_background, 1, num_classes=6), labels) == [2, 3]
+    assert topk_correct(reduce_outputs(with_background, 1, num_classes=6), labels).tolist() == [2, 3]
 
 
 def test_ten_crops_average_softmax():

@@ -60,12 +60,13 @@ class Evaluation:
         }
 
 
-def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> list[int]:
-    """How many rows have their label among the k highest scores, for each k."""
+def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> torch.Tensor:
+    """How many rows have their label among the k highest scores, for each k: a tensor on
+    the scores' device, so that summing it over batches waits for nothing."""
     k_max = min(max(ks), scores.shape[1])
     top = scores.topk(k_max, dim=1).indices  # (N, k_max), best first
     hits = top.eq(labels[:, None])
-    return [int(hits[:, : min(k, k_max)].any(dim=1).sum()) for k in ks]
+    return torch.stack([hits[:, : min(k, k_max)].any(dim=1).sum() for k in ks])
 
 
 def reduce_outputs(logits: torch.Tensor, crops: int, num_classes: int | None) -> torch.Tensor:
@@ -76,11 +77,11 @@ def reduce_outputs(logits: torch.Tensor, crops: int, num_classes: int | None) ->
     return scores
 
 
-def summed_loss(scores: torch.Tensor, labels: torch.Tensor, crops: int) -> float:
+def summed_loss(scores: torch.Tensor, labels: torch.Tensor, crops: int) -> torch.Tensor:
     """Cross-entropy summed over the batch: of the logits (one crop) or of the mean probabilities."""
     if crops == 1:
-        return F.cross_entropy(scores, labels, reduction="sum").item()
-    return F.nll_loss(scores.clamp_min(1e-12).log(), labels, reduction="sum").item()
+        return F.cross_entropy(scores, labels, reduction="sum")
+    return F.nll_loss(scores.clamp_min(1e-12).log(), labels, reduction="sum")
 
 
 @torch.no_grad()
@@ -125,9 +126,7 @@ def evaluate(
         with runtime.autocast():
             logits = model(x)
         scores = reduce_outputs(logits, crops, num_classes)
-        top1, top5 = topk_correct(scores, labels)
-        sums[0] += top1
-        sums[1] += top5
+        sums[:2] += topk_correct(scores, labels)
         sums[2] += summed_loss(scores, labels, crops)
         sums[3] += labels.shape[0]
         if keep_scores:

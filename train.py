@@ -20,6 +20,7 @@ from resnet.config import register_configs
 def main(cfg: DictConfig) -> float | None:
     from resnet.config import ConfigError
     from resnet.engine.loop import NonFiniteLoss
+    from resnet.engine.preempt import Stopped
     from resnet.engine.run import train
 
     try:
@@ -27,6 +28,9 @@ def main(cfg: DictConfig) -> float | None:
     except (ConfigError, NonFiniteLoss) as err:  # one line, no traceback; 2: fix the config or data
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2 if isinstance(err, ConfigError) else 1) from None
+    except Stopped as stopped:  # a preemption signal: saved; 0 when the requeued job goes on, else 3
+        print(stopped, file=sys.stderr)
+        raise SystemExit(0 if stopped.requeued else 3) from None
     return results["top1_err"]  # what a Hydra sweeper would minimise
 
 

@@ -85,7 +85,7 @@ class ImageFolder(Dataset):
         return len(self.samples)
 
     def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, int] | BadImage:
-        """``item``: an index, or ``(index, seed)`` from :class:`data.samplers.SeededSampler`,
+        """``item``: an index, or ``(index, seed)`` from :class:`data.samplers.EpochSampler`,
         in which case the transform's random draws come from that seed alone."""
         if isinstance(item, tuple):
             index, seed = item

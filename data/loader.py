@@ -32,14 +32,14 @@ What the trainer does::
   all-reduced count equals ``loaders.val_size``.
 * ``loaders.protocol`` records the transforms; put it in every result row.
 * Image-folder augmentation is seeded per sample from (``seed``, epoch, index)
-  (:class:`data.samplers.SeededSampler`): the same for any number of workers or ranks, and
+  (:class:`data.samplers.EpochSampler`): the same for any number of workers or ranks, and
   after a resume. ``fashion_mnist`` (in memory, ``workers=0``) draws from the process's
   global RNG, which the trainer reseeds every epoch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -48,7 +48,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from .batch import collate, pass_batch
 from .imagefolder import ImageFolder
 from .in_memory import TensorImages
-from .samplers import SeededSampler, ShardSampler
+from .samplers import EpochSampler, ShardSampler
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
 
 DATASETS = ("fashion_mnist", "imagenet", "imagefolder")
@@ -64,10 +64,12 @@ class Loaders:
     image_size: int  # side of the square images of both loaders
     val_size: int  # images in the whole val split, over all ranks
     protocol: dict[str, str]  # dataset and transforms, for result rows
+    order_depends_on: dict = field(default_factory=dict)  # besides world size and batch: what fixes the batch order
 
-    def set_epoch(self, epoch: int) -> None:
-        """Call before every epoch: reshuffles the train shards (``DistributedSampler``)."""
-        self.train.sampler.set_epoch(epoch)
+    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+        """Call before every epoch: reshuffles the train split; ``start_step`` > 0 skips the
+        batches a run resumed mid-epoch has already trained on."""
+        self.train.sampler.set_epoch(epoch, start_step * self.train.batch_size)
 
 
 def build_loaders(
@@ -145,9 +147,9 @@ def build_loaders(
 
 
 def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int) -> Sampler:
-    """Shuffled shards reseeded per epoch; for image folders also a seed per sample (exact resume)."""
+    """Shuffled shares reseeded per epoch; for image folders also a seed per sample (exact resume)."""
     shards = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    return SeededSampler(shards, seed) if isinstance(train_set, ImageFolder) else shards
+    return EpochSampler(shards, seed, seeded=isinstance(train_set, ImageFolder))
 
 
 def _split_dirs(name: str, root: str | None) -> tuple[Path, Path]:

@@ -12,6 +12,7 @@ most one and nothing is repeated, so summing correct counts and image counts ove
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 
 from torch.utils.data import DistributedSampler, Sampler
 
@@ -36,25 +37,37 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return ((seed * 1_000_003 + epoch) * 2_654_435_761 + index) % (2**63 - 1)
 
 
-class SeededSampler(Sampler[tuple[int, int]]):
-    """Yields ``(index, seed)``: the dataset seeds each sample's augmentation with it.
+class EpochSampler(Sampler):
+    """This rank's shuffled share of one epoch, from any position in it.
 
-    Augmentation then depends on (seed, epoch, index) alone: not on the number of loader
-    workers, whether they persist across epochs, how many epochs this process has run, or
-    the world size. A run resumed at an epoch boundary repeats the uninterrupted run exactly.
+    ``set_epoch(epoch, start)`` reshuffles (``DistributedSampler``, seeded by (seed, epoch)) and
+    skips the first ``start`` indices: a run resumed from a checkpoint taken mid-epoch reads
+    exactly what the uninterrupted run read after that point.
+
+    With ``seeded=True`` it yields ``(index, seed)`` and the dataset seeds each sample's
+    augmentation with it (:class:`data.imagefolder.ImageFolder`): augmentation then depends on
+    (seed, epoch, index) alone, not on the number of loader workers, whether they persist
+    across epochs, how many epochs this process has run, or the world size.
     """
 
-    def __init__(self, inner: DistributedSampler, seed: int):
+    def __init__(self, inner: DistributedSampler, seed: int, seeded: bool = True):
         self.inner = inner
         self.seed = seed
+        self.seeded = seeded
         self.epoch = 0
+        self.start = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        if not 0 <= start <= len(self.inner):
+            raise ValueError(f"start must be in [0, {len(self.inner)}], got {start}")
+        self.epoch, self.start = epoch, start
         self.inner.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return ((i, sample_seed(self.seed, self.epoch, i)) for i in self.inner)
+    def __iter__(self) -> Iterator[int | tuple[int, int]]:
+        indices = islice(self.inner, self.start, None)
+        if not self.seeded:
+            return indices
+        return ((i, sample_seed(self.seed, self.epoch, i)) for i in indices)
 
     def __len__(self) -> int:
-        return len(self.inner)
+        return len(self.inner) - self.start

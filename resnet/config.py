@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from .archs import ARCHS, canonical_name
-from .distributed import DEVICES, DistEnv
+from .distributed import DEVICES, DistEnv, LaunchError, init_distributed
 from .padding import PRESETS, SITES, resolve_padding
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -133,6 +133,15 @@ class Runtime:
 
     def memory_format(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+
+def join_job(cfg: DictConfig) -> DistEnv:
+    """This process's place in the job (:func:`resnet.distributed.init_distributed`); a launch
+    that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
+    try:
+        return init_distributed(cfg.device)
+    except LaunchError as err:
+        raise ConfigError(str(err)) from None
 
 
 def runtime_for(cfg: DictConfig, env: DistEnv) -> Runtime:

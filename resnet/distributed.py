@@ -1,17 +1,50 @@
-"""Distributed setup shared by training and evaluation: read torchrun's environment, return where this process runs.
+"""Distributed setup shared by training and evaluation: who launched this process, where it runs.
 
-NCCL on GPU, gloo on CPU. Nothing here mutates configs or patches builtins.
+Four launchers, read in this order (the first that applies wins):
+
+* **torchrun** (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT`` set by its agent);
+* **submitit** (hydra-submitit-launcher, ``SUBMITIT_EXECUTOR``): ``submitit.JobEnvironment``,
+  which reads SLURM's variables on a cluster and its own on the local executor;
+* **srun** (``SLURM_PROCID``): one process per SLURM task. Rank, local rank and world size are the
+  step's task identity; the master is the first node of the step's node list and the port is
+  derived from the job id (the same on every task and after a requeue). ``MASTER_ADDR`` /
+  ``MASTER_PORT`` exported by the job script win over both;
+* plain ``python``: one process.
+
+Each process uses ``cuda:<local rank>`` (or ``cuda:0`` where SLURM bound one GPU per task), NCCL on
+GPU, gloo on CPU. Nothing here mutates configs, the environment or builtins.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 DEVICES = ("auto", "cpu", "cuda")  # the values of a run config's `device`
+LAUNCHERS = ("single", "torchrun", "submitit", "srun")
+
+
+class LaunchError(RuntimeError):
+    """The launcher's environment cannot form a process group; one line says what to do."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place in the job, as its launcher describes it."""
+
+    launcher: str  # one of LAUNCHERS
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    job_id: str | None = None  # SLURM's (or submitit's) job id: requeues and run dirs key on it
 
 
 @dataclass(frozen=True)
@@ -20,6 +53,7 @@ class DistEnv:
     world_size: int
     local_rank: int
     device: torch.device
+    launch: Launch | None = None
 
     @property
     def is_main(self) -> bool:
@@ -30,43 +64,164 @@ class DistEnv:
         return self.world_size > 1
 
 
-def pick_device(preference: str = "auto", local_rank: int = 0) -> torch.device:
+def detect_launch(environ: Mapping[str, str] | None = None) -> Launch:
+    """Read the launcher's variables (see the module docstring for the order)."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world = int(env["WORLD_SIZE"])
+        return Launch(
+            "torchrun",
+            rank=int(env["RANK"]),
+            world_size=world,
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env.get("MASTER_PORT", "29500")),
+        )
+    if env.get("SUBMITIT_EXECUTOR"):
+        return _submitit_launch(env)
+    if "SLURM_PROCID" in env:
+        return _srun_launch(env)
+    return Launch("single")
+
+
+def _submitit_launch(env: Mapping[str, str]) -> Launch:
+    import submitit  # present whenever submitit started this process
+
+    job = submitit.JobEnvironment()
+    nodes = max(job.num_nodes, 1)
+    return Launch(
+        "submitit",
+        rank=job.global_rank,
+        world_size=job.num_tasks,
+        local_rank=job.local_rank,
+        local_world_size=max(job.num_tasks // nodes, 1),
+        master_addr=env.get("MASTER_ADDR") or ("127.0.0.1" if nodes == 1 else job.hostnames[0]),
+        master_port=int(env.get("MASTER_PORT") or port_for_job(job.job_id)),
+        job_id=job.job_id,
+    )
+
+
+def _srun_launch(env: Mapping[str, str]) -> Launch:
+    job_tasks = int(env.get("SLURM_NTASKS", "1"))
+    if "SLURM_STEP_NUM_TASKS" not in env:
+        if job_tasks > 1:  # the batch script itself (or salloc's shell), not one of srun's tasks
+            raise LaunchError(
+                f"this SLURM job has {job_tasks} tasks but this process was not started by srun; "
+                "launch it as `srun python train.py ...` (see scripts/slurm.sbatch)"
+            )
+        return Launch("single", job_id=env.get("SLURM_JOB_ID"))
+    needed = ("SLURM_LOCALID", "SLURM_JOB_ID")
+    missing = [name for name in needed if name not in env]
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist and "MASTER_ADDR" not in env:
+        missing.append("SLURM_STEP_NODELIST (or MASTER_ADDR)")
+    if missing:
+        raise LaunchError(
+            f"srun task {env['SLURM_PROCID']} lacks {', '.join(missing)}; run under `srun` inside an "
+            "sbatch/salloc allocation, or export MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK yourself"
+        )
+    world = int(env["SLURM_STEP_NUM_TASKS"])
+    per_node = tasks_per_node(
+        env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""),
+        node=int(env.get("SLURM_NODEID", "0")),
+        default=world,
+    )
+    hosts = expand_hostlist(nodelist) if nodelist else []
+    return Launch(
+        "srun",
+        rank=int(env["SLURM_PROCID"]),
+        world_size=world,
+        local_rank=int(env["SLURM_LOCALID"]),
+        local_world_size=per_node,
+        master_addr=env.get("MASTER_ADDR") or ("127.0.0.1" if len(set(hosts)) == 1 else hosts[0]),
+        master_port=int(env.get("MASTER_PORT") or port_for_job(env["SLURM_JOB_ID"])),
+        job_id=env["SLURM_JOB_ID"],
+    )
+
+
+def port_for_job(job_id: str) -> int:
+    """A port in [20000, 40000) that every task of a job computes alike (and again after a requeue)."""
+    digits = re.sub(r"\D", "", str(job_id)) or "0"
+    return 20000 + int(digits) % 20000
+
+
+def expand_hostlist(nodelist: str) -> list[str]:
+    """SLURM's compact host list to host names: ``gpu[01-03,07],login1`` -> gpu01, gpu02, gpu03, gpu07, login1."""
+    hosts: list[str] = []
+    for prefix, ranges, suffix in re.findall(r"([^,\[]+)(?:\[([^\]]+)\])?([^,\[]*)", nodelist):
+        if not ranges:
+            hosts.append(prefix + suffix)
+            continue
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            for number in range(int(first), int(last or first) + 1):
+                hosts.append(f"{prefix}{number:0{len(first)}d}{suffix}")
+    return hosts
+
+
+def tasks_per_node(spec: str, node: int, default: int) -> int:
+    """This node's task count from SLURM's ``2(x3),1`` form (3 nodes of 2 tasks, then one of 1)."""
+    counts: list[int] = []
+    for item in filter(None, spec.split(",")):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        if match is None:
+            return default
+        counts += [int(match[1])] * int(match[2] or 1)
+    return counts[node] if node < len(counts) else default
+
+
+def pick_device(preference: str = "auto", local_rank: int = 0, local_world_size: int = 1) -> torch.device:
     if preference not in DEVICES:
         raise ValueError(f"unknown device {preference!r}; choose one of {', '.join(DEVICES)}")
     if preference == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device=cuda but no CUDA device is visible; use device=cpu (or auto)")
     if preference == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
-    return torch.device("cuda", local_rank)
+    return torch.device("cuda", cuda_index(local_rank, local_world_size, torch.cuda.device_count()))
 
 
-def init_distributed(device: str = "auto") -> DistEnv:
-    """Join the process group torchrun set up (or run alone when launched by python)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = pick_device(device, local_rank)
+def cuda_index(local_rank: int, local_world_size: int, visible: int) -> int:
+    """``local_rank`` when the node's GPUs are all visible, 0 when SLURM bound one GPU per task
+    (``--gpus-per-task=1``); more processes on a node than GPUs is an error, not a shared GPU."""
+    if local_world_size <= visible:
+        return local_rank
+    if visible == 1 and int(os.environ.get("SLURM_GPUS_ON_NODE", "0")) >= local_world_size:
+        return 0
+    raise LaunchError(
+        f"{local_world_size} processes on this node but {visible} GPU(s) visible to local rank {local_rank}: "
+        f"start at most {visible} per node, one per GPU (--ntasks-per-node={visible}, "
+        f"hydra.launcher.tasks_per_node={visible} or torchrun --nproc_per_node={visible})"
+    )
+
+
+def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = None) -> DistEnv:
+    """Join the job's process group (or run alone when launched by plain python)."""
+    launch = detect_launch(environ)
+    dev = pick_device(device, launch.local_rank, launch.local_world_size)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    if world_size > 1 and not dist.is_initialized():
+    if launch.world_size > 1 and not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
         kwargs = {"device_id": dev} if dev.type == "cuda" else {}
-        store = _restart_safe_store(world_size)
+        if launch.launcher == "torchrun":  # its variables are env://'s own
+            store = _restart_safe_store(launch)
+        else:  # srun / submitit: rank 0 hosts the rendezvous store on the master node
+            store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=launch.rank == 0)
         if store is not None:
-            kwargs.update(store=store, rank=rank, world_size=world_size)
+            kwargs.update(store=store, rank=launch.rank, world_size=launch.world_size)
         dist.init_process_group(backend=backend, **kwargs)
-    return DistEnv(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+    return DistEnv(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank, device=dev,
+                   launch=launch)
 
 
-def _restart_safe_store(world_size: int) -> dist.Store | None:
+def _restart_safe_store(launch: Launch) -> dist.Store | None:
     """torchrun's agent keeps one TCPStore across ``--max-restarts``; workers of a restarted
     attempt would read the dead attempt's addresses from it and fail to connect
     (pytorch/pytorch#135712). A prefix per restart gives each attempt its own keys."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    agent_store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False
-    )
+    agent_store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=False)
     return dist.PrefixStore(f"resnet_padding/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", agent_store)
 
 

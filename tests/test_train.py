@@ -93,7 +93,7 @@ def test_resume_after_an_interruption_ends_with_identical_weights(tiny_folder, t
 
 def test_resume_is_exact_with_loader_workers_and_augmentation(tiny_folder, tmp_path):
     # Persistent worker processes carry their RNG across epochs; per-sample seeds
-    # (data.samplers.SeededSampler) make augmentation a function of (seed, epoch, index).
+    # (data.samplers.EpochSampler) make augmentation a function of (seed, epoch, index).
     common = ("epochs=2", "data.workers=2", "data.augment=true", "seed=5")
     run_in_process(tiny_folder, tmp_path / "straight", *common)
     run_in_process(tiny_folder, tmp_path / "split", *common, "stop_after=1")
@@ -117,36 +117,84 @@ def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path):
     assert "empty.JPEG" in rows[0]["skipped_examples"] or "junk.JPEG" in rows[0]["skipped_examples"]
 
 
-def test_torchrun_two_processes_equal_one(tiny_folder, tmp_path):
-    # Same global batch (4 = 2 x 2); frozen BN and no augmentation make the maths identical.
-    same = ["freeze_bn=true", "data.augment=false", "epochs=2", "seed=1", "hydra.run.dir={dir}"]
-    one = tiny_overrides(tiny_folder, tmp_path / "one", *same, "batch_size=4")
-    two = tiny_overrides(tiny_folder, tmp_path / "two", *same, "batch_size=2")
-    one = [o.format(dir=tmp_path / "one") for o in one if not o.startswith("run_dir")]
-    two = [o.format(dir=tmp_path / "two") for o in two if not o.startswith("run_dir")]
-    run_script([PY, "train.py", *one])
-    env = {"OMP_NUM_THREADS": "1"}
-    run_script([TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *two], env=env)
-    r1 = json.loads((tmp_path / "one" / "results.json").read_text())
-    r2 = json.loads((tmp_path / "two" / "results.json").read_text())
+SAME_MATHS = ["freeze_bn=true", "data.augment=false", "epochs=2", "seed=1"]  # frozen BN, no augmentation
+
+
+def launcher_overrides(root: Path, run_dir: Path, batch_size: int) -> list[str]:
+    args = tiny_overrides(root, run_dir, *SAME_MATHS, f"batch_size={batch_size}", f"hydra.run.dir={run_dir}")
+    return [o for o in args if not o.startswith("run_dir")]
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_folder, tmp_path_factory) -> Path:
+    """The reference the multi-process launches must reproduce: one process, global batch 4."""
+    run_dir = tmp_path_factory.mktemp("one")
+    run_script([PY, "train.py", *launcher_overrides(tiny_folder, run_dir, 4)])
+    return run_dir
+
+
+def assert_same_as_one_process(one: Path, two: Path) -> None:
+    r1, r2 = json.loads((one / "results.json").read_text()), json.loads((two / "results.json").read_text())
     assert r1["n_val_images"] == r2["n_val_images"] == 7  # every val image once, none twice
     assert r2["world_size"] == 2 and r1["global_batch"] == r2["global_batch"] == 4
-    a, b = load_checkpoint(tmp_path / "one" / "last.pt"), load_checkpoint(tmp_path / "two" / "last.pt")
+    a, b = load_checkpoint(one / "last.pt"), load_checkpoint(two / "last.pt")
     for key, tensor in a["model"].items():
         torch.testing.assert_close(b["model"][key], tensor, rtol=1e-4, atol=1e-5, msg=key)
     assert r1["top1_err"] == pytest.approx(r2["top1_err"])
     assert len(b["rng"]) == 2  # one RNG snapshot per rank
 
 
-def test_submitit_local_launcher(tiny_folder, tmp_path):
+def test_torchrun_two_processes_equal_one(tiny_folder, one_process, tmp_path):
+    two = launcher_overrides(tiny_folder, tmp_path, 2)
+    run_script([TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *two], env={"OMP_NUM_THREADS": "1"})
+    assert_same_as_one_process(one_process, tmp_path)
+
+
+def slurm_task_env(rank: int, job_id: int, **extra: str) -> dict[str, str]:
+    """What srun gives task ``rank`` of a 2-node x 1-task step (the nodes are two loopback addresses)."""
+    return {
+        "SLURM_JOB_ID": str(job_id), "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank),
+        "SLURM_STEP_NODELIST": "127.0.0.[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "OMP_NUM_THREADS": "1",
+        **extra,
+    }  # fmt: skip
+
+
+def run_slurm_tasks(args: list[str], job_id: int, timeout: int = 240) -> list[subprocess.CompletedProcess]:
+    """Start the two tasks as srun would, wait for both; neither may hang."""
+    procs = [
+        subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, **slurm_task_env(rank, job_id)})
+        for rank in range(2)
+    ]  # fmt: skip
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
+def test_two_slurm_tasks_on_two_nodes_equal_one_process(tiny_folder, one_process, tmp_path):
+    # No torchrun: rank, world size and the master come from SLURM's variables alone.
+    for proc in run_slurm_tasks([PY, "train.py", *launcher_overrides(tiny_folder, tmp_path, 2)], job_id=os.getpid()):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_as_one_process(one_process, tmp_path)
+
+
+def test_submitit_local_launcher_sweep_runs_each_job_as_one_process_group(tiny_folder, tmp_path):
+    # Two jobs (one per scheme), each of 2 tasks: each job must be one 2-process group that writes
+    # one results.json, not two single-process runs racing for the same directory.
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
-    args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1") if not o.startswith("run_dir")]
+    args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1", "batch_size=2") if not o.startswith("run_dir")]
     run_script(
         [PY, "train.py", "-m", "hydra/launcher=submitit_local", f"hydra.sweep.dir={tmp_path}",
-         "hydra.launcher.timeout_min=5", "+padding=symmetric,asymmetric", *args]
+         "hydra.launcher.timeout_min=5", "hydra.launcher.tasks_per_node=2", "+padding=symmetric,asymmetric", *args],
+        env={"OMP_NUM_THREADS": "1"},
     )
-    results = sorted(tmp_path.glob("*/results.json"))
-    assert [json.loads(p.read_text())["padding_name"] for p in results] == ["symmetric", "asymmetric"]
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/results.json"))]
+    assert [r["padding_name"] for r in results] == ["symmetric", "asymmetric"]
+    assert [(r["world_size"], r["global_batch"], r["n_val_images"]) for r in results] == [(2, 4, 7)] * 2
+    assert len(load_checkpoint(tmp_path / "0" / "last.pt")["rng"]) == 2  # one RNG state per rank: one group
 
 
 def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path):

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from ..config import Runtime
 from ..distributed import DistEnv, all_reduce_sum
+from .preempt import StopRequest
 
 
 class NonFiniteLoss(RuntimeError):
@@ -38,7 +39,9 @@ class StepContext:
     ema: nn.Module | None = None  # timm ModelEmaV3
     freeze_bn: bool = False  # BN layers stay in eval mode: running statistics used, not updated
     log_every: int = 50
-    max_steps: int | None = None
+    max_steps: int | None = None  # cap on the loader batches of an epoch (smoke tests)
+    checkpoint_every: int = 0  # batches between mid-epoch checkpoints (0: epoch ends only)
+    stop: StopRequest | None = None  # set by a preemption signal (resnet.engine.preempt)
     progress: bool = True
 
     @property
@@ -48,19 +51,35 @@ class StepContext:
 
 @dataclass
 class EpochStats:
-    loss: float = 0.0
+    """One epoch's running totals on this process; ``train_one_epoch`` returns them summed over
+    processes. :meth:`state` / :meth:`from_state` carry them through a mid-epoch checkpoint."""
+
+    loss: float = 0.0  # mean training loss (set at the end of the epoch)
+    loss_sum: float = 0.0  # sum of per-image losses so far
     images: int = 0
-    steps: int = 0
+    steps: int = 0  # optimizer steps taken
+    batches: int = 0  # loader batches consumed: where a resumed run starts reading
     skipped_images: int = 0  # unreadable files the loader dropped
     skipped_paths: list[str] = field(default_factory=list)  # the first few, "path (reason)"
     skipped_steps: int = 0  # non-finite losses skipped (on_nonfinite=skip)
     seconds: float = 0.0
     lr: float = 0.0
     history: list[dict] = field(default_factory=list)  # per log_every steps: step, loss, lr, images/s
+    interrupted: bool = False  # a stop signal ended the epoch early (resnet.engine.preempt)
 
     @property
     def images_per_s(self) -> float:
         return self.images / self.seconds if self.seconds else 0.0
+
+    _STATE = ("loss_sum", "images", "steps", "batches", "skipped_images", "skipped_paths", "skipped_steps",
+              "seconds", "history")
+
+    def state(self) -> dict:
+        return {name: getattr(self, name) for name in self._STATE}
+
+    @classmethod
+    def from_state(cls, state: dict) -> EpochStats:
+        return cls(**{name: state[name] for name in cls._STATE})
 
 
 def _split(batch) -> tuple[torch.Tensor, torch.Tensor, int, list[str]]:
@@ -79,22 +98,41 @@ def train_one_epoch(
     ctx: StepContext,
     epoch: int,
     global_step: int,
+    resume: EpochStats | None = None,
+    checkpoint: Callable[[int, EpochStats], None] | None = None,
 ) -> EpochStats:
-    """Train for one pass over ``loader``; ``global_step`` counts optimizer steps before it."""
+    """Train for one pass over ``loader``; ``global_step`` counts optimizer steps before it.
+
+    ``resume``: this epoch's totals from a mid-epoch checkpoint (``loader`` then starts after
+    ``resume.batches``). ``checkpoint(global_step, stats)`` is called with this process's running totals every
+    ``ctx.checkpoint_every`` batches, and when a stop was requested (``ctx.stop``), after which the
+    epoch ends early with ``interrupted`` set. Every process calls it at the same batch.
+    """
     model.train()
     if ctx.freeze_bn:
         for m in model.modules():
             if isinstance(m, nn.modules.batchnorm._BatchNorm):
                 m.eval()
-    stats = EpochStats()
-    total = len(loader) if ctx.max_steps is None else min(len(loader), ctx.max_steps)
-    bar = tqdm(total=total, desc=f"train {epoch}", disable=not (ctx.progress and ctx.env.is_main), leave=False)
-    loss_sum = torch.zeros((), device=ctx.env.device)
+    stats = resume if resume is not None else EpochStats()
+    first = stats.batches
+    steps_before = global_step - stats.steps  # optimizer steps before this epoch
+    end = first + len(loader) if ctx.max_steps is None else min(first + len(loader), ctx.max_steps)
+    bar = tqdm(total=end, initial=first, desc=f"train {epoch}", disable=not (ctx.progress and ctx.env.is_main),
+               leave=False)
+    loss_sum = torch.full((), stats.loss_sum, device=ctx.env.device)
     start = window_start = time.perf_counter()
+    seconds_before = stats.seconds
     window_images = 0
-    for i, batch in enumerate(loader):
-        if i >= total:
+
+    def save() -> None:
+        stats.loss_sum, stats.seconds = loss_sum.item(), seconds_before + time.perf_counter() - start
+        checkpoint(steps_before + stats.steps, stats)
+
+    for batch in loader:
+        if stats.batches >= end:
             break
+        i = stats.batches
+        stats.batches += 1
         images, labels, skipped, paths = _split(batch)
         stats.skipped_images += skipped
         stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
@@ -106,8 +144,9 @@ def train_one_epoch(
             images, labels = ctx.augment(images, labels)
         with ctx.runtime.autocast():
             loss = ctx.loss_fn(model(images), labels)
-        if not _all_finite(loss, ctx.env):
-            step = global_step + stats.steps + stats.skipped_steps
+        finite, stop = _agree(loss, ctx)
+        if not finite:
+            step = steps_before + stats.steps + stats.skipped_steps
             if ctx.on_nonfinite == "stop":
                 bar.close()  # clear the progress line, so that the message starts its own
                 raise NonFiniteLoss(
@@ -133,23 +172,30 @@ def train_one_epoch(
             optimizer.step()
         scheduler.step()
         if ctx.ema is not None:
-            ctx.ema.update(model, step=global_step + stats.steps)
+            ctx.ema.update(model, step=steps_before + stats.steps)
         n = images.shape[0]
         loss_sum += loss.detach() * n
         stats.images += n
         stats.steps += 1
         window_images += n
         bar.update(1)
-        if stats.steps % ctx.log_every == 0 or i == total - 1:
+        if stats.steps % ctx.log_every == 0 or stats.batches == end:
             now = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
             rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
-            record = {"step": global_step + stats.steps, "loss": loss.item(), "lr": lr, "images_per_s": rate}
+            record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr, "images_per_s": rate}
             stats.history.append(record)
             bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{rate:.0f}")
             window_start, window_images = now, 0
+        if stop and checkpoint is not None:
+            stats.interrupted = True
+            save()
+            break
+        if checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
+                and stats.batches < end:
+            save()
     bar.close()
-    stats.seconds = time.perf_counter() - start
+    stats.seconds = seconds_before + time.perf_counter() - start
     stats.lr = optimizer.param_groups[0]["lr"]
     totals = all_reduce_sum(
         torch.tensor([loss_sum.item(), stats.images, stats.skipped_images], dtype=torch.float64, device=ctx.env.device),
@@ -161,9 +207,15 @@ def train_one_epoch(
     return stats
 
 
-def _all_finite(loss: torch.Tensor, env: DistEnv) -> bool:
-    """Every process must agree, or DDP would hang in backward on the ones that go on."""
+def _agree(loss: torch.Tensor, ctx: StepContext) -> tuple[bool, bool]:
+    """(the loss is finite on every process, some process was asked to stop), in one all-reduce:
+    every process must take the same branch, or DDP would hang in the next collective."""
+    stop = ctx.stop is not None and ctx.stop.requested
+    if not ctx.env.distributed:
+        return bool(torch.isfinite(loss.detach())), stop
     finite = torch.isfinite(loss.detach()).to(torch.float32)
-    if env.distributed:
-        finite = all_reduce_sum(finite.reshape(1), env) / env.world_size
-    return bool(finite.min() == 1.0)
+    flags = all_reduce_sum(torch.stack([finite, torch.full((), float(stop), device=loss.device)]), ctx.env)
+    stop = bool(flags[1] > 0)
+    if ctx.stop is not None:
+        ctx.stop.agree(stop)
+    return bool(flags[0] == ctx.env.world_size), stop

@@ -12,13 +12,14 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..checkpoint import save_checkpoint
-from ..config import ConfigError, check_run_config, padding_from_config, runtime_for
-from ..distributed import DistEnv, barrier, init_distributed, shutdown
+from ..config import ConfigError, check_run_config, join_job, padding_from_config, runtime_for
+from ..distributed import DistEnv, barrier, shutdown
 from ..evaluation.loop import evaluate
 from ..report.console import summary
 from ..report.rows import git_commit
-from .loop import StepContext, train_one_epoch
+from .loop import EpochStats, StepContext, train_one_epoch
 from .optim import build_optimizer, build_scheduler
+from .preempt import Stopped, StopRequest
 from .runlog import RunLogger
 from .state import epoch_seed, find_resume, load_training_state, rng_state, seed_everything, set_rng_state
 
@@ -54,6 +55,8 @@ def _check_config(cfg: DictConfig) -> None:
     check_run_config(cfg)
     if cfg.epochs <= 0:
         raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
+    if cfg.checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a step count, got {cfg.checkpoint_every}")
     if cfg.on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
     if OmegaConf.is_missing(cfg.data, "num_classes"):
@@ -63,7 +66,7 @@ def _check_config(cfg: DictConfig) -> None:
 def train(cfg: DictConfig) -> dict:
     """Train as configured; return the results row (also written to results.json)."""
     _check_config(cfg)
-    env = init_distributed(cfg.device)
+    env = join_job(cfg)
     try:
         return _train(cfg, env)
     finally:
@@ -124,13 +127,20 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         ema = ModelEmaV3(model, decay=cfg.ema_decay)
     loss_fn, mixup = _loss_and_mixup(cfg, loaders.num_classes)
 
-    start_epoch, global_step, history = 0, 0, []
+    start_epoch, global_step, history, partial, resume_rng = 0, 0, [], None, None
+    layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **loaders.order_depends_on}
     try:  # a missing path, a weights-only file, a file that would unpickle code: one line
         resume_path = find_resume(cfg.resume, run_dir)
         state = load_training_state(resume_path, env.device) if resume_path is not None else None
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if state is not None:
+        partial = state.get("epoch_partial")
+        if partial is not None and state.get("layout") != layout:
+            raise ConfigError(
+                f"{resume_path} was saved mid-epoch with {state.get('layout')}; resuming there needs the same "
+                f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
+            )
         model.load_state_dict(state["model"])  # not wrapped yet: DDP and compile come below
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -138,10 +148,11 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
             scaler.load_state_dict(state["scaler"])
         if ema is not None and "ema" in state:
             ema.module.load_state_dict(state["ema"])
-        set_rng_state(state["rng"][min(env.rank, len(state["rng"]) - 1)])
+        resume_rng = state["rng"][min(env.rank, len(state["rng"]) - 1)]
         start_epoch, global_step, history = state["epoch"], state["step"], list(state.get("history", []))
         if env.is_main:
-            print(f"resumed from {resume_path} after epoch {start_epoch} (step {global_step})")
+            where = f"epoch {start_epoch}" + (f", batch {partial['batches']}" if partial else "")
+            print(f"resumed from {resume_path} after {where} (step {global_step})")
 
     train_model: nn.Module = model
     if cfg.compile:
@@ -150,6 +161,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         device_ids = [env.device.index] if env.device.type == "cuda" else None
         train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=device_ids)
 
+    stop = StopRequest(env).install()
     ctx = StepContext(
         runtime=runtime,
         normalize=Normalize(meta.preprocessing).to(env.device),
@@ -162,45 +174,74 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
         freeze_bn=cfg.freeze_bn,
         log_every=cfg.log_every,
         max_steps=cfg.max_steps_per_epoch,
+        checkpoint_every=cfg.checkpoint_every,
+        stop=stop,
     )
     config = OmegaConf.to_container(cfg, resolve=True)
     logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name, resumed_epoch=start_epoch)
     checkpoint = run_dir / "last.pt"
-    val: dict = {}
-    train_rate = 0.0
-    last_epoch = cfg.epochs if not cfg.stop_after else min(cfg.epochs, start_epoch + cfg.stop_after)
-    for epoch in range(start_epoch, last_epoch):
-        seed_everything(epoch_seed(cfg.seed, epoch, env.rank))
-        loaders.set_epoch(epoch)
-        stats = train_one_epoch(train_model, loaders.train, optimizer, scheduler, ctx, epoch, global_step)
-        global_step += stats.steps
-        train_rate = stats.images_per_s
-        last = epoch == last_epoch - 1
-        row = {"epoch": epoch + 1, "step": global_step, "train_loss": stats.loss, "lr": stats.lr,
-               "train_images_per_s": stats.images_per_s, "skipped_images": stats.skipped_images,
-               "skipped_examples": "; ".join(stats.skipped_paths),
-               "skipped_steps": stats.skipped_steps, "epoch_seconds": stats.seconds}
-        if last or (epoch + 1) % cfg.eval_every == 0:
-            val = evaluate(model, loaders.val, runtime, ctx.normalize, desc="val").metrics()
-            row.update({f"val_{k}": v for k, v in val.items()})
-            if ema is not None:
-                ema_val = evaluate(ema.module, loaders.val, runtime, ctx.normalize, desc="val ema").metrics()
-                row.update({f"ema_{k}": v for k, v in ema_val.items()})
-        history.append(row)
-        logger.log_steps(stats.history, epoch)
-        logger.log_epoch(row)  # before the checkpoint; a resume drops rows past the checkpoint's epoch
+
+    def save(epoch_done: int, step: int, epoch_partial: dict | None = None) -> None:
+        """``last.pt`` on rank 0; a collective (every rank's RNG state), so every rank calls it."""
+        rng = _gather_rng(env)
         if env.is_main:
-            _print_epoch(row)
             extra = {"scaler": scaler.state_dict()} if scaler is not None else {}
             if ema is not None:
                 extra["ema"] = ema.module.state_dict()
+            if epoch_partial is not None:
+                extra["epoch_partial"] = epoch_partial
             save_checkpoint(
                 checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                epoch=epoch + 1, step=global_step, rng=_gather_rng(env), history=history, config=config, **extra,
+                epoch=epoch_done, step=step, rng=rng, history=history, config=config, layout=layout, **extra,
             )
-        else:
-            _gather_rng(env)
         barrier(env)
+
+    val: dict = {}
+    train_rate = 0.0
+    last_epoch = cfg.epochs if not cfg.stop_after else min(cfg.epochs, start_epoch + cfg.stop_after)
+    try:
+        for epoch in range(start_epoch, last_epoch):
+            resume = EpochStats.from_state(partial) if partial is not None and epoch == start_epoch else None
+            if resume is None:
+                seed_everything(epoch_seed(cfg.seed, epoch, env.rank))
+            else:  # where the interrupted run was, to the generator state
+                set_rng_state(resume_rng)
+            loaders.set_epoch(epoch, start_step=resume.batches if resume is not None else 0)
+            stats = train_one_epoch(
+                train_model, loaders.train, optimizer, scheduler, ctx, epoch, global_step, resume=resume,
+                checkpoint=lambda step, s, e=epoch: save(e, step, s.state()),
+            )
+            if stats.interrupted:
+                break
+            global_step += stats.steps - (resume.steps if resume is not None else 0)
+            train_rate = stats.images_per_s
+            last = epoch == last_epoch - 1
+            row = {"epoch": epoch + 1, "step": global_step, "train_loss": stats.loss, "lr": stats.lr,
+                   "train_images_per_s": stats.images_per_s, "skipped_images": stats.skipped_images,
+                   "skipped_examples": "; ".join(stats.skipped_paths),
+                   "skipped_steps": stats.skipped_steps, "epoch_seconds": stats.seconds}
+            if last or (epoch + 1) % cfg.eval_every == 0:
+                val = evaluate(model, loaders.val, runtime, ctx.normalize, desc="val").metrics()
+                row.update({f"val_{k}": v for k, v in val.items()})
+                if ema is not None:
+                    ema_val = evaluate(ema.module, loaders.val, runtime, ctx.normalize, desc="val ema").metrics()
+                    row.update({f"ema_{k}": v for k, v in ema_val.items()})
+            history.append(row)
+            logger.log_steps(stats.history, epoch)
+            logger.log_epoch(row)  # before the checkpoint; a resume drops rows past the checkpoint's epoch
+            if env.is_main:
+                _print_epoch(row)
+            save(epoch + 1, global_step)
+            if stop.agreed():
+                break
+    except BaseException:
+        stop.restore()
+        raise
+    if stop.requested:  # last.pt holds where every rank stopped
+        done = stop.hand_over()
+        raise Stopped(f"stopped by {stop.name}: saved {checkpoint}; {done}",
+                      requeued=done.startswith(("requeued", "handed")))
+    stop.restore()
 
     results = {
         "arch": meta.arch,

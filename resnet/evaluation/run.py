@@ -9,8 +9,8 @@ from pathlib import Path
 import torch.distributed as dist
 from omegaconf import DictConfig
 
-from ..config import ConfigError, check_run_config, padding_from_config, runtime_for
-from ..distributed import DistEnv, init_distributed, shutdown
+from ..config import ConfigError, check_run_config, join_job, padding_from_config, runtime_for
+from ..distributed import DistEnv, shutdown
 from ..model import ModelMeta, with_padding
 from ..report.console import summary
 from ..report.rows import append_row, git_commit
@@ -39,7 +39,7 @@ def evaluate_weights(cfg: DictConfig) -> dict:
     results row to ``cfg.results_file`` and prints the summary. Returns the row."""
     spec = parse_weights(cfg.weights)
     _check_config(cfg)
-    env = init_distributed(cfg.device)
+    env = join_job(cfg)
     try:
         return _evaluate(cfg, spec, env)
     finally:

@@ -82,7 +82,7 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> Launch:
         return _submitit_launch(env)
     if "SLURM_PROCID" in env:
         return _srun_launch(env)
-    return Launch("single")
+    return Launch("single", job_id=env.get("SLURM_JOB_ID"))
 
 
 def _submitit_launch(env: Mapping[str, str]) -> Launch:

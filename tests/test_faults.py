@@ -28,7 +28,8 @@ FAULT=step:N  SIGKILL before the N-th training step (loss) of this process
 FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
 FAULT=nan:N   the N-th loss is NaN
-FAULT_RANK=R  only in the process of rank R (default 0)
+FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
+FAULT_RANK=R  only in the process of rank R (default 0; RANK or SLURM_PROCID)
 FAULT_ONCE=F  only if file F does not exist yet, and create it (once over restarts)
 """
 import io
@@ -49,7 +50,8 @@ calls = 0
 def due():
     global calls
     calls += 1
-    if calls != int(N) or os.environ.get("RANK", "0") != os.environ.get("FAULT_RANK", "0"):
+    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+    if calls != int(N) or rank != os.environ.get("FAULT_RANK", "0"):
         return False
     once = os.environ.get("FAULT_ONCE")
     if once and Path(once).exists():
@@ -63,7 +65,7 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-if KIND in ("step", "nan"):
+if KIND in ("step", "nan", "usr1"):
     real_loss_and_mixup = engine_run._loss_and_mixup
 
     def loss_and_mixup(cfg, num_classes):
@@ -74,6 +76,9 @@ if KIND in ("step", "nan"):
                 return loss_fn(logits, labels)
             if KIND == "step":
                 die()
+            if KIND == "usr1":
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return loss_fn(logits, labels)
             return loss_fn(logits, labels) * float("nan")
 
         return loss, mixup
@@ -196,6 +201,58 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
     assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
     assert [r["epoch"] for r in read_csv(run_dir / "metrics.csv")] == ["1", "2", "3", "4"]  # once each
     assert json.loads((run_dir / "results.json").read_text())["epochs"] == 4
+
+
+def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread):
+    # 6 batches an epoch, a checkpoint every 2: killed at the 5th step, it resumes after batch 4 of
+    # epoch 0 and must end where the uninterrupted run ends (loader workers and augmentation on).
+    common = ("epochs=2", "seed=7", "checkpoint_every=2", "data.workers=2", "data.augment=true")
+    run_in_process(tiny_folder, tmp_path / "straight", *common)
+    run_dir = tmp_path / "killed"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, *common, "resume=true")]
+    assert_status(launch(args, "step:5"), KILLED)
+    saved = load_checkpoint(run_dir / "last.pt")
+    assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (0, 4, 4)
+    proc = launch(args)
+    assert_status(proc, 0)
+    assert "after epoch 0, batch 4 (step 4)" in proc.stdout
+    assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
+    straight, resumed = read_csv(tmp_path / "straight" / "metrics.csv"), read_csv(run_dir / "metrics.csv")
+    assert [r["train_loss"] for r in resumed] == [r["train_loss"] for r in straight]  # the partial epoch's sums too
+
+
+def test_a_preemption_signal_saves_requeues_and_the_requeued_job_resumes_exactly(
+    tiny_folder, wrapper, tmp_path, one_thread
+):
+    # sbatch --signal=USR1@120 --requeue: the run saves after the step it is in, asks SLURM to
+    # requeue it (a stand-in scontrol records the call), and exits 0; the requeued job resumes.
+    common = ("epochs=2", "seed=3")
+    run_in_process(tiny_folder, tmp_path / "straight", *common)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4321", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    slurm["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
+    run_dir = tmp_path / "job"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, *common, "resume=true")]
+    proc = launch(args, "usr1:8", **slurm)  # epoch 1, batch 2
+    assert_status(proc, 0)
+    assert "stopped by SIGUSR1" in proc.stderr and "requeued SLURM job 4321" in proc.stderr
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4321"]
+    saved = load_checkpoint(run_dir / "last.pt")
+    assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (1, 8, 2)
+    assert_status(launch(args, **slurm), 0)  # the requeued job
+    assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
+
+
+def test_a_stop_signal_outside_slurm_saves_and_says_how_to_resume(tiny_folder, wrapper, tmp_path):
+    run_dir = tmp_path / "run"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "epochs=1")]
+    proc = launch(args, "usr1:2", SLURM_JOB_ID="")
+    assert_status(proc, 3)
+    assert "not requeued (not a SLURM job)" in proc.stderr and "Traceback" not in proc.stderr
+    assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 2
 
 
 def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder, wrapper, tmp_path):

@@ -206,6 +206,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
                 seed_everything(epoch_seed(cfg.seed, epoch, env.rank))
             else:  # where the interrupted run was, to the generator state
                 set_rng_state(resume_rng)
+            steps_before = resume.steps if resume is not None else 0  # resume is updated in place
             loaders.set_epoch(epoch, start_step=resume.batches if resume is not None else 0)
             stats = train_one_epoch(
                 train_model, loaders.train, optimizer, scheduler, ctx, epoch, global_step, resume=resume,
@@ -213,7 +214,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
             )
             if stats.interrupted:
                 break
-            global_step += stats.steps - (resume.steps if resume is not None else 0)
+            global_step += stats.steps - steps_before
             train_rate = stats.images_per_s
             last = epoch == last_epoch - 1
             row = {"epoch": epoch + 1, "step": global_step, "train_loss": stats.loss, "lr": stats.lr,

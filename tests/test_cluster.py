@@ -1,0 +1,107 @@
+"""Who launched a process (torchrun, submitit, srun, python) and the one-line errors of launches
+that cannot work. The multi-process runs themselves are in test_train.py (torchrun, srun, the
+submitit local launcher) and test_faults.py (preemption and requeue)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from resnet.config import ConfigError, join_job
+from resnet.distributed import LaunchError, cuda_index, detect_launch, expand_hostlist, pick_device, tasks_per_node
+from tests.compose import compose_config
+from tests.test_faults import PY, error_line, launch
+
+SRUN_TASK = {  # task 5 of a 2-node x 4-task srun step, on the second node
+    "SLURM_JOB_ID": "123456", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "gpu[07-08]",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("gpu07", ["gpu07"]),
+        ("gpu[07-09,12]", ["gpu07", "gpu08", "gpu09", "gpu12"]),
+        ("a[1-2],b3,c[009-010]-ib", ["a1", "a2", "b3", "c009-ib", "c010-ib"]),
+    ],
+)
+def test_slurm_host_lists_expand(nodelist, hosts):
+    assert expand_hostlist(nodelist) == hosts
+
+
+def test_tasks_per_node_reads_the_compact_form():
+    assert [tasks_per_node("2(x3),1", node, default=0) for node in range(4)] == [2, 2, 2, 1]
+
+
+def test_srun_tasks_take_rank_local_rank_world_and_master_from_slurm():
+    launch_ = detect_launch(SRUN_TASK)
+    assert (launch_.launcher, launch_.rank, launch_.local_rank, launch_.world_size) == ("srun", 5, 1, 8)
+    assert (launch_.local_world_size, launch_.master_addr, launch_.job_id) == (4, "gpu07", "123456")
+    assert launch_.master_port == detect_launch({**SRUN_TASK, "SLURM_PROCID": "0"}).master_port  # every task alike
+    exported = detect_launch({**SRUN_TASK, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29400"})
+    assert (exported.master_addr, exported.master_port) == ("10.0.0.7", 29400)  # the job script's exports win
+
+
+def test_torchrun_variables_win_over_slurm():
+    torchrun = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "MASTER_ADDR": "h", "MASTER_PORT": "1234"}
+    launch_ = detect_launch({**SRUN_TASK, **torchrun})
+    assert (launch_.launcher, launch_.rank, launch_.world_size, launch_.master_port) == ("torchrun", 3, 4, 1234)
+
+
+def test_submitit_tasks_take_their_identity_from_submitit(monkeypatch):
+    local = {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "777", "SUBMITIT_LOCAL_NTASKS": "2",
+             "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_GLOBALID": "1",
+             "SUBMITIT_LOCAL_LOCALID": "1"}  # fmt: skip
+    for name, value in local.items():
+        monkeypatch.setenv(name, value)
+    launch_ = detect_launch(local)
+    assert (launch_.launcher, launch_.rank, launch_.world_size, launch_.master_addr) == ("submitit", 1, 2, "127.0.0.1")
+
+
+def test_plain_python_is_one_process():
+    assert detect_launch({}).world_size == 1 and detect_launch({}).launcher == "single"
+
+
+def test_each_process_gets_its_own_gpu_or_one_line():
+    assert [cuda_index(r, 8, visible=8) for r in range(8)] == list(range(8))
+    with pytest.raises(LaunchError, match=r"8 processes on this node but 4 GPU\(s\).*--ntasks-per-node=4"):
+        cuda_index(0, 8, visible=4)  # every rank fails alike: none waits for the others
+
+
+def test_one_gpu_per_task_binding_uses_cuda_0(monkeypatch):
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "4")  # --gpus-per-task=1: each task sees its own one GPU
+    assert cuda_index(3, 4, visible=1) == 0
+
+
+def test_more_tasks_than_gpus_is_a_config_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(LaunchError, match="start at most 2 per node"):
+        pick_device("auto", local_rank=3, local_world_size=4)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SLURM_JOB_ID": "9", "SLURM_NTASKS": "4", "SLURM_PROCID": "0"}, "not started by srun"),
+        ({k: v for k, v in SRUN_TASK.items() if k != "SLURM_LOCALID"}, "lacks SLURM_LOCALID"),
+        ({k: v for k, v in SRUN_TASK.items() if k != "SLURM_STEP_NODELIST"}, "lacks SLURM_STEP_NODELIST"),
+    ],
+    ids=["batch-script-without-srun", "no-local-id", "no-node-list"],
+)
+def test_launches_without_the_needed_variables_are_one_line(env, message, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "SUBMITIT_EXECUTOR", *(k for k in SRUN_TASK)):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=message):
+        join_job(compose_config("train", "device=cpu"))
+
+
+def test_a_multi_task_batch_script_running_python_fails_in_one_line_not_a_hang():
+    # `python train.py` in an 8-task sbatch script, without srun: one line, exit 2, at once.
+    env = {"SLURM_JOB_ID": "9", "SLURM_NTASKS": "8", "SLURM_PROCID": "0", "SLURM_NNODES": "2"}
+    line = error_line(launch([PY, "train.py", "epochs=1"], timeout=60, **env))
+    assert "not started by srun" in line and "srun python train.py" in line

@@ -3,6 +3,7 @@
     python -m benchmarks                       # ~6 min on 2 cores: input pipeline, end to end, model step
     python -m benchmarks --quick               # smoke run of each script, ~1 min
     python -m benchmarks --only input_pipeline,end_to_end
+    python -m benchmarks --only shards       # shards vs image folders, loader images/s per worker
 
 Each run prints its own table and writes ``<out-dir>/bench_<run>.json``; this runner adds
 ``<out-dir>/bench_summary.json``: every ratio that has a goal, with its value and whether
@@ -27,6 +28,7 @@ RUNS = {
     "input_pipeline_110kB": ("input_pipeline", ["--grain", "40"], ["--quick", "--grain", "40"]),
     "end_to_end": ("end_to_end", [], ["--quick"]),
     "model_step": ("model_step", [], ["--batch", "2", "--size", "64", "--warmup", "0", "--repeats", "1"]),
+    "shards": ("shards", [], ["--quick"]),
 }
 
 
@@ -51,7 +53,7 @@ def goals(script: str, result: dict) -> list[dict]:
         for label, goal in result["goals"].items():
             value = result["ratios"]["cpu"][label]  # process CPU time: the steadier clock on a shared machine
             rows.append({"ratio": f"{label} (cpu)", "value": value, "goal": f">= {goal}", "met": value >= goal})
-    elif script == "end_to_end":
+    elif script in ("end_to_end", "shards"):
         for label, goal in result["goals"].items():
             sense, bound = goal.split()
             value = result["ratios"][label]

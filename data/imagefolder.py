@@ -66,20 +66,17 @@ def check_same_classes(train: list[str], val: list[str]) -> None:
     )
 
 
-class ImageFolder(Dataset):
-    """Samples are ``(uint8 [3, H, W], class index)`` or a :class:`BadImage`.
+class ImageFiles(Dataset):
+    """Samples ``(path, class index)`` as ``(uint8 [3, H, W], class index)`` or a :class:`BadImage`.
 
-    ``transform`` maps a file's bytes to the image tensor (:mod:`data.transforms`).
-    ``classes``: the class list to enforce (the train split's, when building val).
+    ``transform`` maps a file's bytes to the image tensor (:mod:`data.transforms`). The base of
+    :class:`ImageFolder`; also the flat ILSVRC2012 val/ with its labels file (:mod:`data.ilsvrc`).
     """
 
-    def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None):
-        self.root = Path(root)
+    def __init__(self, samples: list[tuple[str, int]], classes: list[str], transform: Callable[[bytes], torch.Tensor]):
+        self.samples = samples
+        self.classes = classes
         self.transform = transform
-        self.classes = find_classes(self.root)
-        if classes is not None:
-            check_same_classes(classes, self.classes)
-        self.samples = find_images(self.root, self.classes)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -108,3 +105,15 @@ class ImageFolder(Dataset):
             return self.transform(data), label
         except DECODE_ERRORS as err:  # a bad file (or a failed read): report it, keep training
             return BadImage(path, f"{type(err).__name__}: {err}")
+
+
+class ImageFolder(ImageFiles):
+    """``root/<class>/**/<image>``. ``classes``: the class list to enforce (the train split's,
+    when building val)."""
+
+    def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None):
+        self.root = Path(root)
+        found = find_classes(self.root)
+        if classes is not None:
+            check_same_classes(classes, found)
+        super().__init__(find_images(self.root, found), found, transform)

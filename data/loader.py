@@ -46,12 +46,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from .batch import collate, pass_batch
-from .imagefolder import ImageFolder
+from .imagefolder import ImageFolder, check_same_classes
 from .in_memory import TensorImages
 from .samplers import EpochSampler, ShardSampler
+from .shards.read import ShardBatches
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
 
-DATASETS = ("fashion_mnist", "imagenet", "imagefolder")
+DATASETS = ("fashion_mnist", "imagenet", "imagefolder", "imagenet_shards")
+SHARDED = ("imagenet_shards",)  # root/train and root/val hold index.json and tar shards (python -m data.shards)
 
 
 @dataclass
@@ -69,7 +71,10 @@ class Loaders:
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         """Call before every epoch: reshuffles the train split; ``start_step`` > 0 skips the
         batches a run resumed mid-epoch has already trained on."""
-        self.train.sampler.set_epoch(epoch, start_step * self.train.batch_size)
+        if isinstance(self.train.dataset, ShardBatches):
+            self.train.dataset.set_epoch(epoch, start_step)
+        else:
+            self.train.sampler.set_epoch(epoch, start_step * self.train.batch_size)
 
 
 def build_loaders(
@@ -91,6 +96,9 @@ def build_loaders(
     """Train and val loaders of dataset ``name`` for process ``rank`` of ``world_size``."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if name in SHARDED:
+        return _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size or 224,
+                              val_batch_size or batch_size, crop_pct, min_scale, interpolation, augment)
     if name == "fashion_mnist":
         if image_size not in (None, 28):
             raise ValueError(f"fashion_mnist images are 28x28; leave image_size unset, not {image_size}")
@@ -143,6 +151,35 @@ def build_loaders(
         image_size=image_size,
         val_size=len(val_set),
         protocol={"dataset": name, **protocol},
+    )
+
+
+def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size, val_batch_size, crop_pct,
+                   min_scale, interpolation, augment) -> Loaders:
+    """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`)."""
+    if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
+        raise FileNotFoundError(
+            f"{name} needs data.root=/path/to/shards holding train/ and val/, each with index.json and "
+            f"its .tar shards (python -m data.shards imagenet RAW_ROOT OUT_ROOT writes them); got root={root}"
+        )
+    val_tf = ResizeCenterCrop(image_size, crop_pct=crop_pct, interpolation=interpolation)
+    train_tf = RandomResizedCropFlip(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
+    train_tf = train_tf if augment else val_tf
+    train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed)
+    val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False)
+    check_same_classes(train_set.classes, val_set.classes)
+    common = dict(batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available(),
+                  persistent_workers=workers > 0)
+    return Loaders(
+        train=DataLoader(train_set, **common),
+        val=DataLoader(val_set, **common),
+        num_classes=len(train_set.classes),
+        class_names=list(train_set.classes),
+        in_chans=3,
+        image_size=image_size,
+        val_size=val_set.total,
+        protocol={"dataset": name, "train": repr(train_tf), "val": repr(val_tf)},
+        order_depends_on={"workers": workers},  # each worker reads a contiguous block of batches
     )
 
 

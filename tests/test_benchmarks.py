@@ -56,6 +56,10 @@ def test_every_benchmark_writes_its_json(tmp_path):
     step = json.loads((tmp_path / "bench_model_step.json").read_text())
     assert set(step["modes"]) == {f"{mode} {clock}" for mode in ("train", "infer") for clock in model_step.CLOCKS}
 
+    shards = json.loads((tmp_path / "bench_shards.json").read_text())
+    assert set(shards["ratios"]) == {"shards / folders train", "shards / folders read only"}
+    assert all(rate > 0 for rate in shards["images_per_s_per_worker"].values())
+
     summary = json.loads((tmp_path / "bench_summary.json").read_text())
     assert {row["benchmark"] for row in summary} == set(RUNS)
     assert all({"ratio", "value", "goal", "met"} <= set(row) for row in summary)

@@ -4,13 +4,16 @@ submitit local launcher) and test_faults.py (preemption and requeue)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from resnet.config import ConfigError, join_job
 from resnet.distributed import LaunchError, cuda_index, detect_launch, expand_hostlist, pick_device, tasks_per_node
 from tests.compose import compose_config
-from tests.test_faults import PY, error_line, launch
+from tests.test_faults import PY, REPO, error_line, launch
 
 SRUN_TASK = {  # task 5 of a 2-node x 4-task srun step, on the second node
     "SLURM_JOB_ID": "123456", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "5",
@@ -105,3 +108,44 @@ def test_a_multi_task_batch_script_running_python_fails_in_one_line_not_a_hang()
     env = {"SLURM_JOB_ID": "9", "SLURM_NTASKS": "8", "SLURM_PROCID": "0", "SLURM_NNODES": "2"}
     line = error_line(launch([PY, "train.py", "epochs=1"], timeout=60, **env))
     assert "not started by srun" in line and "srun python train.py" in line
+
+
+FAKE_SRUN = """#!/bin/bash
+# Stand-in srun: the command as 2 tasks on 2 'nodes' (two loopback addresses), with srun's variables.
+args=(); for a in "$@"; do case $a in --*) ;; *) args+=("$a");; esac; done
+pids=()
+for rank in 0 1; do
+    SLURM_PROCID=$rank SLURM_LOCALID=0 SLURM_NODEID=$rank SLURM_STEP_NUM_TASKS=2 \\
+    SLURM_STEP_NODELIST='127.0.0.[1-2]' SLURM_STEP_TASKS_PER_NODE='1(x2)' "${args[@]}" &
+    pids+=($!)
+done
+status=0; for pid in "${pids[@]}"; do wait "$pid" || status=1; done; exit $status
+"""
+
+
+def test_the_sbatch_script_runs_one_two_task_group_under_srun(tiny_folder, tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text(FAKE_SRUN)
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PYTHON": PY, "SLURM_JOB_ID": "31337", "SLURM_NTASKS": "2",
+           "SLURM_JOB_NAME": "test", "SLURM_SUBMIT_DIR": str(REPO), "RUN_DIR": str(tmp_path / "run")}  # fmt: skip
+    args = ["model=resnet_tiny", "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3",
+            "data.image_size=32", "data.workers=0", "batch_size=2", "epochs=1"]  # fmt: skip
+    proc = launch(["bash", str(REPO / "scripts" / "slurm.sbatch"), *args], **env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (results["world_size"], results["global_batch"], results["n_val_images"]) == (2, 4, 7)
+    assert Path(results["run_dir"]) == tmp_path / "run"
+
+
+def test_the_readme_submitit_sweep_composes():
+    # The documented command, as Hydra composes each of its jobs (the first value of each sweep).
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("python train.py -m hydra/launcher=submitit_slurm")
+    command = readme[start : readme.index("\n```", start)].replace("\\\n", " ").split()
+    overrides = [arg.split(",")[0] for arg in command[3:]]
+    assert not any(arg.startswith("+hydra.launcher") for arg in overrides)  # those keys exist: no '+'
+    cfg = compose_config("train", *overrides, hydra=True)
+    launcher = cfg.hydra.launcher
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 8, 8)
+    assert launcher.max_num_timeout > 0 and cfg.resume is True and cfg.checkpoint_every > 0  # requeued, resumed

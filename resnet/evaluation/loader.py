@@ -1,8 +1,10 @@
 """The evaluation data: one split, sharded over processes, each image decoded and resized once.
 
-Datasets are those of :mod:`data` (``imagenet``, ``imagefolder``: ``root/val/<class>/*``;
-``fashion_mnist``: its test split, in memory). Every image goes to exactly one process
-(:class:`data.ShardSampler`), so all-reduced sums count the split exactly once.
+Datasets are those of :mod:`data` (``imagenet``, ``imagefolder``: ``root/val/<class>/*``, or
+for ``imagenet`` the raw flat ILSVRC2012 ``val/`` with its labels file; ``imagenet_shards``:
+``root/val`` tar shards; ``fashion_mnist``: its test split, in memory). Every image goes to
+exactly one process (:class:`data.ShardSampler`, :class:`data.shards.ShardBatches`), so
+all-reduced sums count the split exactly once.
 
 For image folders the decode and resize run in the loader's workers. A single-crop
 batch arrives centre-cropped (``data.decode.decode_resize_center_crop``, the same path
@@ -13,6 +15,7 @@ cut on the device (:mod:`resnet.evaluation.tencrop`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,13 @@ from torch.utils.data import DataLoader
 from data import DATASETS, ImageFolder, ShardSampler, collate
 from data.batch import BadImage, pass_batch
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
-from data.imagefolder import find_classes
+from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
+from data.loader import SHARDED
+from data.shards.read import ShardBatches
+
+# Where the flat ILSVRC2012 val/'s labels are looked for under data.root (data.val_labels overrides).
+VAL_LABELS = ("LOC_val_solution.csv", "ILSVRC2012_validation_ground_truth.txt",
+              "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt")
 
 
 @dataclass(frozen=True)
@@ -124,8 +133,13 @@ def build_eval_loader(
     workers: int,
     rank: int = 0,
     world_size: int = 1,
+    val_labels: str | None = None,
+    devkit: str | None = None,
 ) -> EvalData:
-    """The evaluation split of dataset ``name``, this process's shard of it."""
+    """The evaluation split of dataset ``name``, this process's shard of it.
+
+    ``val_labels`` / ``devkit``: for a flat ILSVRC2012 ``val/`` (no class folders), its labels
+    (:func:`data.ilsvrc.read_val_labels`); found under ``root`` when not given."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if name == "fashion_mnist":
@@ -138,15 +152,24 @@ def build_eval_loader(
         device_resize = None if protocol.resize == native else protocol.resize
     else:
         val_dir = eval_dir(name, root)
-        train_dir = Path(root) / "train"
-        # The training split's classes when it is there, so that a val folder missing a
-        # class fails instead of shifting every label after it.
-        classes = find_classes(train_dir) if train_dir.is_dir() else None
         if protocol.crops == 1:
             transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
         else:
             transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
-        dataset = ImageFolder(val_dir, transform, classes=classes)
+        if name in SHARDED:  # exact-once, contiguous ranges of the shards
+            shards = ShardBatches.open(val_dir, transform, batch_size, rank, world_size, train=False,
+                                       collate_fn=collate_fn)
+            loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
+                                pin_memory=torch.cuda.is_available())
+            return EvalData(loader, len(shards.classes), 3, shards.total, None)
+        if is_flat(val_dir):
+            dataset = flat_val(root, val_dir, transform, val_labels, devkit)
+        else:
+            train_dir = Path(root) / "train"
+            # The training split's classes when it is there, so that a val folder missing a
+            # class fails instead of shifting every label after it.
+            classes = find_classes(train_dir) if train_dir.is_dir() else None
+            dataset = ImageFolder(val_dir, transform, classes=classes)
         num_classes, in_chans, device_resize = len(dataset.classes), 3, None
     loader = DataLoader(
         dataset,
@@ -165,3 +188,26 @@ def eval_dir(name: str, root: str | None) -> Path:
     if root is None or not (Path(root) / "val").is_dir():
         raise FileNotFoundError(f"{name} evaluation needs data.root=/path/to/{name} holding {layout}; got root={root}")
     return Path(root) / "val"
+
+
+def is_flat(val_dir: Path) -> bool:
+    """Images straight in ``val_dir`` and no class folders: the raw ILSVRC2012 val/."""
+    entries = list(os.scandir(val_dir))
+    return not any(e.is_dir() for e in entries) and any(e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries)
+
+
+def flat_val(root: str, val_dir: Path, transform, val_labels: str | None, devkit: str | None) -> ImageFiles:
+    """The flat ILSVRC2012 val/, labelled by the devkit's ground truth or Kaggle's solution csv."""
+    from data.ilsvrc import val_samples
+
+    if val_labels is None:
+        found = [Path(root) / name for name in VAL_LABELS if (Path(root) / name).is_file()]
+        if not found:
+            raise FileNotFoundError(
+                f"{val_dir} is the flat ILSVRC2012 val/ (no class folders); say where its labels are: "
+                "data.val_labels=/path/to/LOC_val_solution.csv or .../ILSVRC2012_validation_ground_truth.txt "
+                "(with data.devkit=/path/to/ILSVRC2012_devkit_t12)"
+            )
+        val_labels = str(found[0])
+    classes, samples = val_samples(val_dir, val_labels, devkit)
+    return ImageFiles(samples, classes, transform)

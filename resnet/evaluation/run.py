@@ -98,7 +98,8 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     images_per_step = max(cfg.batch_size // protocol.crops, 1)
     try:  # a wrong folder layout (an empty class folder, val classes != train classes)
         data = build_eval_loader(
-            cfg.data.name, cfg.data.get("root"), protocol, images_per_step, cfg.data.workers, env.rank, env.world_size
+            cfg.data.name, cfg.data.get("root"), protocol, images_per_step, cfg.data.workers, env.rank,
+            env.world_size, val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None

@@ -1,0 +1,251 @@
+"""The raw ILSVRC2012 (ImageNet-1k) download, listed for the shard converter without extracting anything.
+
+Train: ``ILSVRC2012_img_train.tar`` holds one ``<wnid>.tar`` per class, each holding that
+class's ``<wnid>_<n>.JPEG``. :func:`train_samples` takes it as downloaded, with its outer
+layer extracted (a folder of the 1,000 class tars) or fully extracted (``<wnid>/`` class
+folders). An image inside a tar is located by its byte offset and size, and the converter
+copies it from there: the 140 GB are never written out a second time.
+
+Val: ``ILSVRC2012_img_val.tar`` extracts to a flat ``val/`` of 50,000
+``ILSVRC2012_val_00000001.JPEG`` ...; the labels come in one of two files.
+
+* The devkit's (``ILSVRC2012_devkit_t12.tar.gz``) ``data/ILSVRC2012_validation_ground_truth.txt``:
+  one ILSVRC2012_ID a line, in file name order. These IDs are *not* indices into the sorted
+  wnids (ID 1 is n02119789, kit fox; the first sorted wnid is n01440764, tench): ID -> wnid
+  is the ``synsets`` table of the devkit's ``data/meta.mat``, read with scipy.
+* Kaggle's ``LOC_val_solution.csv``: ``ImageId,PredictionString``, the wnid first in each
+  prediction string. Needs nothing else.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tarfile
+from pathlib import Path, PurePosixPath
+
+from .imagefolder import IMAGE_EXTENSIONS, find_classes, find_images
+from .shards.write import Sample, file_samples, make_keys
+
+NUM_CLASSES = 1000  # ILSVRC2012_IDs 1..1000 are the leaf synsets, the classes; higher IDs are their ancestors
+VAL_EXTENSIONS = (".jpeg", ".jpg", ".png")  # any case
+GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
+SOLUTION_CSV = "LOC_val_solution.csv"
+META = "meta.mat"
+LABELS_HINT = f"give the devkit's data/{GROUND_TRUTH} (from ILSVRC2012_devkit_t12.tar.gz) or Kaggle's {SOLUTION_CSV}"
+TRAIN_HINT = (
+    "give ILSVRC2012_img_train.tar, a folder of the <wnid>.tar files it holds, "
+    "or a folder of the extracted <wnid>/ class folders"
+)
+
+
+def read_val_labels(labels: str | Path, devkit: str | Path | None = None) -> dict[str, str]:
+    """Val image stem (``ILSVRC2012_val_00000001``) -> wnid, from either labels file.
+
+    ``devkit``: the devkit's ``data/meta.mat`` or the extracted ``ILSVRC2012_devkit_t12/``
+    folder, needed by the ``.txt`` labels only; by default ``meta.mat`` is looked for next
+    to the labels file and in ``../data/``.
+    """
+    return _read_labels(Path(labels), devkit)[0]
+
+
+def _read_labels(labels: Path, devkit: str | Path | None) -> tuple[dict[str, str], list[str]]:
+    """(stem -> wnid, the sorted classes): the devkit's 1,000, or the wnids the csv names."""
+    if not labels.is_file():
+        raise FileNotFoundError(f"labels file {labels} does not exist; {LABELS_HINT}")
+    if labels.suffix.lower() == ".csv":
+        label_of = _read_solution_csv(labels)
+        return label_of, sorted(set(label_of.values()))
+    if labels.suffix.lower() == ".txt":
+        wnid_of = _read_meta(_find_meta(labels, devkit))
+        ids = _read_ground_truth(labels)
+        return {f"ILSVRC2012_val_{n:08d}": sorted(wnid_of.values())[i - 1] for n, i in enumerate(ids, 1)}, sorted(wnid_of.values())
+    raise ValueError(f"labels file {labels} is neither .txt nor .csv; {LABELS_HINT}")
+
+
+def _read_solution_csv(path: Path) -> dict[str, str]:
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header != ["ImageId", "PredictionString"]:
+            raise ValueError(f"{path} starts with {header}, not ImageId,PredictionString; {LABELS_HINT}")
+        labels = {}
+        for number, row in enumerate(rows, 2):
+            if len(row) != 2 or not row[1].split():
+                raise ValueError(f"{path} line {number}: {row} is not ImageId,<wnid> <box> ...; {LABELS_HINT}")
+            labels[row[0]] = row[1].split()[0]
+    return labels
+
+
+def _read_ground_truth(path: Path) -> list[int]:
+    ids = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.strip()
+        if not text:
+            continue
+        if not (text.isdigit() and 1 <= int(text) <= NUM_CLASSES):
+            raise ValueError(f"{path} line {number}: {text!r} is not an ILSVRC2012_ID 1..1000; {LABELS_HINT}")
+        ids.append(int(text))
+    return ids
+
+
+def _find_meta(labels: Path, devkit: str | Path | None) -> Path:
+    if devkit is None:
+        candidates = [labels.parent / META, labels.parent.parent / "data" / META]
+    elif Path(devkit).is_dir():
+        candidates = [Path(devkit) / "data" / META, Path(devkit) / META]
+    elif Path(devkit).suffix == ".mat":
+        candidates = [Path(devkit)]
+    else:
+        raise ValueError(
+            f"devkit {devkit}: give the extracted devkit folder or its data/{META} "
+            "(tar xzf ILSVRC2012_devkit_t12.tar.gz)"
+        )
+    for path in candidates:
+        if path.is_file():
+            return path
+    looked = ", ".join(dict.fromkeys(os.path.normpath(path) for path in candidates))
+    raise FileNotFoundError(
+        f"{labels.name} needs the devkit's data/{META} to map its ILSVRC2012_IDs to wnids, not found at {looked}; "
+        f"give the devkit (ILSVRC2012_devkit_t12/, extracted from ILSVRC2012_devkit_t12.tar.gz), "
+        f"or use Kaggle's {SOLUTION_CSV} instead"
+    )
+
+
+def _read_meta(path: Path) -> dict[int, str]:
+    """ILSVRC2012_ID -> wnid of the 1,000 classes, from the devkit's ``meta.mat``."""
+    try:
+        import scipy.io
+    except ImportError:
+        raise ImportError(
+            f"reading the devkit's {path} needs scipy: pip install scipy; "
+            f"or use Kaggle's {SOLUTION_CSV}, which needs nothing"
+        ) from None
+    try:
+        synsets = scipy.io.loadmat(path, squeeze_me=True)["synsets"]
+        table = zip((int(i) for i in synsets["ILSVRC2012_ID"]), (str(w) for w in synsets["WNID"]))
+        wnid_of = {i: wnid for i, wnid in table if 1 <= i <= NUM_CLASSES}
+    except (OSError, ValueError, KeyError, IndexError, TypeError, scipy.io.matlab.MatReadError) as err:
+        raise ValueError(f"{path} is not the ILSVRC2012 devkit's {META} ({type(err).__name__}: {err})") from None
+    if len(wnid_of) != NUM_CLASSES or len(set(wnid_of.values())) != NUM_CLASSES:
+        raise ValueError(
+            f"{path} has {len(set(wnid_of.values()))} distinct wnids for ILSVRC2012_IDs 1..1000, not 1,000: "
+            f"not the ILSVRC2012 devkit's data/{META}"
+        )
+    return wnid_of
+
+
+def val_samples(
+    val_dir: str | Path, labels: str | Path, devkit: str | Path | None = None
+) -> tuple[list[str], list[tuple[str, int]]]:
+    """(classes, [(path, class index)] sorted by file name) for the flat ILSVRC2012 ``val/``."""
+    val_dir, labels = Path(val_dir), Path(labels)
+    if not val_dir.is_dir():
+        raise FileNotFoundError(
+            f"val folder {val_dir} does not exist; expected the flat ILSVRC2012 val/ "
+            "(ILSVRC2012_val_00000001.JPEG ..., extracted from ILSVRC2012_img_val.tar)"
+        )
+    entries = [entry for entry in os.scandir(val_dir) if not entry.name.startswith(".")]
+    images = sorted(e.name for e in entries if e.is_file() and e.name.lower().endswith(VAL_EXTENSIONS))
+    folders = sorted(e.name for e in entries if e.is_dir())
+    if folders:
+        state = "both images and class folders (a partly sorted val/?)" if images else "class folders"
+        raise ValueError(
+            f"{val_dir} holds {state} ({folders[0]}/, ...), not the flat ILSVRC2012 val/: a val/ sorted into "
+            f"class folders is an image folder (data=imagenet reads it; python -m data.shards folder converts it)"
+        )
+    if not images:
+        raise FileNotFoundError(f"no images in {val_dir}; expected ILSVRC2012_val_00000001.JPEG ...")
+    label_of, classes = _read_labels(labels, devkit)
+    if labels.suffix.lower() == ".txt" and len(label_of) != len(images):
+        raise ValueError(
+            f"{labels} has {len(label_of):,} labels for {val_dir}'s {len(images):,} images; "
+            f"it labels the whole val/ (a partial val/ converts with Kaggle's {SOLUTION_CSV})"
+        )
+    unlabelled = [name for name in images if Path(name).stem not in label_of]
+    if unlabelled:
+        more = f" and {len(unlabelled) - 3:,} more" if len(unlabelled) > 3 else ""
+        raise ValueError(
+            f"{len(unlabelled):,} of the {len(images):,} images in {val_dir} have no label in {labels}: "
+            f"{', '.join(unlabelled[:3])}{more}; is it the ILSVRC2012 val/?"
+        )
+    index = {wnid: i for i, wnid in enumerate(classes)}
+    return classes, [(str(val_dir / name), index[label_of[Path(name).stem]]) for name in images]
+
+
+def train_samples(src: str | Path) -> tuple[list[str], list[Sample]]:
+    """(sorted wnids, samples) of the ILSVRC2012 train set in any of its three forms."""
+    src = Path(src)
+    if src.is_file():
+        return _outer_tar_samples(src)
+    if not src.is_dir():
+        raise FileNotFoundError(f"{src} does not exist; {TRAIN_HINT}")
+    entries = [entry for entry in os.scandir(src) if not entry.name.startswith(".")]
+    tars = sorted(Path(e.path) for e in entries if e.is_file() and e.name.endswith(".tar"))
+    folders = sorted(e.name for e in entries if e.is_dir())
+    if tars and folders:
+        raise ValueError(
+            f"{src} holds both class tars ({tars[0].name}, ...) and class folders ({folders[0]}/, ...): "
+            "finish extracting the tars (and delete them), or delete the folders"
+        )
+    if tars:
+        return _class_tar_samples(tars)
+    if not folders:
+        raise FileNotFoundError(f"{src} holds no class tars or class folders; {TRAIN_HINT}")
+    classes = find_classes(src)
+    return classes, file_samples(src, find_images(src, classes))
+
+
+def _outer_tar_samples(path: Path) -> tuple[list[str], list[Sample]]:
+    """ILSVRC2012_img_train.tar itself: each member is a class tar, read in place."""
+    try:
+        with tarfile.open(path, "r:") as outer:
+            members = sorted((m for m in outer.getmembers() if m.isreg()), key=lambda m: m.name)
+    except tarfile.TarError as err:
+        raise ValueError(f"{path} is not an uncompressed tar ({err}); {TRAIN_HINT}") from None
+    for member in members:
+        if not member.name.endswith(".tar"):
+            raise ValueError(
+                f"{path} holds {member.name}, not a <wnid>.tar of one class; {TRAIN_HINT} "
+                "(the val tar's images convert with ilsvrc-val, once extracted)"
+            )
+    classes = [PurePosixPath(m.name).stem for m in members]
+    if len(set(classes)) < len(classes):
+        raise ValueError(f"{path} holds a class tar twice (appended to?); {TRAIN_HINT}")
+    found = []
+    with open(path, "rb") as f:
+        for label, member in enumerate(members):
+            # A TarFile opened on f starts where f is, so its members' offsets are positions in the outer file.
+            f.seek(member.offset_data); f = __import__("io").BytesIO(f.read(member.size))
+            found += _tar_images(f, f"{path}:{member.name}", str(path), label, member.offset_data + member.size)
+    return classes, _keyed(classes, found)
+
+
+def _class_tar_samples(tars: list[Path]) -> tuple[list[str], list[Sample]]:
+    """A folder of the per-class ``<wnid>.tar`` files."""
+    found = []
+    for label, path in enumerate(tars):
+        with open(path, "rb") as f:
+            found += _tar_images(f, str(path), str(path), label, path.stat().st_size)
+    classes = [path.stem for path in tars]
+    return classes, _keyed(classes, found)
+
+
+def _tar_images(f, where: str, path: str, label: int, end: int) -> list[tuple[str, int, str, int, int]]:
+    """(member name, label, path, offset, size) of each image in the tar that starts at
+    ``f``'s position and must end by byte ``end``."""
+    try:
+        with tarfile.open(fileobj=f, mode="r:") as tar:
+            members = [m for m in tar.getmembers() if m.isreg() and m.name.lower().endswith(IMAGE_EXTENSIONS)]
+    except tarfile.TarError as err:
+        raise ValueError(f"{where} cannot be read as an uncompressed tar ({err}); {TRAIN_HINT}") from None
+    if not members:
+        raise ValueError(f"{where} holds no images (extensions {', '.join(IMAGE_EXTENSIONS)}); {TRAIN_HINT}")
+    if members[-1].offset_data + members[-1].size > end:
+        raise ValueError(f"{where} is truncated: {members[-1].name} runs past its end; download it again")
+    return [(m.name, label, path, m.offset_data, m.size) for m in members]
+
+
+def _keyed(classes: list[str], found: list[tuple[str, int, str, int, int]]) -> list[Sample]:
+    keys = make_keys([f"{classes[label]}/{PurePosixPath(name).name}" for name, label, *_ in found])
+    return [Sample(key, label, path, offset, size) for key, (_, label, path, offset, size) in zip(keys, found)]

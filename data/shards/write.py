@@ -1,0 +1,258 @@
+"""Copy a list of images into shards (:mod:`data.shards.index`); ``python -m data.shards`` runs it.
+
+Shard size. :data:`~data.shards.index.DEFAULT_SHARD_SIZE` is 1,024 images. ImageNet's
+JPEGs average ~110 kB, so a shard is ~112 MB: large enough to amortise the cost of opening
+a file (a metadata round trip on Lustre, NFS or an object store) over ~1,000 images, small
+enough that a loader worker holds a whole shard in memory for its in-shard shuffle, and it
+makes 1,252 train shards, enough to spread over hundreds of rank x worker readers, and 49
+val shards.
+
+Order. The samples, sorted by key, are shuffled once with ``seed`` and cut into shards in
+that order, so every shard holds a random mix of classes and a loader that shuffles shards
+and the images within them draws well-mixed batches. The global shuffle reads the source
+in random order: fine on SSDs and parallel file systems (reads are issued from
+:data:`READ_THREADS` threads to hide their latency), seek-bound on a spinning disk.
+
+Resume. The plan, which image goes into which shard, depends only on the samples, the shard
+size and the seed, so re-running an interrupted conversion writes the same shards. Each
+shard is written to ``<name>.tmp`` and renamed when complete; a re-run keeps each shard
+whose headers list exactly its planned samples and writes the others (no fsync: a shard
+cut short by a crash fails that check and is rewritten). Every member is written with the
+same metadata (mtime 0, uid/gid 0, no user or group names, mode 0444), so a conversion
+gives the same bytes every time.
+
+Bytes are copied, never decoded or re-encoded: ImageNet's PNG and CMYK JPEGs under
+``.JPEG`` names stay as they are, for the loader's decoder to handle. So only a failed read
+can drop an image; those are counted, named in the summary and in ``index.json``'s
+``"skipped"``, and retried by the next run, which rewrites their shards.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import re
+import tarfile
+from collections.abc import Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+from tqdm import tqdm
+
+from .index import (
+    DEFAULT_SHARD_SIZE,
+    IMAGE_EXT,
+    INDEX_NAME,
+    LABEL_EXT,
+    ShardError,
+    ShardIndex,
+    ShardInfo,
+    read_index,
+    records,
+    write_index,
+)
+
+READ_THREADS = 8  # concurrent source reads: enough to hide a network file system's latency
+MAX_KEY = 100 - len(f".{IMAGE_EXT}")  # a ustar member name holds 100 characters
+SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One image to convert: where its encoded bytes are, and what to call and label it.
+
+    ``path`` alone is a whole file; with ``size`` >= 0, the image is the ``size`` bytes at
+    ``offset`` of ``path``, a member of an uncompressed tar, read without extracting it.
+    """
+
+    key: str  # the WebDataset key: no dots, no slashes
+    label: int  # index into the class list
+    path: str
+    offset: int = 0
+    size: int = -1
+
+
+def read_bytes(sample: Sample) -> bytes:
+    """The encoded image, exactly as stored."""
+    with open(sample.path, "rb") as f:
+        f.seek(sample.offset)
+        data = f.read(sample.size)
+    if sample.size >= 0 and len(data) != sample.size:
+        raise OSError(f"short read: {len(data)} of {sample.size} bytes at offset {sample.offset}")
+    return data
+
+
+def make_keys(names: Sequence[str]) -> list[str]:
+    """WebDataset keys for files named by their paths relative to the split's root.
+
+    A key is the file's stem with dots made underscores: ``n01440764/n01440764_10026.JPEG``
+    -> ``n01440764_10026``. Where two files would share one (``a/0.jpg`` and ``b/0.jpg``
+    in a generic folder), every key is the relative path instead: ``a_0``, ``b_0``.
+    """
+    keys = [PurePath(name).stem.replace(".", "_") for name in names]
+    if len(set(keys)) < len(keys):
+        keys = ["_".join(PurePath(name).with_suffix("").parts).replace(".", "_") for name in names]
+    owners: dict[str, str] = {}
+    for name, key in zip(names, keys):
+        if key in owners:
+            raise ValueError(f"{owners[key]} and {name} both make the shard key {key!r}; rename one of them")
+        if len(key) > MAX_KEY:
+            raise ValueError(f"{name}: shard key {key!r} is longer than {MAX_KEY} characters; rename the file")
+        owners[key] = name
+    return keys
+
+
+def file_samples(root: Path, files: Sequence[tuple[str, int]]) -> list[Sample]:
+    """Samples for ``(path, class index)`` pairs of files under ``root``
+    (:func:`data.imagefolder.find_images`' output)."""
+    keys = make_keys([os.path.relpath(path, root) for path, _ in files])
+    return [Sample(key, label, path) for key, (path, label) in zip(keys, files)]
+
+
+def shard_name(split: str, index: int) -> str:
+    return f"{split}-{index:06d}.tar"
+
+
+def plan_shards(samples: Sequence[Sample], shard_size: int, seed: int) -> list[list[Sample]]:
+    """The samples of each shard: the key-sorted samples, shuffled with ``seed``, cut in order."""
+    order = sorted(samples, key=lambda s: s.key)
+    for before, after in zip(order, order[1:]):
+        if before.key == after.key:
+            raise ValueError(
+                f"{before.path} and {after.path} have the same shard key {after.key!r}; keys must be unique"
+            )
+    bad = next((s for s in order if not s.key or "." in s.key or "/" in s.key or len(s.key) > MAX_KEY), None)
+    if bad is not None:
+        raise ValueError(f"{bad.path}: shard key {bad.key!r} must be 1 to {MAX_KEY} characters without dots or slashes")
+    random.Random(seed).shuffle(order)
+    return [order[start : start + shard_size] for start in range(0, len(order), shard_size)]
+
+
+def listed(path: Path) -> list[tuple[str, int]] | None:
+    """(key, label) of each sample in the shard at ``path``, or None where there is no whole shard."""
+    try:
+        with open(path, "rb") as f:
+            return [(r.key, r.label) for r in records(f, str(path))]
+    except (OSError, ShardError):
+        return None
+
+
+def held_split(out_dir: Path) -> str | None:
+    """The split a previous conversion wrote into ``out_dir``; None if there is no readable index."""
+    try:
+        return read_index(out_dir).split
+    except ShardError:
+        return None
+
+
+def convert(
+    samples: Sequence[Sample],
+    classes: list[str],
+    out_dir: str | Path,
+    split: str,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    seed: int = 0,
+    source: str = "",
+    progress: bool = True,
+) -> ShardIndex:
+    """Write ``samples`` as ``<out_dir>/<split>-NNNNNN.tar`` shards and their ``index.json``,
+    keeping the shards a previous run completed (module docstring). ``progress``: draw a
+    bar over the images and print a summary line."""
+    if shard_size < 1:
+        raise ValueError(f"shard size must be at least 1 image, not {shard_size}")
+    if not SPLIT_NAME.fullmatch(split):
+        raise ValueError(f"split name {split!r}: use letters, digits, '.', '-' and '_' (it names the shard files)")
+    if not samples:
+        raise ValueError(f"no images to convert into {out_dir}")
+    out_dir = Path(out_dir)
+    previous = held_split(out_dir)
+    if previous not in (None, split):
+        raise ValueError(
+            f"{out_dir} holds the split {previous!r}; give each split its own folder, e.g. {out_dir.parent / split}"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Until this conversion finishes the folder is not a valid split: no stale index may describe it.
+    (out_dir / INDEX_NAME).unlink(missing_ok=True)
+    plan = plan_shards(samples, shard_size, seed)
+    names = [shard_name(split, i) for i in range(len(plan))]
+
+    failed: dict[str, str] = {}  # key -> "path (reason)"
+    resumed = 0
+    with (
+        tqdm(total=len(samples), unit="img", desc=f"{split} shards", disable=not progress) as bar,
+        ThreadPoolExecutor(READ_THREADS) as pool,
+    ):
+        for name, planned in zip(names, plan):
+            if len(listed(out_dir / name) or ()) == len(planned):
+                resumed += 1
+                bar.update(len(planned))
+            else:
+                failed |= write_shard(out_dir / name, planned, pool, bar)
+
+    shards = []
+    for name, planned in zip(names, plan):
+        expected = [(s.key, s.label) for s in planned if s.key not in failed]
+        if listed(out_dir / name) != expected:
+            raise ShardError(
+                f"{out_dir / name} does not hold the samples just written to it; "
+                f"is another conversion writing to {out_dir}?"
+            )
+        shards.append(ShardInfo(name, len(expected), (out_dir / name).stat().st_size))
+    skipped = tuple(f"{key}: {where}" for key, where in failed.items())
+    index = ShardIndex(out_dir, split, list(classes), shards, source, shard_size, seed, skipped)
+    write_index(index)
+    if progress:
+        print(summary(index, resumed))
+    return index
+
+
+def write_shard(path: Path, samples: Sequence[Sample], pool: Executor, bar: tqdm) -> dict[str, str]:
+    """Write one shard through ``<path>.tmp``; returns ``{key: "path (reason)"}`` of the
+    images that could not be read."""
+    failed = {}
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for sample, data in zip(samples, pool.map(read_or_error, samples)):
+            if isinstance(data, OSError):
+                failed[sample.key] = f"{sample.path} ({type(data).__name__}: {data})"
+            else:
+                add_member(tar, f"{sample.key}.{IMAGE_EXT}", data)
+                add_member(tar, f"{sample.key}.{LABEL_EXT}", str(sample.label).encode())
+            bar.update()
+    os.replace(tmp, path)
+    return failed
+
+
+def read_or_error(sample: Sample) -> bytes | OSError:
+    try:
+        return read_bytes(sample)
+    except OSError as err:  # a vanished or unreadable file: reported, not fatal
+        return err
+
+
+def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    """Add a file with fixed metadata: TarInfo's defaults are mtime 0, uid/gid 0 and no
+    user or group names; the mode says the shards are not to be edited."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o444
+    tar.addfile(info, io.BytesIO(data))  # BytesIO shares the bytes until written to
+
+
+def summary(index: ShardIndex, resumed: int) -> str:
+    """One line: images, shards, bytes, shards kept from a previous run, unreadable images."""
+    total = sum(shard.bytes for shard in index.shards)
+    size = f"{total / 1e9:,.2f} GB" if total >= 1e9 else f"{total / 1e6:,.1f} MB"
+    line = (
+        f"{index.split}: {index.count:,} images in {len(index.shards):,} shards, {size} -> {index.root} "
+        f"({resumed:,} of {len(index.shards):,} shards resumed)"
+    )
+    if index.skipped:
+        shown = "; ".join(index.skipped[:3]) + (f" and {len(index.skipped) - 3} more" if len(index.skipped) > 3 else "")
+        line += (
+            f"; skipped {len(index.skipped):,} unreadable image(s), listed in {INDEX_NAME} (a re-run retries them): "
+            f"{shown}"
+        )
+    return line

@@ -4,7 +4,7 @@ Train: ``ILSVRC2012_img_train.tar`` holds one ``<wnid>.tar`` per class, each hol
 class's ``<wnid>_<n>.JPEG``. :func:`train_samples` takes it as downloaded, with its outer
 layer extracted (a folder of the 1,000 class tars) or fully extracted (``<wnid>/`` class
 folders). An image inside a tar is located by its byte offset and size, and the converter
-copies it from there: the 140 GB are never written out a second time.
+copies it from there: the 138 GiB are never extracted to disk.
 
 Val: ``ILSVRC2012_img_val.tar`` extracts to a flat ``val/`` of 50,000
 ``ILSVRC2012_val_00000001.JPEG`` ...; the labels come in one of two files.
@@ -59,7 +59,7 @@ def _read_labels(labels: Path, devkit: str | Path | None) -> tuple[dict[str, str
     if labels.suffix.lower() == ".txt":
         wnid_of = _read_meta(_find_meta(labels, devkit))
         ids = _read_ground_truth(labels)
-        return {f"ILSVRC2012_val_{n:08d}": sorted(wnid_of.values())[i - 1] for n, i in enumerate(ids, 1)}, sorted(wnid_of.values())
+        return {f"ILSVRC2012_val_{n:08d}": wnid_of[i] for n, i in enumerate(ids, 1)}, sorted(wnid_of.values())
     raise ValueError(f"labels file {labels} is neither .txt nor .csv; {LABELS_HINT}")
 
 
@@ -216,7 +216,7 @@ def _outer_tar_samples(path: Path) -> tuple[list[str], list[Sample]]:
     with open(path, "rb") as f:
         for label, member in enumerate(members):
             # A TarFile opened on f starts where f is, so its members' offsets are positions in the outer file.
-            f.seek(member.offset_data); f = __import__("io").BytesIO(f.read(member.size))
+            f.seek(member.offset_data)
             found += _tar_images(f, f"{path}:{member.name}", str(path), label, member.offset_data + member.size)
     return classes, _keyed(classes, found)
 

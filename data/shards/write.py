@@ -185,7 +185,7 @@ def convert(
         ThreadPoolExecutor(READ_THREADS) as pool,
     ):
         for name, planned in zip(names, plan):
-            if len(listed(out_dir / name) or ()) == len(planned):
+            if listed(out_dir / name) == [(s.key, s.label) for s in planned]:
                 resumed += 1
                 bar.update(len(planned))
             else:

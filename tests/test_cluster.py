@@ -149,3 +149,28 @@ def test_the_readme_submitit_sweep_composes():
     launcher = cfg.hydra.launcher
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 8, 8)
     assert launcher.max_num_timeout > 0 and cfg.resume is True and cfg.checkpoint_every > 0  # requeued, resumed
+
+
+def test_under_submitit_the_stop_signal_is_handed_to_submitits_own_requeue(monkeypatch):
+    # submitit installs its checkpoint-and-requeue handler on USR2 before calling train.py; the run
+    # records the signal, saves at the next step boundary, then calls that handler (it requeues).
+    import signal
+
+    from resnet.distributed import DistEnv, Launch
+    from resnet.engine.preempt import StopRequest
+
+    calls = []
+
+    def submitit_handler(signum, frame):
+        calls.append(signum)
+
+    previous = signal.signal(signal.SIGUSR2, submitit_handler)
+    try:
+        env = DistEnv(0, 1, 0, torch.device("cpu"), launch=Launch("submitit", job_id="42"))
+        stop = StopRequest(env).install()
+        signal.raise_signal(signal.SIGUSR2)
+        assert stop.requested and calls == []  # recorded only: nothing requeues mid-step
+        assert stop.hand_over().startswith("handed to submitit") and calls == [signal.SIGUSR2]
+        assert signal.getsignal(signal.SIGUSR2) is submitit_handler  # handed back
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

@@ -18,6 +18,7 @@ from torch.utils.data import Dataset
 
 from .batch import BadImage
 from .decode import DECODE_ERRORS
+from .samplers import seeded
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")  # any case
 
@@ -86,15 +87,8 @@ class ImageFiles(Dataset):
         in which case the transform's random draws come from that seed alone."""
         if isinstance(item, tuple):
             index, seed = item
-            # Seed only the CPU generator and put its state back: ~3 us, where
-            # torch.random.fork_rng + torch.manual_seed (which seeds every device) cost ~100.
-            generator = torch.default_generator
-            state = generator.get_state()
-            generator.manual_seed(seed)
-            try:
+            with seeded(seed):
                 return self._load(index)
-            finally:
-                generator.set_state(state)
         return self._load(item)
 
     def _load(self, index: int) -> tuple[torch.Tensor, int] | BadImage:

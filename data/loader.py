@@ -114,9 +114,7 @@ def build_loaders(
     else:
         image_size, in_chans = image_size or 224, 3
         train_dir, val_dir = _split_dirs(name, root)
-        val_tf = ResizeCenterCrop(image_size, crop_pct=crop_pct, interpolation=interpolation)
-        train_tf = RandomResizedCropFlip(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
-        train_tf = train_tf if augment else val_tf
+        train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment)
         train_set = ImageFolder(train_dir, train_tf)
         val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes)
         class_names, collate_fn = train_set.classes, collate
@@ -154,6 +152,13 @@ def build_loaders(
     )
 
 
+def _file_transforms(image_size, crop_pct, min_scale, interpolation, augment):
+    """(train, val) transforms of encoded image files, for folders and shards alike."""
+    val_tf = ResizeCenterCrop(image_size, crop_pct=crop_pct, interpolation=interpolation)
+    train_tf = RandomResizedCropFlip(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
+    return (train_tf if augment else val_tf), val_tf
+
+
 def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size, val_batch_size, crop_pct,
                    min_scale, interpolation, augment) -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`)."""
@@ -162,9 +167,7 @@ def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, imag
             f"{name} needs data.root=/path/to/shards holding train/ and val/, each with index.json and "
             f"its .tar shards (python -m data.shards imagenet RAW_ROOT OUT_ROOT writes them); got root={root}"
         )
-    val_tf = ResizeCenterCrop(image_size, crop_pct=crop_pct, interpolation=interpolation)
-    train_tf = RandomResizedCropFlip(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
-    train_tf = train_tf if augment else val_tf
+    train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment)
     train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed)
     val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False)
     check_same_classes(train_set.classes, val_set.classes)

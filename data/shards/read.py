@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -40,7 +41,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..batch import BadImage, collate
 from ..decode import DECODE_ERRORS
-from ..samplers import sample_seed
+from ..samplers import sample_seed, seeded
 from .index import ShardError, ShardIndex, check_shards, read_index, records
 
 
@@ -204,17 +205,11 @@ class ShardBatches(IterableDataset):
             yield self._decode(data, record.label, f"{info.name}:{record.key}", first + offset, epoch)
 
     def _decode(self, data: bytes, label: int, name: str, position: int, epoch: int) -> tuple | BadImage:
-        generator = torch.default_generator
-        state = generator.get_state() if self.train else None
-        if self.train:  # the sample's augmentation depends on (seed, epoch, position) alone
-            generator.manual_seed(sample_seed(self.seed, epoch, position))
-        try:
-            return self.transform(data), label
-        except DECODE_ERRORS as err:
-            return BadImage(name, f"{type(err).__name__}: {err}")
-        finally:
-            if state is not None:
-                generator.set_state(state)
-
+        # In training the sample's augmentation depends on (seed, epoch, position) alone.
+        with seeded(sample_seed(self.seed, epoch, position)) if self.train else nullcontext():
+            try:
+                return self.transform(data), label
+            except DECODE_ERRORS as err:
+                return BadImage(name, f"{type(err).__name__}: {err}")
 
 __all__ = ["ShardBatches"]

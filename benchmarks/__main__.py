@@ -1,7 +1,7 @@
 """Every benchmark, one after the other, each in a fresh process; then every goal in one table.
 
     python -m benchmarks                       # ~6 min on 2 cores: input pipeline, end to end, model step
-    python -m benchmarks --quick               # smoke run of each script, ~1 min
+    python -m benchmarks --quick               # smoke run of each script, in this process, ~1 min
     python -m benchmarks --only input_pipeline,end_to_end
     python -m benchmarks --only shards       # shards vs image folders, loader images/s per worker
 
@@ -11,11 +11,15 @@ it is met. The input pipeline runs twice: on ~63 kB files (the default generator
 ~110 kB ones (``--grain 40``, ImageNet's mean file size), since the decode's share of the
 work, and so the ratio to a bare decode, grows with the bytes. Each script's ``--help``
 says what its figures mean.
+
+``--quick`` is a smoke run (its figures mean nothing): each script runs in this process,
+which spares a Python start-up per script; the processes end_to_end starts are still its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
@@ -73,6 +77,17 @@ def goals(script: str, result: dict) -> list[dict]:
     return rows
 
 
+def run_here(script: str, argv: list[str]) -> None:
+    """``benchmarks.<script>.main(argv)`` in this process, leaving torch's thread count as it was."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        importlib.import_module(f"benchmarks.{script}").main(argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +97,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         out = args.out_dir / f"bench_{name}.json"
         argv = [*(quick if args.quick else full), "--out", str(out)]
         print(f"\n=== python -m benchmarks.{script} {' '.join(argv)}", flush=True)
-        subprocess.run([sys.executable, "-m", f"benchmarks.{script}", *argv], cwd=REPO_ROOT, check=True)
+        if args.quick:
+            run_here(script, argv)
+        else:
+            subprocess.run([sys.executable, "-m", f"benchmarks.{script}", *argv], cwd=REPO_ROOT, check=True)
         summary += [{"benchmark": name} | row for row in goals(script, json.loads(out.read_text()))]
     print(f"\n{'run':<22}{'ratio':<48}{'value':>8}{'goal':>10}")
     for row in summary:

@@ -198,9 +198,12 @@ def main(argv: list[str] | None = None) -> dict:
         root = Path(tmp) / "folder"
         print(f"writing {args.classes} classes of 500x375 JPEGs to {root}...", flush=True)
         make_folder(root, args)
-        contenders = make_contenders(args, root, Path(tmp) / "warmup" / "last.pt")
-        print("untimed train.py run: page cache, and the checkpoint that eval evaluates...", flush=True)
-        run(contenders[0], Path(tmp) / "warmup")
+        if args.quick:  # a smoke run: eval evaluates what the train.py contender, run first, saves
+            contenders = make_contenders(args, root, Path(tmp) / "0-train.py" / "last.pt")
+        else:
+            contenders = make_contenders(args, root, Path(tmp) / "warmup" / "last.pt")
+            print("untimed train.py run: page cache, and the checkpoint that eval evaluates...", flush=True)
+            run(contenders[0], Path(tmp) / "warmup")
         runs: dict[str, list[dict]] = {c.name: [] for c in contenders}
         for repeat in range(args.repeats):
             for contender in contenders[repeat % len(contenders) :] + contenders[: repeat % len(contenders)]:

@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-.venv/bin/python -m pytest "$@"
+# One pytest worker per core (at most 4): most tests start processes and wait on them. Tests that
+# share a costly module fixture carry @pytest.mark.xdist_group and run on one worker.
+.venv/bin/python -m pytest -n auto --maxprocesses=4 --dist loadgroup "$@"

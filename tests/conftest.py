@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.imagegen import make_folder
+
+
+def pytest_configure(config):
+    """Under pytest-xdist, each worker gets its share of the cores: intra-op threads of several
+    workers on the same cores spin against each other and run many times slower. Tests that
+    compare processes bit for bit set their thread counts themselves."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        share = max(len(os.sched_getaffinity(0)) // workers, 1)
+        torch.set_num_threads(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))  # and the processes tests start
 
 
 @pytest.fixture(scope="module")

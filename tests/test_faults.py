@@ -18,8 +18,11 @@ import pytest
 import torch
 
 from resnet.checkpoint import load_checkpoint
+from resnet.config import ConfigError
 from resnet.engine import run as engine_run
+from resnet.weights import WeightsError
 from tests.imagegen import make_folder
+from tests.test_eval import folder_overrides, run_eval
 from tests.test_train import PY, REPO, TORCHRUN, read_csv, run_in_process
 
 WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault from $FAULT.
@@ -334,15 +337,13 @@ def test_pickled_code_is_refused_by_train_and_eval(tiny_folder, tmp_path):
     marker, hostile = tmp_path / "pwned", tmp_path / "hostile.pt"
     torch.save({"model": {}, "meta": {}, "epoch": 1, "step": 1, "optimizer": _Payload(marker)}, hostile)
 
-    line = error_line(train_script(*overrides(tiny_folder, tmp_path / "run"), f"resume={hostile}"))
+    line = config_error(tiny_folder, tmp_path / "run", f"resume={hostile}")
     assert "refusing to load" in line and str(hostile) in line
     assert not marker.exists()
 
     results = tmp_path / "r.jsonl"
-    proc = launch([PY, "eval.py", f"weights={hostile}", "data=imagefolder", f"data.root={tiny_folder}",
-                   "data.workers=0", f"hydra.run.dir={tmp_path / 'eval'}", f"results_file={results}"])  # fmt: skip
-    assert_status(proc, 1)
-    assert "refusing to load" in proc.stderr and "Traceback" not in proc.stderr
+    with pytest.raises(WeightsError, match="refusing to load"):
+        run_eval(*folder_overrides(tiny_folder, hostile, results))
     assert not marker.exists() and not results.exists()
 
     torch.load(hostile, weights_only=False)  # control: the payload is live
@@ -350,6 +351,22 @@ def test_pickled_code_is_refused_by_train_and_eval(tiny_folder, tmp_path):
 
 
 # --- bad configuration and data layouts ---------------------------------------------------
+
+
+def config_error(root: Path, run_dir: Path, *extra: str) -> str:
+    """The ConfigError an in-process run raises; train.py prints exactly this as its one line
+    (the subprocess tests below check that wrapper once)."""
+    with pytest.raises(ConfigError) as raised:
+        run_in_process(root, run_dir, *extra)
+    message = str(raised.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_a_bad_value_is_one_error_line_from_the_command_line(tiny_folder, tmp_path):
+    line = error_line(train_script(*overrides(tiny_folder, tmp_path / "run"), "batch_size=-4"))
+    assert line == "error: batch_size must be positive, got -4"
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").glob("*.pt"))
 
 
 @pytest.mark.parametrize(
@@ -365,8 +382,7 @@ def test_pickled_code_is_refused_by_train_and_eval(tiny_folder, tmp_path):
 )
 def test_bad_values_fail_before_any_work_in_one_line(tiny_folder, tmp_path, override, message):
     (tmp_path / "file").write_text("not a dataset")
-    args = overrides(tiny_folder, tmp_path / "run") + [override.format(file=tmp_path / "file")]
-    assert message in error_line(train_script(*args))
+    assert message in config_error(tiny_folder, tmp_path / "run", override.format(file=tmp_path / "file"))
     assert not list((tmp_path / "run").glob("*.csv")) + list((tmp_path / "run").glob("*.pt"))  # nothing started
 
 
@@ -388,6 +404,5 @@ def test_unknown_preset_name_is_hydras_message_listing_the_choices(tiny_folder, 
 def test_bad_dataset_layout_is_one_line(tmp_path, train, val, message):
     make_folder(tmp_path / "data" / "train", train, size=(40, 36))
     make_folder(tmp_path / "data" / "val", val, size=(40, 36))
-    line = error_line(train_script(*overrides(tmp_path / "data", tmp_path / "run")))
-    assert message in line
+    assert message in config_error(tmp_path / "data", tmp_path / "run")
     assert not (tmp_path / "run" / "last.pt").exists()

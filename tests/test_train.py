@@ -144,6 +144,7 @@ def assert_same_as_one_process(one: Path, two: Path) -> None:
     assert len(b["rng"]) == 2  # one RNG snapshot per rank
 
 
+@pytest.mark.xdist_group("one_process")  # its reference run is computed once
 def test_torchrun_two_processes_equal_one(tiny_folder, one_process, tmp_path):
     two = launcher_overrides(tiny_folder, tmp_path, 2)
     run_script([TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *two], env={"OMP_NUM_THREADS": "1"})
@@ -174,6 +175,7 @@ def run_slurm_tasks(args: list[str], job_id: int, timeout: int = 240) -> list[su
     return done
 
 
+@pytest.mark.xdist_group("one_process")  # its reference run is computed once
 def test_two_slurm_tasks_on_two_nodes_equal_one_process(tiny_folder, one_process, tmp_path):
     # No torchrun: rank, world size and the master come from SLURM's variables alone.
     for proc in run_slurm_tasks([PY, "train.py", *launcher_overrides(tiny_folder, tmp_path, 2)], job_id=os.getpid()):

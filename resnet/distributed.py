@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -54,6 +54,9 @@ class DistEnv:
     local_rank: int
     device: torch.device
     launch: Launch | None = None
+    # gloo group for small decisions taken on the host every step (resnet.engine.loop): over NCCL
+    # they would wait behind the GPU's queue. None: the default group is gloo already (CPU runs).
+    host_group: dist.ProcessGroup | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -211,8 +214,11 @@ def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = N
         if store is not None:
             kwargs.update(store=store, rank=launch.rank, world_size=launch.world_size)
         dist.init_process_group(backend=backend, **kwargs)
+    host_group = None
+    if launch.world_size > 1 and dist.get_backend() == "nccl":
+        host_group = dist.new_group(backend="gloo")  # collective: every rank creates it, in the same order
     return DistEnv(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank, device=dev,
-                   launch=launch)
+                   launch=launch, host_group=host_group)
 
 
 def _restart_safe_store(launch: Launch) -> dist.Store | None:
@@ -230,6 +236,25 @@ def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:
     if env.distributed:
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
+
+
+def all_reduce_host(values: list[float], env: DistEnv) -> list[float]:
+    """Sum a few host-side numbers over all processes (gloo, CPU), so that every process takes the
+    same branch without waiting for its GPU. Alone: the values as they are."""
+    if not env.distributed:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=env.host_group)
+    return tensor.tolist()
+
+
+def gather_objects(obj: object, env: DistEnv) -> list:
+    """Every process's ``obj`` (picklable), in rank order, on every process. Alone: ``[obj]``."""
+    if not env.distributed:
+        return [obj]
+    everyone: list = [None] * env.world_size
+    dist.all_gather_object(everyone, obj)
+    return everyone
 
 
 def barrier(env: DistEnv) -> None:

@@ -32,6 +32,7 @@ FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
 FAULT=nan:N   the N-th loss is NaN
 FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
+FAULT=unreadable:N  every image of the N-th batch this process collates is unreadable
 FAULT_RANK=R  only in the process of rank R (default 0; RANK or SLURM_PROCID)
 FAULT_ONCE=F  only if file F does not exist yet, and create it (once over restarts)
 """
@@ -100,6 +101,18 @@ elif KIND == "save":
         die()
 
     torch.save = save
+elif KIND == "unreadable":
+    import data.loader
+    from data.batch import BadImage
+
+    real_collate = data.loader.collate
+
+    def collate(samples):
+        if due():
+            samples = [BadImage(f"image {i} of this batch", "injected: unreadable") for i in range(len(samples))]
+        return real_collate(samples)
+
+    data.loader.collate = collate
 elif KIND == "eval":
     real_evaluate = engine_run.evaluate
 
@@ -133,8 +146,18 @@ def overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
 
 
 def launch(args: list[str], fault: str = "none:0", timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
+    """Run to the end; past ``timeout`` the whole process group (torchrun's workers too) is
+    killed and the test fails: a hang is a failure, never a stuck suite."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FAULT": fault, **env}
-    return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(map(str, args[:4]))} ... hung for {timeout} s\n{out[-2000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def train_script(*args: str) -> subprocess.CompletedProcess:
@@ -283,6 +306,21 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     killed, straight = (load_checkpoint(tmp_path / d / "last.pt") for d in ("killed", "straight"))
     assert_same_training(straight, killed)
     assert len(killed["rng"]) == 2
+
+
+def test_a_rank_whose_whole_batch_is_unreadable_does_not_hang_ddp(tiny_folder, wrapper, tmp_path):
+    # 2 processes x batch 2; every image of rank 1's second batch is unreadable. Both processes skip
+    # that step together (rank 0's two readable images are counted as unused), and the run ends.
+    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", str(wrapper), str(REPO / "train.py"),
+            *overrides(tiny_folder, tmp_path, "epochs=1", "batch_size=2")]  # fmt: skip
+    proc = launch(args, "unreadable:2", timeout=120, FAULT_RANK="1")
+    assert_status(proc, 0)
+    [row] = read_csv(tmp_path / "metrics.csv")
+    assert (row["skipped_images"], row["empty_steps"], row["unused_images"]) == ("2", "1", "2")
+    assert "injected: unreadable" in row["skipped_examples"]
+    assert "1 steps skipped on every process" in proc.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["world_size"] == 2 and results["n_val_images"] == 7
 
 
 # --- non-finite loss ---------------------------------------------------------------------

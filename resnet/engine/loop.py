@@ -17,7 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..config import Runtime
-from ..distributed import DistEnv, all_reduce_sum
+from ..distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objects
 from .preempt import StopRequest
 
 
@@ -62,6 +62,8 @@ class EpochStats:
     skipped_images: int = 0  # unreadable files the loader dropped
     skipped_paths: list[str] = field(default_factory=list)  # the first few, "path (reason)"
     skipped_steps: int = 0  # non-finite losses skipped (on_nonfinite=skip)
+    empty_steps: int = 0  # steps every process skipped because one of them read no image
+    unused_images: int = 0  # the readable images of those steps, on the other processes
     seconds: float = 0.0
     lr: float = 0.0
     history: list[dict] = field(default_factory=list)  # per log_every steps: step, loss, lr, images/s
@@ -72,14 +74,14 @@ class EpochStats:
         return self.images / self.seconds if self.seconds else 0.0
 
     _STATE = ("loss_sum", "images", "steps", "batches", "skipped_images", "skipped_paths", "skipped_steps",
-              "seconds", "history")
+              "empty_steps", "unused_images", "seconds", "history")
 
     def state(self) -> dict:
         return {name: getattr(self, name) for name in self._STATE}
 
     @classmethod
     def from_state(cls, state: dict) -> EpochStats:
-        return cls(**{name: state[name] for name in cls._STATE})
+        return cls(**{name: state[name] for name in cls._STATE if name in state})  # older files lack newer keys
 
 
 def _split(batch) -> tuple[torch.Tensor, torch.Tensor, int, list[str]]:
@@ -105,8 +107,14 @@ def train_one_epoch(
 
     ``resume``: this epoch's totals from a mid-epoch checkpoint (``loader`` then starts after
     ``resume.batches``). ``checkpoint(global_step, stats)`` is called with this process's running totals every
-    ``ctx.checkpoint_every`` batches, and when a stop was requested (``ctx.stop``), after which the
-    epoch ends early with ``interrupted`` set. Every process calls it at the same batch.
+    ``ctx.checkpoint_every`` batches, and when a stop was requested (``ctx.stop``): before the next
+    batch is counted, after which the epoch ends early with ``interrupted`` set. Every process calls
+    it at the same batch.
+
+    Before each step the processes agree, on the host, whether all of them read at least one image
+    and whether one was asked to stop; after the forward pass, whether every loss is finite. A batch
+    whose images were all unreadable thus skips the step on every process (``empty_steps``) instead
+    of leaving the others waiting in DDP's gradient all-reduce.
     """
     model.train()
     if ctx.freeze_bn:
@@ -131,66 +139,53 @@ def train_one_epoch(
     for batch in loader:
         if stats.batches >= end:
             break
-        i = stats.batches
-        stats.batches += 1
         images, labels, skipped, paths = _split(batch)
-        stats.skipped_images += skipped
-        stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
-        if images.shape[0] == 0:  # every image of this batch was unreadable
-            continue
-        images, labels = ctx.runtime.to_device(images, labels)
-        images = ctx.normalize(ctx.runtime.memory_format(images))
-        if ctx.augment is not None:
-            images, labels = ctx.augment(images, labels)
-        with ctx.runtime.autocast():
-            loss = ctx.loss_fn(model(images), labels)
-        finite, stop = _agree(loss, ctx)
-        if not finite:
-            step = steps_before + stats.steps + stats.skipped_steps
-            if ctx.on_nonfinite == "stop":
-                bar.close()  # clear the progress line, so that the message starts its own
-                raise NonFiniteLoss(
-                    f"non-finite loss ({loss.item()}) at step {step} (epoch {epoch}, batch {i}); "
-                    "the last good checkpoint is kept. Lower optim.lr, set grad_clip=1.0, "
-                    "or on_nonfinite=skip to skip such steps."
-                )
-            stats.skipped_steps += 1
-            optimizer.zero_grad(set_to_none=True)
-            continue
-        optimizer.zero_grad(set_to_none=True)
-        if ctx.scaler is not None:
-            ctx.scaler.scale(loss).backward()
-            if ctx.grad_clip:
-                ctx.scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
-            ctx.scaler.step(optimizer)
-            ctx.scaler.update()
-        else:
-            loss.backward()
-            if ctx.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
-            optimizer.step()
-        scheduler.step()
-        if ctx.ema is not None:
-            ctx.ema.update(model, step=steps_before + stats.steps)
-        n = images.shape[0]
-        loss_sum += loss.detach() * n
-        stats.images += n
-        stats.steps += 1
-        window_images += n
-        bar.update(1)
-        if stats.steps % ctx.log_every == 0 or stats.batches == end:
-            now = time.perf_counter()
-            lr = optimizer.param_groups[0]["lr"]
-            rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
-            record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr, "images_per_s": rate}
-            stats.history.append(record)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{rate:.0f}")
-            window_start, window_images = now, 0
-        if stop and checkpoint is not None:
+        everyone_has_data, stop = _agree_before_step(images.shape[0] > 0, ctx)
+        if stop and checkpoint is not None:  # saved before this batch is counted: a resume reads it again
             stats.interrupted = True
             save()
             break
+        i = stats.batches
+        stats.batches += 1
+        stats.skipped_images += skipped
+        stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
+        if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
+            stats.empty_steps += 1
+            stats.unused_images += images.shape[0]
+        else:
+            images, labels = ctx.runtime.to_device(images, labels)
+            images = ctx.normalize(ctx.runtime.memory_format(images))
+            if ctx.augment is not None:
+                images, labels = ctx.augment(images, labels)
+            with ctx.runtime.autocast():
+                loss = ctx.loss_fn(model(images), labels)
+            if not _all_finite(loss, ctx):
+                step = steps_before + stats.steps + stats.skipped_steps
+                if ctx.on_nonfinite == "stop":
+                    bar.close()  # clear the progress line, so that the message starts its own
+                    raise NonFiniteLoss(
+                        f"non-finite loss ({loss.item()}) at step {step} (epoch {epoch}, batch {i}); "
+                        "the last good checkpoint is kept. Lower optim.lr, set grad_clip=1.0, "
+                        "or on_nonfinite=skip to skip such steps."
+                    )
+                stats.skipped_steps += 1
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                _update(model, optimizer, scheduler, loss, ctx, steps_before + stats.steps)
+                n = images.shape[0]
+                loss_sum += loss.detach() * n
+                stats.images += n
+                stats.steps += 1
+                window_images += n
+                if stats.steps % ctx.log_every == 0 or stats.batches == end:
+                    now = time.perf_counter()
+                    lr = optimizer.param_groups[0]["lr"]
+                    rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
+                    record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr, "images_per_s": rate}
+                    stats.history.append(record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{rate:.0f}")
+                    window_start, window_images = now, 0
+        bar.update(1)
         if checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
                 and stats.batches < end:
             save()
@@ -198,24 +193,54 @@ def train_one_epoch(
     stats.seconds = seconds_before + time.perf_counter() - start
     stats.lr = optimizer.param_groups[0]["lr"]
     totals = all_reduce_sum(
-        torch.tensor([loss_sum.item(), stats.images, stats.skipped_images], dtype=torch.float64, device=ctx.env.device),
+        torch.tensor([loss_sum.item(), stats.images, stats.skipped_images, stats.unused_images], dtype=torch.float64,
+                     device=ctx.env.device),
         ctx.env,
     )
     stats.loss = totals[0].item() / max(totals[1].item(), 1)
     stats.images = int(totals[1].item())  # global, for images/s
     stats.skipped_images = int(totals[2].item())
+    stats.unused_images = int(totals[3].item())
+    if totals[2].item():  # examples from every process, not only this one's
+        stats.skipped_paths = [p for paths in gather_objects(stats.skipped_paths, ctx.env) for p in paths][:5]
     return stats
 
 
-def _agree(loss: torch.Tensor, ctx: StepContext) -> tuple[bool, bool]:
-    """(the loss is finite on every process, some process was asked to stop), in one all-reduce:
-    every process must take the same branch, or DDP would hang in the next collective."""
+def _update(model: nn.Module, optimizer, scheduler, loss: torch.Tensor, ctx: StepContext, step: int) -> None:
+    """Backward, (clip,) optimizer and scheduler step, EMA update."""
+    optimizer.zero_grad(set_to_none=True)
+    if ctx.scaler is not None:
+        ctx.scaler.scale(loss).backward()
+        if ctx.grad_clip:
+            ctx.scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
+        ctx.scaler.step(optimizer)
+        ctx.scaler.update()
+    else:
+        loss.backward()
+        if ctx.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
+        optimizer.step()
+    scheduler.step()
+    if ctx.ema is not None:
+        ctx.ema.update(model, step=step)
+
+
+def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool]:
+    """(every process has at least one readable image, some process was asked to stop), in one
+    host-side all-reduce before the forward pass. Every process must take the same branch: a
+    process that skipped its step would leave the others waiting in DDP's collectives forever."""
     stop = ctx.stop is not None and ctx.stop.requested
-    if not ctx.env.distributed:
-        return bool(torch.isfinite(loss.detach())), stop
-    finite = torch.isfinite(loss.detach()).to(torch.float32)
-    flags = all_reduce_sum(torch.stack([finite, torch.full((), float(stop), device=loss.device)]), ctx.env)
-    stop = bool(flags[1] > 0)
+    without_data, stops = all_reduce_host([float(not has_data), float(stop)], ctx.env)
+    stop = stops > 0
     if ctx.stop is not None:
         ctx.stop.agree(stop)
-    return bool(flags[0] == ctx.env.world_size), stop
+    return without_data == 0, stop
+
+
+def _all_finite(loss: torch.Tensor, ctx: StepContext) -> bool:
+    """The loss is finite on every process: all skip the step together, or none does."""
+    finite = torch.isfinite(loss.detach())
+    if not ctx.env.distributed:
+        return bool(finite)
+    return bool(all_reduce_sum(finite.to(torch.float32), ctx.env) == ctx.env.world_size)

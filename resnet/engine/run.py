@@ -13,7 +13,7 @@ from torch import nn
 
 from ..checkpoint import save_checkpoint
 from ..config import ConfigError, check_run_config, join_job, padding_from_config, runtime_for
-from ..distributed import DistEnv, barrier, shutdown
+from ..distributed import DistEnv, barrier, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..report.console import summary
 from ..report.rows import git_commit
@@ -59,6 +59,14 @@ def _check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a step count, got {cfg.checkpoint_every}")
     if cfg.on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
+    for name in ("mixup", "cutmix"):
+        if cfg[name] < 0:
+            raise ConfigError(f"{name}={cfg[name]}: its Beta alpha must be 0 (off) or positive, e.g. {name}=0.2")
+    if not 0 <= cfg.label_smoothing < 1:
+        raise ConfigError(f"label_smoothing={cfg.label_smoothing} must be in [0, 1), e.g. label_smoothing=0.1")
+    if (cfg.mixup or cfg.cutmix) and cfg.batch_size < 2:
+        raise ConfigError(f"mixup and cutmix mix the images of a batch with each other; batch_size={cfg.batch_size} "
+                          "has nothing to mix: pass batch_size=2 or more, or mixup=0 cutmix=0")
     if OmegaConf.is_missing(cfg.data, "num_classes"):
         raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")
 
@@ -183,7 +191,7 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
 
     def save(epoch_done: int, step: int, epoch_partial: dict | None = None) -> None:
         """``last.pt`` on rank 0; a collective (every rank's RNG state), so every rank calls it."""
-        rng = _gather_rng(env)
+        rng = gather_objects(rng_state(), env)  # every rank's, on rank 0
         if env.is_main:
             extra = {"scaler": scaler.state_dict()} if scaler is not None else {}
             if ema is not None:
@@ -220,7 +228,8 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
             row = {"epoch": epoch + 1, "step": global_step, "train_loss": stats.loss, "lr": stats.lr,
                    "train_images_per_s": stats.images_per_s, "skipped_images": stats.skipped_images,
                    "skipped_examples": "; ".join(stats.skipped_paths),
-                   "skipped_steps": stats.skipped_steps, "epoch_seconds": stats.seconds}
+                   "skipped_steps": stats.skipped_steps, "empty_steps": stats.empty_steps,
+                   "unused_images": stats.unused_images, "epoch_seconds": stats.seconds}
             if last or (epoch + 1) % cfg.eval_every == 0:
                 val = evaluate(model, loaders.val, runtime, ctx.normalize, desc="val").metrics()
                 row.update({f"val_{k}": v for k, v in val.items()})
@@ -268,23 +277,14 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     return results
 
 
-def _gather_rng(env: DistEnv) -> list[dict]:
-    """Every rank's RNG state, collected on rank 0 (a collective: all ranks call it)."""
-    mine = rng_state()
-    if not env.distributed:
-        return [mine]
-    everyone: list = [None] * env.world_size
-    dist.all_gather_object(everyone, mine)
-    return everyone
-
-
 def _loss_and_mixup(cfg: DictConfig, num_classes: int):
     if cfg.mixup or cfg.cutmix:
-        from timm.data import Mixup
         from timm.loss import SoftTargetCrossEntropy
 
-        mixup = Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
-                      num_classes=num_classes)
+        from .mixup import AnyBatchMixup
+
+        mixup = AnyBatchMixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
+                              num_classes=num_classes)
         return SoftTargetCrossEntropy(), mixup
     return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing), None
 
@@ -295,4 +295,7 @@ def _print_epoch(row: dict) -> None:
         parts += [f"val top-1 err {row['val_top1_err']:.2f}%", f"top-5 err {row['val_top5_err']:.2f}%"]
     if row["skipped_images"]:
         parts.append(f"skipped {row['skipped_images']} unreadable images, e.g. {row['skipped_examples']}")
+    if row["empty_steps"]:
+        parts.append(f"{row['empty_steps']} steps skipped on every process (one read no image; "
+                     f"{row['unused_images']} readable images of those steps unused)")
     print(" | ".join(parts), flush=True)

@@ -21,12 +21,12 @@ def main(cfg: DictConfig) -> float | None:
     from resnet.config import ConfigError
     from resnet.engine.loop import NonFiniteLoss
     from resnet.engine.preempt import Stopped
-    from resnet.engine.run import train
+    from resnet.engine.run import CheckpointWriteError, train
 
     try:
         results = train(cfg)
-    except (ConfigError, NonFiniteLoss) as err:  # one line, no traceback; 2: fix the config or data
-        print(f"error: {err}", file=sys.stderr)
+    except (ConfigError, NonFiniteLoss, CheckpointWriteError) as err:  # one line, no traceback
+        print(f"error: {err}", file=sys.stderr)  # status 2: fix the config or data; 1: the run failed
         raise SystemExit(2 if isinstance(err, ConfigError) else 1) from None
     except Stopped as stopped:  # a preemption signal: saved; 0 when the requeued job goes on, else 3
         print(stopped, file=sys.stderr)

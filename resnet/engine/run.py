@@ -13,10 +13,11 @@ from torch import nn
 
 from ..checkpoint import save_checkpoint
 from ..config import ConfigError, check_run_config, join_job, padding_from_config, runtime_for
-from ..distributed import DistEnv, barrier, gather_objects, shutdown
+from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..report.console import summary
 from ..report.rows import git_commit
+from .lock import own_run_dir
 from .loop import EpochStats, StepContext, train_one_epoch
 from .optim import build_optimizer, build_scheduler
 from .preempt import Stopped, StopRequest
@@ -34,6 +35,10 @@ SUMMARY_COLUMNS = {
     "train img/s": "train_images_per_s",
     "wall s": "wall_seconds",
 }
+
+
+class CheckpointWriteError(RuntimeError):
+    """``last.pt`` could not be written (a full disk, a quota); the previous one is intact."""
 
 
 def build_run_model(cfg: DictConfig) -> nn.Module:
@@ -76,7 +81,9 @@ def train(cfg: DictConfig) -> dict:
     _check_config(cfg)
     env = join_job(cfg)
     try:
-        return _train(cfg, env)
+        run_dir = shared_run_dir(cfg, env)
+        with own_run_dir(run_dir, env):  # a second run into it is refused here, before it writes anything
+            return _train(cfg, env, run_dir)
     finally:
         shutdown(env)
 
@@ -108,10 +115,9 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
     return loaders
 
 
-def _train(cfg: DictConfig, env: DistEnv) -> dict:
+def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
     from data import Normalize
     wall_start = time.perf_counter()
-    run_dir = shared_run_dir(cfg, env)
     seed_everything(cfg.seed + env.rank)
     runtime = runtime_for(cfg, env)
     model = build_run_model(cfg)
@@ -189,20 +195,31 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name, resumed_epoch=start_epoch)
     checkpoint = run_dir / "last.pt"
 
+    kept = ["the previous last.pt is intact" if checkpoint.exists() else "no last.pt was written before"]
+
     def save(epoch_done: int, step: int, epoch_partial: dict | None = None) -> None:
-        """``last.pt`` on rank 0; a collective (every rank's RNG state), so every rank calls it."""
+        """``last.pt`` on rank 0; a collective (every rank's RNG state, then whether the write
+        worked), so every rank calls it, and every rank stops when it failed."""
         rng = gather_objects(rng_state(), env)  # every rank's, on rank 0
+        failed = None
         if env.is_main:
             extra = {"scaler": scaler.state_dict()} if scaler is not None else {}
             if ema is not None:
                 extra["ema"] = ema.module.state_dict()
             if epoch_partial is not None:
                 extra["epoch_partial"] = epoch_partial
-            save_checkpoint(
-                checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                epoch=epoch_done, step=step, rng=rng, history=history, config=config, layout=layout, **extra,
-            )
-        barrier(env)
+            try:
+                save_checkpoint(
+                    checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                    epoch=epoch_done, step=step, rng=rng, history=history, config=config, layout=layout, **extra,
+                )
+                kept[0] = f"last.pt of epoch {epoch_done}, step {step} is intact"
+            except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
+                failed = (f"could not write {checkpoint} ({_write_error(err)}); {kept[0]}: free space or pass another "
+                          "hydra.run.dir, then run again with resume=true")
+        failed = gather_objects(failed, env)[0]  # also the barrier: nobody runs ahead of the write
+        if failed:
+            raise CheckpointWriteError(failed)
 
     val: dict = {}
     train_rate = 0.0
@@ -275,6 +292,17 @@ def _train(cfg: DictConfig, env: DistEnv) -> dict:
     if env.is_main:
         print(summary(results, SUMMARY_COLUMNS, f"results: {results['run_dir']}/results.json"))
     return results
+
+
+def _write_error(err: BaseException) -> str:
+    """The operating system's reason (``No space left on device``) where the chain holds one: torch's
+    zip writer reports a failed write as its own RuntimeError, raised while handling the OSError."""
+    seen = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    return str(err).splitlines()[0][:200]
 
 
 def _loss_and_mixup(cfg: DictConfig, num_classes: int):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from resnet.checkpoint import load_checkpoint
+from resnet.checkpoint import CheckpointError, load_checkpoint
 from resnet.config import ConfigError
 from resnet.engine import run as engine_run
 from resnet.weights import WeightsError
@@ -214,7 +214,7 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
     assert "note: took over" in proc.stdout  # the killed run's run-dir lock, left behind
     partial = list(run_dir.glob(".last.pt.*.tmp"))
     assert len(partial) == 1 and partial[0].stat().st_size > 0  # the kill did land inside the write
-    with pytest.raises(RuntimeError, match="zip archive"):  # half a file is no checkpoint
+    with pytest.raises(CheckpointError, match="is cut short or damaged"):  # half a file is no checkpoint
         load_checkpoint(partial[0])
     # 3. During validation, after resuming from epoch 1 and saving epoch 2.
     proc = launch(args, "eval:2")
@@ -387,6 +387,21 @@ def test_pickled_code_is_refused_by_train_and_eval(tiny_folder, tmp_path):
 
     torch.load(hostile, weights_only=False)  # control: the payload is live
     assert marker.exists()
+
+
+def test_resuming_another_architecture_optimizer_or_a_damaged_file_is_one_line(tiny_folder, tmp_path):
+    run_in_process(tiny_folder, tmp_path / "tiny", "epochs=1")
+    last = tmp_path / "tiny" / "last.pt"
+    line = config_error(tiny_folder, tmp_path / "small", f"resume={last}", "model=resnet_small")
+    assert f"{last} holds resnet_tiny weights, not resnet_small" in line and "pass model=resnet_tiny" in line
+    line = config_error(tiny_folder, tmp_path / "adamw", f"resume={last}", "optim=adamw")
+    assert "was trained with optim.name=sgd, this run has adamw" in line
+    half = tmp_path / "half.pt"
+    half.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    line = config_error(tiny_folder, tmp_path / "half", f"resume={half}")
+    assert line.startswith(f"{half} is cut short or damaged")
+    for run in ("small", "adamw", "half"):  # refused before anything was written
+        assert not list((tmp_path / run).glob("*.csv")) + list((tmp_path / run).glob("*.pt"))
 
 
 # --- bad configuration and data layouts ---------------------------------------------------

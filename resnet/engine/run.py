@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from ..checkpoint import save_checkpoint
+from ..checkpoint import CheckpointError, load_weights, save_checkpoint
 from ..config import ConfigError, check_run_config, join_job, padding_from_config, runtime_for
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
@@ -155,13 +155,31 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
                 f"{resume_path} was saved mid-epoch with {state.get('layout')}; resuming there needs the same "
                 f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
             )
-        model.load_state_dict(state["model"])  # not wrapped yet: DDP and compile come below
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if scaler is not None and "scaler" in state:
-            scaler.load_state_dict(state["scaler"])
-        if ema is not None and "ema" in state:
-            ema.module.load_state_dict(state["ema"])
+        recorded = state.get("config") or {}
+        for group in ("optim", "sched"):  # another optimizer's state would load, then fail at its first step
+            was, now = (recorded.get(group) or {}).get("name"), cfg[group].name
+            if was is not None and was != now:
+                raise ConfigError(
+                    f"{resume_path} was trained with {group}.name={was}, this run has {now}: pass the {group}= it "
+                    "was trained with, or start over with resume=false"
+                )
+        try:  # another architecture, missing keys: one line naming both and the fix
+            load_weights(model, state["model"], resume_path, arch=state["meta"]["arch"])  # not wrapped yet
+        except CheckpointError as err:
+            raise ConfigError(str(err)) from None
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            if scaler is not None and "scaler" in state:
+                scaler.load_state_dict(state["scaler"])
+            if ema is not None and "ema" in state:
+                load_weights(ema.module, state["ema"], f"{resume_path} (its EMA weights)")
+        except (ValueError, KeyError, TypeError) as err:
+            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            raise ConfigError(
+                f"{resume_path} was saved with another optimizer or schedule ({first}); resume with the optim= and "
+                "sched= it was trained with (its config is in the checkpoint), or start over with resume=false"
+            ) from None
         resume_rng = state["rng"][min(env.rank, len(state["rng"]) - 1)]
         start_epoch, global_step, history = state["epoch"], state["step"], list(state.get("history", []))
         if env.is_main:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..archs import canonical_name
+from ..checkpoint import CheckpointError
 from . import checkpoint, keras, timm, torchvision
 from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable
 from .keras import from_keras
@@ -85,7 +86,9 @@ def load_weights(spec: WeightsSpec, arch: str | None = None, download: bool = Fa
         loaded = SOURCES[spec.source].load(spec, arch, download)
     except WeightsError:
         raise
-    except ValueError as err:  # a file that would unpickle code, a state dict of another arch, ...
+    except CheckpointError as err:  # a file cut short, pickled code, another arch's weights: the line names it
+        raise WeightsError(str(err)) from None
+    except ValueError as err:  # an arch the source cannot import, ...
         raise WeightsError(f"weights={spec.text}: {str(err).splitlines()[0]}") from None
     if arch is not None and loaded.model.meta.arch != canonical_name(arch):
         raise WeightsError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -19,6 +19,8 @@ import torch
 from torch import nn
 
 from ..archs import canonical_name
+from ..checkpoint import CheckpointError, read_torch_file
+from ..diagnose import describe, error_line
 from ..model import ResNet, build_model
 
 
@@ -28,6 +30,16 @@ class WeightsError(ValueError):
 
 class WeightsUnavailable(WeightsError):
     """The weights are not on disk (and download was not asked for, or failed)."""
+
+
+class StateDictMismatch(ValueError):
+    """A state dict that does not fit ``arch``: ``problems`` (the keys and shapes that differ)
+    and ``fits``, the architecture it does fit (or None). The message is the library call to
+    make; :func:`convert_file` turns it into the ``model=`` to pass for a file."""
+
+    def __init__(self, message: str, arch: str, problems: str, fits: str | None):
+        super().__init__(message)
+        self.arch, self.problems, self.fits = arch, problems, fits
 
 
 @dataclass(frozen=True)
@@ -89,20 +101,52 @@ def torch_hub_file(url: str) -> Path:
 
 
 def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """A state dict from ``.safetensors`` or a torch file, loaded without running pickled code."""
+    """A state dict from ``.safetensors`` or a torch file, loaded without running pickled code.
+
+    A file that cannot be read (cut short, not a torch or safetensors file, pickled code)
+    raises :class:`resnet.checkpoint.CheckpointError`, one line naming it."""
     path = Path(path)
     if not path.is_file():
         raise WeightsUnavailable(f"no weights file at {path}")
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(path)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+        return _safetensors_file(path)
+    state = read_torch_file(path)
     if isinstance(state, dict) and "meta" in state and "model" in state:
         raise WeightsError(f"{path} is one of our checkpoints; pass it as weights={path} (no source prefix)")
     if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
-        raise WeightsError(f"{path} does not hold a state dict (a dict of tensors)")
+        raise WeightsError(
+            f"{path} holds {describe(state)}, not a state dict (a dict of tensors); pass the file of a "
+            "model.state_dict()"
+        )
     return state
+
+
+def _safetensors_file(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a ``.safetensors`` file (safetensors runs no code); a damaged one is one line."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except Exception as err:  # SafetensorError (cut short, a bad header) is a bare Exception subclass
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file ({error_line(err)}): it is cut short or damaged; "
+            "copy it again, or save the state dict with safetensors.torch.save_file"
+        ) from None
+
+
+def convert_file(path: Path, convert: Callable[..., ResNet], *args: object, **kwargs: object) -> ResNet:
+    """``convert(*args, **kwargs)`` for weights read from ``path``; weights of another
+    architecture than the one asked for become one line naming the file and the ``model=``
+    that fits (where the message of ``convert`` names the library call to make)."""
+    try:
+        return convert(*args, **kwargs)
+    except StateDictMismatch as err:
+        fix = (
+            f"pass model={err.fits}, or leave model= out to tell the architecture from the file"
+            if err.fits
+            else "pass model=<the architecture that wrote it>"
+        )
+        raise CheckpointError(f"{path} does not fit {err.arch} ({err.problems}); {fix}") from None
 
 
 def first_line(err: BaseException) -> str:
@@ -179,7 +223,7 @@ def check_shapes(
     )
     guess = arch_by_shapes(state_dict, [c for c in candidates if c != name])
     hint = f" It is a {guess} state dict: call {caller}(state_dict, {guess!r})." if guess else ""
-    raise ValueError(f"the state dict does not fit {name}: {problems}.{hint}")
+    raise StateDictMismatch(f"the state dict does not fit {name}: {problems}.{hint}", name, problems, guess)
 
 
 def import_state_dict(

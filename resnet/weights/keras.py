@@ -21,15 +21,19 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..checkpoint import CheckpointError
+from ..diagnose import error_line
 from ..model import ResNet, build_model
 from .common import (
     LoadedWeights,
     OriginProtocol,
+    StateDictMismatch,
     WeightsError,
     WeightsSpec,
     WeightsUnavailable,
     assign,
     check_shapes,
+    convert_file,
     fetch,
     few,
     join,
@@ -88,7 +92,8 @@ def from_keras(weights_file: str | Path, arch: str, *, num_classes: int | None =
         guess = arch_of(layers)
         hint = f" It looks like {guess}: call from_keras(path, {guess!r})." if guess and guess != name else ""
         problems = join(few("missing Keras layer", missing), few("unused Keras layer", unused))
-        raise ValueError(f"{weights_file} does not fit {name}: {problems}.{hint}")
+        fits = guess if guess != name else None
+        raise StateDictMismatch(f"{weights_file} does not fit {name}: {problems}.{hint}", name, problems, fits)
     want = {k: v for k, v in shapes(model).items() if head is not None or not k.startswith("fc.")}
     check_shapes(want, state_dict, name, "from_keras", ())
     return assign(model, state_dict)
@@ -105,7 +110,7 @@ def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
     name = spec.name or arch or arch_of(read_layers(path))
     if name is None:
         raise WeightsError(f"{path} holds none of {', '.join(NAMES)}; name the architecture with model=<arch>")
-    return LoadedWeights(from_keras(path, name), OriginProtocol())
+    return LoadedWeights(convert_file(path, from_keras, path, name), OriginProtocol())
 
 
 def published(name: str, download: bool = False) -> Path:
@@ -121,12 +126,21 @@ _BN_ROLES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "
 
 
 def read_layers(path: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Keras layer name -> {weight role: array}, from either HDF5 layout."""
-    if zipfile.is_zipfile(path):  # a .keras archive keeps its weights in model.weights.h5
-        with zipfile.ZipFile(path) as archive, h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as f:
+    """Keras layer name -> {weight role: array}, from either HDF5 layout.
+
+    A file h5py or zipfile cannot read (cut short, not HDF5, a .keras archive without
+    weights) raises :class:`resnet.checkpoint.CheckpointError`, one line naming it."""
+    try:
+        if zipfile.is_zipfile(path):  # a .keras archive keeps its weights in model.weights.h5
+            with zipfile.ZipFile(path) as archive, h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as f:
+                return _read_h5_file(f, path)
+        with h5py.File(path, "r") as f:
             return _read_h5_file(f, path)
-    with h5py.File(path, "r") as f:
-        return _read_h5_file(f, path)
+    except (OSError, KeyError, RuntimeError, zipfile.BadZipFile, NotImplementedError) as err:
+        raise CheckpointError(
+            f"{path} is not a readable Keras weights file ({error_line(err)}): it is cut short, damaged, "
+            "or not HDF5; copy it again, or save the weights with model.save_weights('x.weights.h5')"
+        ) from None
 
 
 def _read_h5_file(f: h5py.File, path: Path) -> dict[str, dict[str, np.ndarray]]:

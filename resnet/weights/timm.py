@@ -25,6 +25,7 @@ from .common import (
     WeightsSpec,
     WeightsUnavailable,
     arch_by_shapes,
+    convert_file,
     fetch,
     first_line,
     import_state_dict,
@@ -98,7 +99,7 @@ def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
     name = arch or arch_by_shapes(to_torch_layout(state_dict), ARCHS)
     if name is None:
         raise WeightsError(f"{spec.path} fits none of {', '.join(ARCHS)}; name the architecture with model=<arch>")
-    return LoadedWeights(from_timm(state_dict, name), OriginProtocol())
+    return LoadedWeights(convert_file(spec.path, from_timm, state_dict, name), OriginProtocol())
 
 
 def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor], OriginProtocol]:

@@ -22,6 +22,7 @@ from .common import (
     WeightsError,
     WeightsSpec,
     arch_by_shapes,
+    convert_file,
     fetch,
     import_state_dict,
     load_state_dict_file,
@@ -64,7 +65,7 @@ def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
     name = arch or arch_by_shapes(state_dict, ARCHS)
     if name is None:
         raise WeightsError(f"{spec.path} fits none of {', '.join(ARCHS)}; name the architecture with model=<arch>")
-    return LoadedWeights(from_torchvision(state_dict, name), OriginProtocol())
+    return LoadedWeights(convert_file(spec.path, from_torchvision, state_dict, name), OriginProtocol())
 
 
 def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor], str, OriginProtocol]:

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from .archs import ARCHS, canonical_name
-from .distributed import DEVICES, DistEnv, LaunchError, init_distributed
+from .distributed import DEVICES, DistEnv, LaunchError, detect_launch, init_distributed
 from .padding import PRESETS, SITES, resolve_padding
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -63,14 +63,51 @@ def check_run_config(cfg: DictConfig) -> None:
     check_data_package()
 
 
+AUTO_WORKERS_CAP = 16  # past this, more decode processes mostly add memory (each holds its own copy of the dataset)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: taskset, cgroups, SLURM's binding):
+    the bound above which torch's DataLoader warns about too many workers."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cores_per_process(local_world_size: int = 1) -> int:
+    """This process's share of the cores: its affinity, split between the processes of this node
+    when they all see every core (torchrun), as it is when the launcher bound each to its own
+    (srun --cpu-bind, SLURM's cgroups)."""
+    cores = usable_cores()
+    if cores == (os.cpu_count() or cores) and local_world_size > 1:
+        cores //= local_world_size
+    return max(cores, 1)
+
+
+def auto_workers(local_world_size: int | None = None) -> int:
+    """What ``data.workers=auto`` means here: this process's share of the cores, at most
+    :data:`AUTO_WORKERS_CAP`. ``local_world_size``: processes on this node (default: the launcher's)."""
+    if local_world_size is None:
+        try:
+            local_world_size = detect_launch().local_world_size
+        except LaunchError:  # join_job reports it, in its own line
+            local_world_size = 1
+    return min(cores_per_process(local_world_size), AUTO_WORKERS_CAP)
+
+
+def data_workers(data_cfg: DictConfig, local_world_size: int | None = None) -> int:
+    """``data.workers`` as a number (``auto``: :func:`auto_workers`); :func:`check_data_config` checks it first."""
+    return auto_workers(local_world_size) if str(data_cfg.workers) == "auto" else int(data_cfg.workers)
+
+
 def check_data_config(data_cfg: DictConfig) -> None:
-    """The data keys every run needs: a root directory for image folders, a sane worker count."""
-    cpus = os.cpu_count() or 1
-    if not 0 <= data_cfg.workers <= 4 * cpus:  # 4 decode processes per core is already past the useful range
-        raise ConfigError(
-            f"data.workers={data_cfg.workers} is out of range: 0 (load in the main process) "
-            f"to 4 per CPU core ({4 * cpus} on this machine)"
-        )
+    """The data keys every run needs: a root directory for image folders, a worker count torch accepts."""
+    workers = data_cfg.workers
+    if str(workers) != "auto":
+        cores = usable_cores()
+        if not isinstance(workers, int) or not 0 <= workers <= cores:
+            raise ConfigError(
+                f"data.workers={workers} is out of range: 0 (load in the main process) to the {cores} CPU cores "
+                f"this process may use (torch warns above that); or data.workers=auto ({auto_workers()} here)"
+            )
     if data_cfg.name == "fashion_mnist":  # built in: root may be null
         return
     if OmegaConf.is_missing(data_cfg, "root"):

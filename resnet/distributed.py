@@ -66,6 +66,11 @@ class DistEnv:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def local_world_size(self) -> int:
+        """Processes of this job on this node."""
+        return self.launch.local_world_size if self.launch is not None else 1
+
 
 def detect_launch(environ: Mapping[str, str] | None = None) -> Launch:
     """Read the launcher's variables (see the module docstring for the order)."""

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..checkpoint import CheckpointError, load_weights, save_checkpoint
-from ..config import ConfigError, check_run_config, join_job, padding_from_config, runtime_for
+from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..report.console import summary
@@ -96,7 +96,7 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
             data_cfg.name,
             data_cfg.get("root"),
             batch_size=batch_size,
-            workers=data_cfg.workers,
+            workers=data_workers(data_cfg, env.local_world_size),
             rank=env.rank,
             world_size=env.world_size,
             seed=seed,

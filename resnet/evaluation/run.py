@@ -9,7 +9,7 @@ from pathlib import Path
 import torch.distributed as dist
 from omegaconf import DictConfig
 
-from ..config import ConfigError, check_run_config, join_job, padding_from_config, runtime_for
+from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
 from ..distributed import DistEnv, shutdown
 from ..model import ModelMeta, with_padding
 from ..report.console import summary
@@ -96,10 +96,11 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     protocol = resolve_protocol(cfg, meta, loaded.origin)
     # batch_size counts network inputs, so that one setting fits memory in both protocols.
     images_per_step = max(cfg.batch_size // protocol.crops, 1)
+    workers = data_workers(cfg.data, env.local_world_size)
     try:  # a wrong folder layout (an empty class folder, val classes != train classes)
         data = build_eval_loader(
-            cfg.data.name, cfg.data.get("root"), protocol, images_per_step, cfg.data.workers, env.rank,
-            env.world_size, val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
+            cfg.data.name, cfg.data.get("root"), protocol, images_per_step, workers, env.rank, env.world_size,
+            val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None

@@ -24,7 +24,7 @@ from torch import nn
 
 from .archs import ARCHS, canonical_name
 from .distributed import DEVICES, DistEnv, LaunchError, detect_launch, init_distributed
-from .padding import PRESETS, SITES, resolve_padding
+from .padding import PRESETS, SITES, UnknownScheme, resolve_padding
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -57,6 +57,8 @@ def check_run_config(cfg: DictConfig) -> None:
         if cfg.get("model") is not None:
             canonical_name(cfg.model.arch)  # model.arch=<typo> fails here, listing the names
         resolve_padding(padding_from_config(cfg))  # unknown preset / site / scheme fails here, before any work
+    except UnknownScheme as err:
+        raise ConfigError(f"{err} (e.g. {_site_override(cfg, err.site, err.choices[0])})") from None
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
     check_data_config(cfg.data)
@@ -118,6 +120,14 @@ def check_data_config(data_cfg: DictConfig) -> None:
         raise ConfigError(
             f"data.root={root} is {what}; {data_cfg.name} needs a directory holding train/<class>/* and val/<class>/*"
         )
+
+
+def _site_override(cfg: DictConfig, site: str, scheme: str) -> str:
+    """The override that sets one site as the command line stands: ``padding.<site>=`` where a
+    ``+padding=<preset>`` made the node (its sites exist), ``+padding.<site>=`` where it did not."""
+    node = cfg.get("padding")
+    chosen = node is not None and "preset" in node
+    return f"{'' if chosen else '+'}padding.{site}={scheme}"
 
 
 def check_data_package() -> None:

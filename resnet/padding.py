@@ -31,6 +31,15 @@ POOL_PAD_VALUES = ("-inf", "zero")
 Pad2d = tuple[int, int, int, int]  # (left, right, top, bottom), the order F.pad takes
 
 
+class UnknownScheme(ValueError):
+    """A site given a scheme it does not have; ``site`` and ``choices`` let a caller add a hint in
+    its own terms (a config override, a keyword argument)."""
+
+    def __init__(self, site: str, value: object, choices: tuple[str, ...]):
+        super().__init__(f"unknown {site} scheme {value!r}; choose one of {', '.join(choices)}")
+        self.site, self.value, self.choices = site, value, choices
+
+
 @dataclass(frozen=True)
 class Padding:
     """One scheme per site. Field names are the keys of configs and result rows."""
@@ -48,10 +57,7 @@ class Padding:
             ("block_conv", self.block_conv, CONV_SCHEMES),
         ):
             if value not in choices:
-                raise ValueError(
-                    f"unknown {site} scheme {value!r}; choose one of {', '.join(choices)} "
-                    f"(e.g. padding.{site}={choices[0]})"
-                )
+                raise UnknownScheme(site, value, choices)
         if self.stem_pool == "ceil" and self.stem_pool_value == "zero":
             raise ValueError(
                 "stem_pool=ceil clips its windows to the image, so a 'zero' pad value has no "

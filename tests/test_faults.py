@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -18,12 +19,13 @@ import pytest
 import torch
 
 from resnet.checkpoint import CheckpointError, load_checkpoint
-from resnet.config import ConfigError
+from resnet.config import ConfigError, check_run_config
 from resnet.engine import run as engine_run
 from resnet.weights import WeightsError
+from tests.compose import compose_config
 from tests.imagegen import make_folder
 from tests.test_eval import folder_overrides, run_eval
-from tests.test_train import PY, REPO, TORCHRUN, read_csv, run_in_process
+from tests.test_train import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
 
 WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault from $FAULT.
 
@@ -440,6 +442,19 @@ def test_bad_values_fail_before_any_work_in_one_line(tiny_folder, tmp_path, over
     message = message.format(cores=len(os.sched_getaffinity(0)))
     assert message in config_error(tiny_folder, tmp_path / "run", override.format(file=tmp_path / "file"))
     assert not list((tmp_path / "run").glob("*.csv")) + list((tmp_path / "run").glob("*.pt"))  # nothing started
+
+
+@pytest.mark.parametrize(
+    "command", [("+padding.stem_conv=foo",), ("+padding=asymmetric", "padding.stem_conv=foo")], ids=["site", "preset"]
+)
+def test_a_bad_scheme_suggests_an_override_that_works_as_typed(tiny_folder, tmp_path, command):
+    line = config_error(tiny_folder, tmp_path / "run", *command)
+    assert line.startswith("unknown stem_conv scheme 'foo'; choose one of symmetric, same")
+    hint = re.search(r"\(e\.g\. (\S+)\)$", line).group(1)
+    assert hint.endswith("padding.stem_conv=symmetric")
+    cfg = compose_config("train", *tiny_overrides(tiny_folder, tmp_path / "run", *command[:-1], hint))  # composes
+    check_run_config(cfg)  # and passes
+    assert cfg.padding.stem_conv == "symmetric"
 
 
 def test_unknown_preset_name_is_hydras_message_listing_the_choices(tiny_folder, tmp_path):

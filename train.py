@@ -21,11 +21,11 @@ def main(cfg: DictConfig) -> float | None:
     from resnet.config import ConfigError
     from resnet.engine.loop import NonFiniteLoss
     from resnet.engine.preempt import Stopped
-    from resnet.engine.run import CheckpointWriteError, train
+    from resnet.engine.run import RunFailed, train
 
     try:
         results = train(cfg)
-    except (ConfigError, NonFiniteLoss, CheckpointWriteError) as err:  # one line, no traceback
+    except (ConfigError, NonFiniteLoss, RunFailed) as err:  # one line, no traceback
         print(f"error: {err}", file=sys.stderr)  # status 2: fix the config or data; 1: the run failed
         raise SystemExit(2 if isinstance(err, ConfigError) else 1) from None
     except Stopped as stopped:  # a preemption signal: saved; 0 when the requeued job goes on, else 3

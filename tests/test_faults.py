@@ -34,6 +34,7 @@ FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
 FAULT=nan:N   the N-th loss is NaN
 FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
+FAULT=worker:N  a DataLoader worker process SIGKILLs itself at the N-th image it reads (the OOM killer)
 FAULT=unreadable:N  every image of the N-th batch this process collates is unreadable
 FAULT_RANK=R  only in the process of rank R (default 0; RANK or SLURM_PROCID)
 FAULT_ONCE=F  only if file F does not exist yet, and create it (once over restarts)
@@ -103,6 +104,18 @@ elif KIND == "save":
         die()
 
     torch.save = save
+elif KIND == "worker":
+    import torch.utils.data
+    from data.imagefolder import ImageFiles
+
+    real_getitem = ImageFiles.__getitem__
+
+    def getitem(self, index):
+        if torch.utils.data.get_worker_info() is not None and due():
+            die()
+        return real_getitem(self, index)
+
+    ImageFiles.__getitem__ = getitem
 elif KIND == "unreadable":
     import data.loader
     from data.batch import BadImage
@@ -324,6 +337,18 @@ def test_a_rank_whose_whole_batch_is_unreadable_does_not_hang_ddp(tiny_folder, w
     assert "1 steps skipped on every process" in proc.stdout
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["world_size"] == 2 and results["n_val_images"] == 7
+
+
+def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_folder, wrapper, tmp_path):
+    run = overrides(tiny_folder, tmp_path, "data.workers=1", "resume=true")
+    args = [PY, str(wrapper), str(REPO / "train.py"), *run]
+    line = error_line(launch(args, "worker:30"), status=1)  # 24 train images an epoch: in the second epoch
+    assert line.startswith("error: DataLoader worker (pid") and "last.pt of epoch 1, step 6 is intact" in line
+    assert "lower data.workers or batch_size, then run again with resume=true" in line
+    assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1
+    proc = launch(args)
+    assert_status(proc, 0)
+    assert "after epoch 1" in proc.stdout and json.loads((tmp_path / "results.json").read_text())["epochs"] == 2
 
 
 # --- non-finite loss ---------------------------------------------------------------------

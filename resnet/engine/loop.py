@@ -136,60 +136,62 @@ def train_one_epoch(
         stats.loss_sum, stats.seconds = loss_sum.item(), seconds_before + time.perf_counter() - start
         checkpoint(steps_before + stats.steps, stats)
 
-    for batch in loader:
-        if stats.batches >= end:
-            break
-        images, labels, skipped, paths = _split(batch)
-        everyone_has_data, stop = _agree_before_step(images.shape[0] > 0, ctx)
-        if stop and checkpoint is not None:  # saved before this batch is counted: a resume reads it again
-            stats.interrupted = True
-            save()
-            break
-        i = stats.batches
-        stats.batches += 1
-        stats.skipped_images += skipped
-        stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
-        if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
-            stats.empty_steps += 1
-            stats.unused_images += images.shape[0]
-        else:
-            images, labels = ctx.runtime.to_device(images, labels)
-            images = ctx.normalize(ctx.runtime.memory_format(images))
-            if ctx.augment is not None:
-                images, labels = ctx.augment(images, labels)
-            with ctx.runtime.autocast():
-                loss = ctx.loss_fn(model(images), labels)
-            if not _all_finite(loss, ctx):
-                step = steps_before + stats.steps + stats.skipped_steps
-                if ctx.on_nonfinite == "stop":
-                    bar.close()  # clear the progress line, so that the message starts its own
-                    raise NonFiniteLoss(
-                        f"non-finite loss ({loss.item()}) at step {step} (epoch {epoch}, batch {i}); "
-                        "the last good checkpoint is kept. Lower optim.lr, set grad_clip=1.0, "
-                        "or on_nonfinite=skip to skip such steps."
-                    )
-                stats.skipped_steps += 1
-                optimizer.zero_grad(set_to_none=True)
+    try:  # the progress line is cleared whatever ends the epoch, so a message starts its own line
+        for batch in loader:
+            if stats.batches >= end:
+                break
+            images, labels, skipped, paths = _split(batch)
+            everyone_has_data, stop = _agree_before_step(images.shape[0] > 0, ctx)
+            if stop and checkpoint is not None:  # saved before this batch is counted: a resume reads it again
+                stats.interrupted = True
+                save()
+                break
+            i = stats.batches
+            stats.batches += 1
+            stats.skipped_images += skipped
+            stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
+            if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
+                stats.empty_steps += 1
+                stats.unused_images += images.shape[0]
             else:
-                _update(model, optimizer, scheduler, loss, ctx, steps_before + stats.steps)
-                n = images.shape[0]
-                loss_sum += loss.detach() * n
-                stats.images += n
-                stats.steps += 1
-                window_images += n
-                if stats.steps % ctx.log_every == 0 or stats.batches == end:
-                    now = time.perf_counter()
-                    lr = optimizer.param_groups[0]["lr"]
-                    rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
-                    record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr, "images_per_s": rate}
-                    stats.history.append(record)
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{rate:.0f}")
-                    window_start, window_images = now, 0
-        bar.update(1)
-        if checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
-                and stats.batches < end:
-            save()
-    bar.close()
+                images, labels = ctx.runtime.to_device(images, labels)
+                images = ctx.normalize(ctx.runtime.memory_format(images))
+                if ctx.augment is not None:
+                    images, labels = ctx.augment(images, labels)
+                with ctx.runtime.autocast():
+                    loss = ctx.loss_fn(model(images), labels)
+                if not _all_finite(loss, ctx):
+                    step = steps_before + stats.steps + stats.skipped_steps
+                    if ctx.on_nonfinite == "stop":
+                        raise NonFiniteLoss(
+                            f"non-finite loss ({loss.item()}) at step {step} (epoch {epoch}, batch {i}); "
+                            "the last good checkpoint is kept. Lower optim.lr, set grad_clip=1.0, "
+                            "or on_nonfinite=skip to skip such steps."
+                        )
+                    stats.skipped_steps += 1
+                    optimizer.zero_grad(set_to_none=True)
+                else:
+                    _update(model, optimizer, scheduler, loss, ctx, steps_before + stats.steps)
+                    n = images.shape[0]
+                    loss_sum += loss.detach() * n
+                    stats.images += n
+                    stats.steps += 1
+                    window_images += n
+                    if stats.steps % ctx.log_every == 0 or stats.batches == end:
+                        now = time.perf_counter()
+                        lr = optimizer.param_groups[0]["lr"]
+                        rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
+                        record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr,
+                                  "images_per_s": rate}
+                        stats.history.append(record)
+                        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{rate:.0f}")
+                        window_start, window_images = now, 0
+            bar.update(1)
+            if checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
+                    and stats.batches < end:
+                save()
+    finally:
+        bar.close()
     stats.seconds = seconds_before + time.perf_counter() - start
     stats.lr = optimizer.param_groups[0]["lr"]
     totals = all_reduce_sum(

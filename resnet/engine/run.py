@@ -37,8 +37,16 @@ SUMMARY_COLUMNS = {
 }
 
 
-class CheckpointWriteError(RuntimeError):
+class RunFailed(RuntimeError):
+    """The run cannot go on, for a reason outside the config; one line says what is kept and what to do."""
+
+
+class CheckpointWriteError(RunFailed):
     """``last.pt`` could not be written (a full disk, a quota); the previous one is intact."""
+
+
+class LoaderWorkerDied(RunFailed):
+    """A DataLoader worker process died (the kernel's OOM killer, most often)."""
 
 
 def build_run_model(cfg: DictConfig) -> nn.Module:
@@ -279,6 +287,14 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
             save(epoch + 1, global_step)
             if stop.agreed():
                 break
+    except RuntimeError as err:
+        stop.restore()
+        if "DataLoader worker" not in str(err):  # torch's words for a worker that exited or was killed
+            raise
+        raise LoaderWorkerDied(
+            f"{str(err).splitlines()[0].rstrip('. ')}; {kept[0]}: a worker killed by signal 9 most often ran out "
+            "of memory: lower data.workers or batch_size, then run again with resume=true"
+        ) from None
     except BaseException:
         stop.restore()
         raise

@@ -21,6 +21,7 @@ import torch
 from resnet.checkpoint import CheckpointError, load_checkpoint
 from resnet.config import ConfigError, check_run_config
 from resnet.engine import run as engine_run
+from resnet.engine.loop import NonFiniteLoss
 from resnet.weights import WeightsError
 from tests.compose import compose_config
 from tests.imagegen import make_folder
@@ -32,7 +33,6 @@ WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault fro
 FAULT=step:N  SIGKILL before the N-th training step (loss) of this process
 FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
-FAULT=nan:N   the N-th loss is NaN
 FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
 FAULT=worker:N  a DataLoader worker process SIGKILLs itself at the N-th image it reads (the OOM killer)
 FAULT=unreadable:N  every image of the N-th batch this process collates is unreadable
@@ -72,7 +72,7 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-if KIND in ("step", "nan", "usr1"):
+if KIND in ("step", "usr1"):
     real_loss_and_mixup = engine_run._loss_and_mixup
 
     def loss_and_mixup(cfg, num_classes):
@@ -83,10 +83,8 @@ if KIND in ("step", "nan", "usr1"):
                 return loss_fn(logits, labels)
             if KIND == "step":
                 die()
-            if KIND == "usr1":
-                os.kill(os.getpid(), signal.SIGUSR1)
-                return loss_fn(logits, labels)
-            return loss_fn(logits, labels) * float("nan")
+            os.kill(os.getpid(), signal.SIGUSR1)  # usr1
+            return loss_fn(logits, labels)
 
         return loss, mixup
 
@@ -213,7 +211,7 @@ def assert_same_training(a: dict, b: dict) -> None:
 # --- kill -9 and resume ------------------------------------------------------------------
 
 
-def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, one_thread):
+def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, one_thread, capsys):
     common = ("epochs=4", "seed=5")
     run_in_process(tiny_folder, tmp_path / "straight", *common)  # one thread, as the subprocesses: same bits
     run_dir = tmp_path / "killed"
@@ -235,17 +233,17 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
     proc = launch(args, "eval:2")
     assert_status(proc, KILLED)
     assert "resumed from" in proc.stdout and assert_readable(run_dir) == 2
-    # 4. Uninterrupted from epoch 2 to the end.
-    proc = launch(args)
-    assert_status(proc, 0)
-    assert "after epoch 2" in proc.stdout
+    # 4. Uninterrupted from epoch 2 to the end (in this process: what resumes is the file, not the process).
+    run_in_process(tiny_folder, run_dir, *common, "resume=true")
+    assert "after epoch 2" in capsys.readouterr().out
 
     assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
     assert [r["epoch"] for r in read_csv(run_dir / "metrics.csv")] == ["1", "2", "3", "4"]  # once each
     assert json.loads((run_dir / "results.json").read_text())["epochs"] == 4
 
 
-def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread):
+def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread,
+                                                                  capsys):
     # 6 batches an epoch, a checkpoint every 2: killed at the 5th step, it resumes after batch 4 of
     # epoch 0 and must end where the uninterrupted run ends (loader workers and augmentation on).
     common = ("epochs=2", "seed=7", "checkpoint_every=2", "data.workers=2", "data.augment=true")
@@ -255,16 +253,15 @@ def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wr
     assert_status(launch(args, "step:5"), KILLED)
     saved = load_checkpoint(run_dir / "last.pt")
     assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (0, 4, 4)
-    proc = launch(args)
-    assert_status(proc, 0)
-    assert "after epoch 0, batch 4 (step 4)" in proc.stdout
+    run_in_process(tiny_folder, run_dir, *common, "resume=true")
+    assert "after epoch 0, batch 4 (step 4)" in capsys.readouterr().out
     assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
     straight, resumed = read_csv(tmp_path / "straight" / "metrics.csv"), read_csv(run_dir / "metrics.csv")
     assert [r["train_loss"] for r in resumed] == [r["train_loss"] for r in straight]  # the partial epoch's sums too
 
 
 def test_a_preemption_signal_saves_requeues_and_the_requeued_job_resumes_exactly(
-    tiny_folder, wrapper, tmp_path, one_thread
+    tiny_folder, wrapper, tmp_path, one_thread, monkeypatch
 ):
     # sbatch --signal=USR1@120 --requeue: the run saves after the step it is in, asks SLURM to
     # requeue it (a stand-in scontrol records the call), and exits 0; the requeued job resumes.
@@ -284,7 +281,9 @@ def test_a_preemption_signal_saves_requeues_and_the_requeued_job_resumes_exactly
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4321"]
     saved = load_checkpoint(run_dir / "last.pt")
     assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (1, 8, 2)
-    assert_status(launch(args, **slurm), 0)  # the requeued job
+    for name, value in slurm.items():  # the requeued job, in this process: it resumes from the file
+        monkeypatch.setenv(name, value)
+    run_in_process(tiny_folder, run_dir, *common, "resume=true")
     assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
 
 
@@ -339,26 +338,47 @@ def test_a_rank_whose_whole_batch_is_unreadable_does_not_hang_ddp(tiny_folder, w
     assert results["world_size"] == 2 and results["n_val_images"] == 7
 
 
-def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_folder, wrapper, tmp_path):
+def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_folder, wrapper, tmp_path, capsys):
     run = overrides(tiny_folder, tmp_path, "data.workers=1", "resume=true")
     args = [PY, str(wrapper), str(REPO / "train.py"), *run]
     line = error_line(launch(args, "worker:30"), status=1)  # 24 train images an epoch: in the second epoch
     assert line.startswith("error: DataLoader worker (pid") and "last.pt of epoch 1, step 6 is intact" in line
     assert "lower data.workers or batch_size, then run again with resume=true" in line
     assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1
-    proc = launch(args)
-    assert_status(proc, 0)
-    assert "after epoch 1" in proc.stdout and json.loads((tmp_path / "results.json").read_text())["epochs"] == 2
+    run_in_process(tiny_folder, tmp_path, "data.workers=1", "resume=true")
+    assert "after epoch 1" in capsys.readouterr().out
+    assert json.loads((tmp_path / "results.json").read_text())["epochs"] == 2
 
 
 # --- non-finite loss ---------------------------------------------------------------------
 
 
-def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny_folder, wrapper, tmp_path):
-    # The 9th loss is step 8: epoch 1, batch 2 (6 steps per epoch).
-    proc = launch([PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, tmp_path)], "nan:9")
-    line = error_line(proc, status=1)
+def nan_at(monkeypatch, n: int) -> None:
+    """The ``n``-th loss of the next in-process run is NaN."""
+    real = engine_run._loss_and_mixup
+
+    def loss_and_mixup(cfg, num_classes):
+        loss_fn, mixup = real(cfg, num_classes)
+        calls = [0]
+
+        def loss(logits, labels):
+            calls[0] += 1
+            return loss_fn(logits, labels) * (float("nan") if calls[0] == n else 1.0)
+
+        return loss, mixup
+
+    monkeypatch.setattr(engine_run, "_loss_and_mixup", loss_and_mixup)
+
+
+def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny_folder, tmp_path, monkeypatch):
+    # The 9th loss is step 8: epoch 1, batch 2 (6 steps per epoch). train.py prints the message as
+    # its one error line, exit status 1, like every RunFailed (test_a_loader_worker_killed_...).
+    nan_at(monkeypatch, 9)
+    with pytest.raises(NonFiniteLoss) as stopped:
+        run_in_process(tiny_folder, tmp_path)
+    line = str(stopped.value)
     assert "non-finite loss (nan) at step 8 (epoch 1, batch 2)" in line and "on_nonfinite=skip" in line
+    assert "\n" not in line
     checkpoint = load_checkpoint(tmp_path / "last.pt")
     assert checkpoint["epoch"] == 1 and checkpoint["step"] == 6
     assert all(torch.isfinite(t).all() for t in checkpoint["model"].values() if t.is_floating_point())
@@ -366,19 +386,7 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny
 
 
 def test_nonfinite_loss_skipped_and_counted(tiny_folder, tmp_path, monkeypatch, one_thread):
-    real = engine_run._loss_and_mixup
-
-    def nan_third_loss(cfg, num_classes):
-        loss_fn, mixup = real(cfg, num_classes)
-        calls = [0]
-
-        def loss(logits, labels):
-            calls[0] += 1
-            return loss_fn(logits, labels) * (float("nan") if calls[0] == 3 else 1.0)
-
-        return loss, mixup
-
-    monkeypatch.setattr(engine_run, "_loss_and_mixup", nan_third_loss)
+    nan_at(monkeypatch, 3)
     run_in_process(tiny_folder, tmp_path, "on_nonfinite=skip")
     rows = read_csv(tmp_path / "metrics.csv")
     assert [r["skipped_steps"] for r in rows] == ["1", "0"]

@@ -22,6 +22,12 @@ def pytest_configure(config):
         os.environ.setdefault("OMP_NUM_THREADS", str(share))  # and the processes tests start
 
 
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first: pytest-xdist hands tests out in this order, and a long test started
+    last would leave the other workers idle at the end (longest-first keeps them all busy)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny inputs: thread sync costs more than it saves (far more on a busy 2-core runner)."""

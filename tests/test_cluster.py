@@ -103,6 +103,7 @@ def test_launches_without_the_needed_variables_are_one_line(env, message, monkey
         join_job(compose_config("train", "device=cpu"))
 
 
+@pytest.mark.slow
 def test_a_multi_task_batch_script_running_python_fails_in_one_line_not_a_hang():
     # `python train.py` in an 8-task sbatch script, without srun: one line, exit 2, at once.
     env = {"SLURM_JOB_ID": "9", "SLURM_NTASKS": "8", "SLURM_PROCID": "0", "SLURM_NNODES": "2"}
@@ -123,6 +124,7 @@ status=0; for pid in "${pids[@]}"; do wait "$pid" || status=1; done; exit $statu
 """
 
 
+@pytest.mark.slow
 def test_the_sbatch_script_runs_one_two_task_group_under_srun(tiny_folder, tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "srun").write_text(FAKE_SRUN)

@@ -50,6 +50,7 @@ def test_every_option_composes(group):
         resolved(cfg)  # every interpolation resolves
 
 
+@pytest.mark.slow
 def test_every_architecture_is_a_model_option_that_builds_it():
     for arch in resnet.list_archs():
         cfg = compose_train(f"model={arch}")

@@ -270,6 +270,7 @@ def test_odd_files_and_sizes_in_both_protocols(folder, checkpoint, tmp_path):
     assert (single["crop"], single["resize"], single["interpolation"], ten["crops"]) == (24, 30, "bicubic", 10)
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_count_each_image_once(folder, checkpoint, tmp_path):
     args = folder_overrides(folder, checkpoint, tmp_path / "two.jsonl", "crops=10", "batch_size=20")
     one = run_eval(*folder_overrides(folder, checkpoint, tmp_path / "one.jsonl", "crops=10", "batch_size=20"))

@@ -69,6 +69,7 @@ RESNET50_STRIDE2_PADS = {
 
 
 @pytest.mark.parametrize("preset", ["symmetric", "asymmetric"])
+@pytest.mark.slow
 def test_resnet50_onnx_matches_pytorch(tmp_path, preset):
     torch.manual_seed(0)
     model = _random_bn_stats(build_model("resnet50", padding=preset), 224)

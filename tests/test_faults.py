@@ -211,6 +211,7 @@ def assert_same_training(a: dict, b: dict) -> None:
 # --- kill -9 and resume ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, one_thread, capsys):
     common = ("epochs=4", "seed=5")
     run_in_process(tiny_folder, tmp_path / "straight", *common)  # one thread, as the subprocesses: same bits
@@ -242,6 +243,7 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
     assert json.loads((run_dir / "results.json").read_text())["epochs"] == 4
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread,
                                                                   capsys):
     # 6 batches an epoch, a checkpoint every 2: killed at the 5th step, it resumes after batch 4 of
@@ -260,6 +262,7 @@ def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wr
     assert [r["train_loss"] for r in resumed] == [r["train_loss"] for r in straight]  # the partial epoch's sums too
 
 
+@pytest.mark.slow
 def test_a_preemption_signal_saves_requeues_and_the_requeued_job_resumes_exactly(
     tiny_folder, wrapper, tmp_path, one_thread, monkeypatch
 ):
@@ -296,6 +299,7 @@ def test_a_stop_signal_outside_slurm_saves_and_says_how_to_resume(tiny_folder, w
     assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 2
 
 
+@pytest.mark.slow
 def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder, wrapper, tmp_path):
     # 2 processes x batch 2: 6 steps per epoch; rank 1 dies before its 9th step (epoch 1),
     # once; torchrun restarts both, and resume=true picks up epoch 1's checkpoint.
@@ -323,6 +327,7 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     assert len(killed["rng"]) == 2
 
 
+@pytest.mark.slow
 def test_a_rank_whose_whole_batch_is_unreadable_does_not_hang_ddp(tiny_folder, wrapper, tmp_path):
     # 2 processes x batch 2; every image of rank 1's second batch is unreadable. Both processes skip
     # that step together (rank 0's two readable images are counted as unused), and the run ends.
@@ -338,6 +343,7 @@ def test_a_rank_whose_whole_batch_is_unreadable_does_not_hang_ddp(tiny_folder, w
     assert results["world_size"] == 2 and results["n_val_images"] == 7
 
 
+@pytest.mark.slow
 def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_folder, wrapper, tmp_path, capsys):
     run = overrides(tiny_folder, tmp_path, "data.workers=1", "resume=true")
     args = [PY, str(wrapper), str(REPO / "train.py"), *run]

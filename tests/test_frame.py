@@ -103,6 +103,7 @@ def test_a_shadowing_data_package_is_refused_in_one_line(tmp_path, monkeypatch):
         check_data_package()
 
 
+@pytest.mark.slow
 def test_a_non_editable_install_works_without_the_checkout(tmp_path):
     """The wheel holds resnet/ and data/ (not benchmarks/ or tests/), and nothing in them
     finds files by walking up from __file__ into a checkout."""

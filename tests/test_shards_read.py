@@ -146,6 +146,7 @@ def shard_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_training_on_shards_preempted_mid_epoch_resumes_to_the_same_weights(data, tmp_path, monkeypatch):
     # 6 steps an epoch; SIGUSR1 at the 4th: it saves after that step and stops. Two persistent
     # loader workers: the resumed epoch's position must reach them (shared memory).

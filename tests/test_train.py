@@ -91,6 +91,7 @@ def test_resume_after_an_interruption_ends_with_identical_weights(tiny_folder, t
     assert all(torch.equal(x, y) for x, y in zip(momentum_a, momentum_b))
 
 
+@pytest.mark.slow
 def test_resume_is_exact_with_loader_workers_and_augmentation(tiny_folder, tmp_path):
     # Persistent worker processes carry their RNG across epochs; per-sample seeds
     # (data.samplers.EpochSampler) make augmentation a function of (seed, epoch, index).
@@ -145,6 +146,7 @@ def assert_same_as_one_process(one: Path, two: Path) -> None:
 
 
 @pytest.mark.xdist_group("one_process")  # its reference run is computed once
+@pytest.mark.slow
 def test_torchrun_two_processes_equal_one(tiny_folder, one_process, tmp_path):
     two = launcher_overrides(tiny_folder, tmp_path, 2)
     run_script([TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *two], env={"OMP_NUM_THREADS": "1"})
@@ -176,6 +178,7 @@ def run_slurm_tasks(args: list[str], job_id: int, timeout: int = 240) -> list[su
 
 
 @pytest.mark.xdist_group("one_process")  # its reference run is computed once
+@pytest.mark.slow
 def test_two_slurm_tasks_on_two_nodes_equal_one_process(tiny_folder, one_process, tmp_path):
     # No torchrun: rank, world size and the master come from SLURM's variables alone.
     for proc in run_slurm_tasks([PY, "train.py", *launcher_overrides(tiny_folder, tmp_path, 2)], job_id=os.getpid()):
@@ -183,6 +186,7 @@ def test_two_slurm_tasks_on_two_nodes_equal_one_process(tiny_folder, one_process
     assert_same_as_one_process(one_process, tmp_path)
 
 
+@pytest.mark.slow
 def test_submitit_local_launcher_sweep_runs_each_job_as_one_process_group(tiny_folder, tmp_path):
     # Two jobs (one per scheme), each of 2 tasks: each job must be one 2-process group that writes
     # one results.json, not two single-process runs racing for the same directory.
@@ -199,6 +203,7 @@ def test_submitit_local_launcher_sweep_runs_each_job_as_one_process_group(tiny_f
     assert len(load_checkpoint(tmp_path / "0" / "last.pt")["rng"]) == 2  # one RNG state per rank: one group
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path):
     args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1", "logger=wandb") if not o.startswith("run_dir")]
     run_script([PY, "train.py", f"hydra.run.dir={tmp_path}", *args], env={"WANDB_MODE": "offline"})

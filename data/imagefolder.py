@@ -103,11 +103,26 @@ class ImageFiles(Dataset):
 
 class ImageFolder(ImageFiles):
     """``root/<class>/**/<image>``. ``classes``: the class list to enforce (the train split's,
-    when building val)."""
+    when building val). ``subset=True``: the folders may be any part of ``classes`` and keep their
+    index in it (ImageNet's 1,000 wnids for a val holding some of them); ``present`` lists them."""
 
-    def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None):
+    def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None,
+                 subset: bool = False):
         self.root = Path(root)
         found = find_classes(self.root)
+        if classes is not None and subset:
+            unknown = sorted(set(found) - set(classes))
+            if unknown:
+                raise ValueError(
+                    f"{self.root} has {len(unknown)} class folder(s) that are not among the {len(classes)} classes "
+                    f"expected ({', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}); keep only those folders"
+                )
+            index = {name: i for i, name in enumerate(classes)}
+            samples = [(path, index[found[i]]) for path, i in find_images(self.root, found)]
+            super().__init__(samples, list(classes), transform)
+            self.present = found
+            return
         if classes is not None:
             check_same_classes(classes, found)
         super().__init__(find_images(self.root, found), found, transform)
+        self.present = found

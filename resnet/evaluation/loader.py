@@ -167,9 +167,17 @@ def build_eval_loader(
         else:
             train_dir = Path(root) / "train"
             # The training split's classes when it is there, so that a val folder missing a
-            # class fails instead of shifting every label after it.
-            classes = find_classes(train_dir) if train_dir.is_dir() else None
-            dataset = ImageFolder(val_dir, transform, classes=classes)
+            # class fails instead of shifting every label after it. Without one, an ImageNet val
+            # may hold any of its 1,000 wnid folders, each keeping its ImageNet class index.
+            if train_dir.is_dir():
+                dataset = ImageFolder(val_dir, transform, classes=find_classes(train_dir))
+            elif name == "imagenet":
+                dataset = ImageFolder(val_dir, transform, classes=imagenet_wnids(), subset=True)
+                if len(dataset.present) < len(dataset.classes) and rank == 0:
+                    print(f"note: {val_dir} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} "
+                          "classes; evaluating that subset with ImageNet's class indices", flush=True)
+            else:
+                dataset = ImageFolder(val_dir, transform)
         num_classes, in_chans, device_resize = len(dataset.classes), 3, None
     loader = DataLoader(
         dataset,
@@ -180,6 +188,14 @@ def build_eval_loader(
         pin_memory=torch.cuda.is_available(),
     )
     return EvalData(loader, num_classes, in_chans, len(dataset), device_resize)
+
+
+def imagenet_wnids() -> list[str]:
+    """ImageNet-1k's 1,000 wnids in class-index order (sorted, as ILSVRC2012 and every hub number them),
+    from timm's copy of the list."""
+    from timm.data import ImageNetInfo
+
+    return list(ImageNetInfo().label_names())
 
 
 def eval_dir(name: str, root: str | None) -> Path:

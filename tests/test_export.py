@@ -60,27 +60,27 @@ def _stride2_pads(proto: onnx.ModelProto) -> list[tuple[str, list[int]]]:
     return found
 
 
-# ResNet-50 at 224 (docs/padding.md): stem conv 7/2 on 224, stem pool 3/2 on 112, then the
-# 3x3/2 convs of layer2-4 on 56, 28, 14. "asymmetric" changes the stem only.
-RESNET50_STRIDE2_PADS = {
+# A 4-stage ResNet at 224 (docs/padding.md): stem conv 7/2 on 224, stem pool 3/2 on 112, then the
+# 3x3/2 convs of layer2-4 on 56, 28, 14 (ResNet-18's and ResNet-50's alike). "asymmetric" changes the stem only.
+STRIDE2_PADS = {
     "symmetric": [("Conv", [3, 3, 3, 3]), ("MaxPool", [1, 1, 1, 1])] + [("Conv", [1, 1, 1, 1])] * 3,
     "asymmetric": [("Conv", [2, 2, 3, 3]), ("MaxPool", [0, 0, 1, 1])] + [("Conv", [1, 1, 1, 1])] * 3,
 }
 
 
-@pytest.mark.parametrize("preset", ["symmetric", "asymmetric"])
+@pytest.mark.parametrize("arch, preset", [("resnet50", "asymmetric"), ("resnet18", "symmetric")])
 @pytest.mark.slow
-def test_resnet50_onnx_matches_pytorch(tmp_path, preset):
+def test_onnx_matches_pytorch_with_every_stride2_pad(tmp_path, arch, preset):
     torch.manual_seed(0)
-    model = _random_bn_stats(build_model("resnet50", padding=preset), 224)
-    path = export_onnx(model, tmp_path / "resnet50.onnx", 224)
+    model = _random_bn_stats(build_model(arch, padding=preset), 224)
+    path = export_onnx(model, tmp_path / f"{arch}.onnx", 224)
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = model(x).numpy()
     np.testing.assert_allclose(_run_onnx(path, x), expected, rtol=0, atol=1e-4)
 
     proto = onnx.load(path)
-    assert _stride2_pads(proto) == RESNET50_STRIDE2_PADS[preset]
+    assert _stride2_pads(proto) == STRIDE2_PADS[preset]
     props = {p.key: p.value for p in proto.metadata_props}
     assert props["padding"] == preset and props["input_size"] == "224x224"
     assert json.loads(props["resnet_meta"])["padding"] == model.meta.padding.as_dict()

@@ -52,19 +52,29 @@ def find_images(root: Path, classes: list[str]) -> list[tuple[str, int]]:
     return samples
 
 
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
+
+
 def check_same_classes(train: list[str], val: list[str]) -> None:
     """Fail naming the differences when the val classes are not the train classes."""
     if train == val:
         return
     missing, extra = sorted(set(train) - set(val)), sorted(set(val) - set(train))
-
-    def some(names: list[str]) -> str:
-        return ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
-
     raise ValueError(
         f"val classes differ from train classes ({len(train)} train, {len(val)} val): "
-        f"missing in val: {some(missing) or '-'}; only in val: {some(extra) or '-'}"
+        f"missing in val: {_some(missing) or '-'}; only in val: {_some(extra) or '-'}"
     )
+
+
+def check_subset(classes: list[str], found: list[str], root: Path) -> None:
+    """Fail naming the folders of ``root`` that are not among ``classes``."""
+    unknown = sorted(set(found) - set(classes))
+    if unknown:
+        raise ValueError(
+            f"{root} has {len(unknown)} class folder(s) that are not among the {len(classes)} classes expected "
+            f"({_some(unknown)}); move them out of {root}"
+        )
 
 
 class ImageFiles(Dataset):
@@ -109,20 +119,13 @@ class ImageFolder(ImageFiles):
     def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None,
                  subset: bool = False):
         self.root = Path(root)
-        found = find_classes(self.root)
-        if classes is not None and subset:
-            unknown = sorted(set(found) - set(classes))
-            if unknown:
-                raise ValueError(
-                    f"{self.root} has {len(unknown)} class folder(s) that are not among the {len(classes)} classes "
-                    f"expected ({', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}); keep only those folders"
-                )
-            index = {name: i for i, name in enumerate(classes)}
-            samples = [(path, index[found[i]]) for path, i in find_images(self.root, found)]
-            super().__init__(samples, list(classes), transform)
-            self.present = found
-            return
-        if classes is not None:
-            check_same_classes(classes, found)
-        super().__init__(find_images(self.root, found), found, transform)
-        self.present = found
+        self.present = find_classes(self.root)
+        if classes is None:
+            classes = self.present
+        elif subset:
+            check_subset(classes, self.present, self.root)
+        else:
+            check_same_classes(classes, self.present)
+        index = {name: i for i, name in enumerate(classes)}
+        samples = [(path, index[self.present[i]]) for path, i in find_images(self.root, self.present)]
+        super().__init__(samples, list(classes), transform)

@@ -262,11 +262,6 @@ def gather_objects(obj: object, env: DistEnv) -> list:
     return everyone
 
 
-def barrier(env: DistEnv) -> None:
-    if env.distributed:
-        dist.barrier()
-
-
 def shutdown(env: DistEnv) -> None:
     if env.distributed and dist.is_initialized():
         dist.destroy_process_group()

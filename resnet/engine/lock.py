@@ -38,9 +38,10 @@ class RunDirLock:
         self._file = None
 
     def acquire(self) -> str | None:
-        """Take the lock. Returns the previous holder (``host ..., pid ..., started ...``) when it
-        ended without releasing it, else None; raises :class:`RunDirBusy` while a live run holds it.
-        On a file system without flock (some Lustre mounts), returns a note and locks nothing."""
+        """Take the lock. Returns a note to print, or None: "took over ..." naming the previous
+        holder (host, pid, start) when it ended without releasing it, or, on a file system without
+        flock (some Lustre mounts), that nothing is locked. Raises :class:`RunDirBusy` while a live
+        run holds it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             file = open(self.path, "a+")  # noqa: SIM115 (held open for the whole run)

@@ -13,6 +13,7 @@ from torch import nn
 
 from ..checkpoint import CheckpointError, load_weights, save_checkpoint
 from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
+from ..diagnose import error_line
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..report.console import summary
@@ -183,10 +184,9 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
             if ema is not None and "ema" in state:
                 load_weights(ema.module, state["ema"], f"{resume_path} (its EMA weights)")
         except (ValueError, KeyError, TypeError) as err:
-            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
             raise ConfigError(
-                f"{resume_path} was saved with another optimizer or schedule ({first}); resume with the optim= and "
-                "sched= it was trained with (its config is in the checkpoint), or start over with resume=false"
+                f"{resume_path} was saved with another optimizer or schedule ({error_line(err)}); resume with the "
+                "optim= and sched= it was trained with (its config is in the checkpoint), or start over: resume=false"
             ) from None
         resume_rng = state["rng"][min(env.rank, len(state["rng"]) - 1)]
         start_epoch, global_step, history = state["epoch"], state["step"], list(state.get("history", []))
@@ -221,11 +221,12 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
     logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name, resumed_epoch=start_epoch)
     checkpoint = run_dir / "last.pt"
 
-    kept = ["the previous last.pt is intact" if checkpoint.exists() else "no last.pt was written before"]
+    kept = "the previous last.pt is intact" if checkpoint.exists() else "no last.pt was written before"
 
     def save(epoch_done: int, step: int, epoch_partial: dict | None = None) -> None:
         """``last.pt`` on rank 0; a collective (every rank's RNG state, then whether the write
         worked), so every rank calls it, and every rank stops when it failed."""
+        nonlocal kept
         rng = gather_objects(rng_state(), env)  # every rank's, on rank 0
         failed = None
         if env.is_main:
@@ -239,9 +240,9 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
                     checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
                     epoch=epoch_done, step=step, rng=rng, history=history, config=config, layout=layout, **extra,
                 )
-                kept[0] = f"last.pt of epoch {epoch_done}, step {step} is intact"
+                kept = f"last.pt of epoch {epoch_done}, step {step} is intact"
             except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
-                failed = (f"could not write {checkpoint} ({_write_error(err)}); {kept[0]}: free space or pass another "
+                failed = (f"could not write {checkpoint} ({_write_error(err)}); {kept}: free space or pass another "
                           "hydra.run.dir, then run again with resume=true")
         failed = gather_objects(failed, env)[0]  # also the barrier: nobody runs ahead of the write
         if failed:
@@ -292,7 +293,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
         if "DataLoader worker" not in str(err):  # torch's words for a worker that exited or was killed
             raise
         raise LoaderWorkerDied(
-            f"{str(err).splitlines()[0].rstrip('. ')}; {kept[0]}: a worker killed by signal 9 most often ran out "
+            f"{str(err).splitlines()[0].rstrip('. ')}; {kept}: a worker killed by signal 9 most often ran out "
             "of memory: lower data.workers or batch_size, then run again with resume=true"
         ) from None
     except BaseException:
@@ -336,7 +337,7 @@ def _write_error(err: BaseException) -> str:
         if isinstance(seen, OSError) and seen.strerror:
             return seen.strerror
         seen = seen.__cause__ or seen.__context__
-    return str(err).splitlines()[0][:200]
+    return error_line(err)
 
 
 def _loss_and_mixup(cfg: DictConfig, num_classes: int):

@@ -31,6 +31,11 @@ def main(cfg: DictConfig) -> float:
         raise SystemExit(2) from None
     except WeightsError as err:  # a bad or missing weights= value: one line, no traceback
         raise SystemExit(f"eval.py: {err}") from None
+    except RuntimeError as err:  # a loader worker died (data.dataloader): nothing was written
+        if "DataLoader worker" not in str(err):
+            raise
+        print(f"error: {err}: lower data.workers or batch_size, then run again", file=sys.stderr)
+        raise SystemExit(1) from None
     return row["top1_err"]
 
 

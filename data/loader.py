@@ -43,9 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from .batch import collate, pass_batch
+from .dataloader import DataLoader
 from .imagefolder import ImageFolder, check_same_classes
 from .in_memory import TensorImages
 from .samplers import EpochSampler, ShardSampler

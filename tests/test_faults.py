@@ -348,7 +348,8 @@ def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_fo
     run = overrides(tiny_folder, tmp_path, "data.workers=1", "resume=true")
     args = [PY, str(wrapper), str(REPO / "train.py"), *run]
     line = error_line(launch(args, "worker:30"), status=1)  # 24 train images an epoch: in the second epoch
-    assert line.startswith("error: DataLoader worker (pid") and "last.pt of epoch 1, step 6 is intact" in line
+    assert line.startswith("error: DataLoader worker (pid") and "was killed by signal 9 (SIGKILL)" in line
+    assert "last.pt of epoch 1, step 6 is intact" in line
     assert "lower data.workers or batch_size, then run again with resume=true" in line
     assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1
     run_in_process(tiny_folder, tmp_path, "data.workers=1", "resume=true")

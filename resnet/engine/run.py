@@ -290,11 +290,11 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
                 break
     except RuntimeError as err:
         stop.restore()
-        if "DataLoader worker" not in str(err):  # torch's words for a worker that exited or was killed
+        if "DataLoader worker" not in str(err):  # torch's words for a dead worker (data.dataloader)
             raise
         raise LoaderWorkerDied(
-            f"{str(err).splitlines()[0].rstrip('. ')}; {kept}: a worker killed by signal 9 most often ran out "
-            "of memory: lower data.workers or batch_size, then run again with resume=true"
+            f"{str(err).splitlines()[0].rstrip('. ')}; {kept}: a worker that dies unasked was most often killed "
+            "for memory: lower data.workers or batch_size, then run again with resume=true"
         ) from None
     except BaseException:
         stop.restore()

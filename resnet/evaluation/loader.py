@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import torch
 import torchvision.transforms.v2.functional as TF
-from torch.utils.data import DataLoader
 
 from data import DATASETS, ImageFolder, ShardSampler, collate
 from data.batch import BadImage, pass_batch
+from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
 from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
 from data.loader import SHARDED

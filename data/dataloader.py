@@ -1,0 +1,100 @@
+"""A DataLoader whose dead workers are reported where the data is asked for, in one form.
+
+A worker process that dies unasked (the kernel's OOM killer, most often) reaches the main
+process in one of three ways with plain torch, depending on timing:
+
+* torch's SIGCHLD handler raises ``RuntimeError`` in the main thread at whatever line it
+  happens to be running: half-way through a progress bar's redraw, inside a ``finally``, or
+  in Hydra's own code after the task returned. No ``except`` can be sure to see it.
+* the iterator's own check, every ``MP_STATUS_CHECK_INTERVAL`` (5 s) while it waits,
+  raises ``DataLoader worker (pid(s) N) exited unexpectedly`` from ``next()``;
+* a batch in flight, whose tensors the dead worker was still handing over, fails to unpickle
+  with ``EOFError`` or ``ConnectionResetError`` from ``next()``.
+
+:class:`DataLoader` keeps only the last two, both raised by ``next()``, and turns either into
+one ``RuntimeError``: ``DataLoader worker (pid N) was killed by signal 9 (SIGKILL)``. After
+torch sets its handler up, SIGCHLD's default disposition comes back (children stay waitable;
+the iterator polls them). A death is then reported at most 5 s later, always from the
+``for batch in loader`` line, so the caller's ``except RuntimeError`` sees every one.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import torch.utils.data
+
+__all__ = ["DataLoader"]
+
+_TORCH_HANDLER_MODULE = "torch.utils.data._utils.signal_handling"
+_EXIT_WAIT_S = 2.0  # a worker's pipes close a moment before it can be waited for
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """``torch.utils.data.DataLoader``; a dead worker is one ``RuntimeError`` from ``next()``."""
+
+    def __iter__(self):
+        iterator = super().__iter__()
+        if self.num_workers == 0:
+            return iterator
+        _leave_worker_checks_to_the_iterator()
+        return _Reporting(iterator)
+
+
+class _Reporting:
+    """The loader's iterator; an error while a worker is dead becomes the one worker error."""
+
+    def __init__(self, iterator):
+        self._iterator = iterator
+
+    def __iter__(self):
+        return self
+
+    def __len__(self) -> int:
+        return len(self._iterator)
+
+    def __next__(self):
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise
+        except Exception as err:
+            lost = isinstance(err, (EOFError, ConnectionError)) or "DataLoader worker" in str(err)
+            dead = _dead_worker(self._iterator, wait_s=_EXIT_WAIT_S if lost else 0.0)
+            if dead is None:
+                raise
+            raise RuntimeError(dead) from err
+
+
+def _dead_worker(iterator, wait_s: float) -> str | None:
+    """'DataLoader worker (pid N) was killed by signal S (NAME)' for a worker that died, else None;
+    waits up to ``wait_s`` for one to become visible as dead."""
+    workers = list(getattr(iterator, "_workers", ()))  # the multiprocessing.Process of each worker
+    deadline = time.monotonic() + wait_s
+    while True:
+        for worker in workers:
+            code = worker.exitcode
+            if code is not None and code < 0:
+                return f"DataLoader worker (pid {worker.pid}) was killed by signal {-code} ({_signal_name(-code)})"
+            if code is not None and code != 0:
+                return f"DataLoader worker (pid {worker.pid}) exited with status {code}"
+        if not workers or time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
+
+
+def _leave_worker_checks_to_the_iterator() -> None:
+    """Put SIGCHLD back to its default once torch's handler is in."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        return  # torch sets no handler there either
+    if getattr(signal.getsignal(signal.SIGCHLD), "__module__", None) == _TORCH_HANDLER_MODULE:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -61,8 +61,8 @@ def check_run_config(cfg: DictConfig) -> None:
         raise ConfigError(f"{err} (e.g. {_site_override(cfg, err.site, err.choices[0])})") from None
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
+    check_data_package()  # before check_data_config imports from it
     check_data_config(cfg.data)
-    check_data_package()
 
 
 AUTO_WORKERS_CAP = 16  # past this, more decode processes mostly add memory (each holds its own copy of the dataset)
@@ -116,10 +116,11 @@ def check_data_config(data_cfg: DictConfig) -> None:
         raise ConfigError(f"data={data_cfg.name} needs data.root=/path/to/{data_cfg.name}")
     root = data_cfg.root
     if root is None or not Path(root).is_dir():
+        from data.testsets import LAYOUTS  # imported late: check_data_package runs first
+
         what = "a file" if root is not None and Path(root).exists() else "not a directory"
-        raise ConfigError(
-            f"data.root={root} is {what}; {data_cfg.name} needs a directory holding train/<class>/* and val/<class>/*"
-        )
+        holding = LAYOUTS.get(data_cfg.name, "train/<class>/* and val/<class>/*")
+        raise ConfigError(f"data.root={root} is {what}; {data_cfg.name} needs a directory holding {holding}")
 
 
 def _site_override(cfg: DictConfig, site: str, scheme: str) -> str:

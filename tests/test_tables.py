@@ -25,9 +25,9 @@ from resnet.tables import main, write_tables
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-RESNET50_256 = "imagenet, resize 256 → crop 224, bilinear, torch, 50000 images"
-RESNET50_232 = "imagenet, resize 232 → crop 224, bicubic, torch, 50000 images"
-TINY = "fashion_mnist, resize 28 → crop 28, bilinear, torch, 10000 images"
+RESNET50_256 = "resize 256 → crop 224, bilinear, torch, 50000 images"  # dataset: imagenet
+RESNET50_232 = "resize 232 → crop 224, bicubic, torch, 50000 images"
+TINY = "resize 28 → crop 28, bilinear, torch, 10000 images"  # dataset: fashion_mnist
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -35,8 +35,10 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def find(records: list[dict], model: str, protocol: str, weights: str | None = None) -> dict:
-    hits = [r for r in records if r["model"] == model and r["protocol"] == protocol
+def find(records: list[dict], model: str, protocol: str, weights: str | None = None,
+         dataset: str | None = None) -> dict:
+    dataset = dataset or ("fashion_mnist" if protocol == TINY else "imagenet")
+    hits = [r for r in records if r["model"] == model and r["protocol"] == protocol and r["dataset"] == dataset
             and (weights is None or r["weights"] == weights)]
     assert len(hits) == 1, hits
     return hits[0]
@@ -78,7 +80,7 @@ def test_cells_and_delta_by_hand(written):
     assert float(row["Δ 10-crop Top-5 (asymmetric − symmetric)"]) == pytest.approx(0.210)
     line = next(x for x in markdown.splitlines() if RESNET50_256 in x)
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[4:13] == ["23.870", "7.138", "6.100", "24.412", "7.452", "6.310", "+0.542", "+0.314", "+0.210"]
+    assert cells[5:14] == ["23.870", "7.138", "6.100", "24.412", "7.452", "6.310", "+0.542", "+0.314", "+0.210"]
     assert "99.000" not in markdown and "30.000" not in markdown
 
 
@@ -141,7 +143,7 @@ def test_schemes_order_delta_and_custom_labels():
 def test_cross_matrix_cells(written):
     out, _ = written
     (matrix,) = cross_matrices(read_rows(FIXTURE))  # checkpoints only: resnet_tiny
-    assert (matrix.arch, matrix.protocol) == ("resnet_tiny", TINY)
+    assert (matrix.arch, matrix.dataset, matrix.protocol) == ("resnet_tiny", "fashion_mnist", TINY)
     seed0, seed1 = "symmetric (runs/tiny-symmetric/last.pt)", "symmetric (runs/tiny-symmetric-seed1/last.pt)"
     assert matrix.trained == [seed1, seed0, "tf_same"]  # two symmetric checkpoints: a row each
     assert matrix.evaluated == ["symmetric", "asymmetric", "tf_same", "custom(stem_conv=same)"]

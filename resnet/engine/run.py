@@ -11,6 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from data.testsets import TEST_SETS
+
 from ..checkpoint import CheckpointError, load_weights, save_checkpoint
 from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
 from ..diagnose import error_line
@@ -66,6 +68,9 @@ def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:
 
 
 def _check_config(cfg: DictConfig) -> None:
+    if cfg.data.name in TEST_SETS:
+        raise ConfigError(f"data={cfg.data.name} is a test set, evaluation only: train with data=imagenet, then "
+                          f"python eval.py weights=<run dir>/last.pt data={cfg.data.name} data.root=...")
     check_run_config(cfg)
     if cfg.epochs <= 0:
         raise ConfigError(f"epochs must be positive, got {cfg.epochs}")

@@ -31,6 +31,7 @@ from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_cente
 from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
 from data.loader import SHARDED
 from data.shards.read import ShardBatches
+from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
 # Where the flat ILSVRC2012 val/'s labels are looked for under data.root (data.val_labels overrides).
 VAL_LABELS = ("LOC_val_solution.csv", "ILSVRC2012_validation_ground_truth.txt",
@@ -123,6 +124,8 @@ class EvalData:
     in_chans: int
     size: int  # images in the whole split, over all processes
     device_resize: int | None  # shorter side to resize to on the device (in-memory data); None: done
+    labels: LabelSpace | None = None  # how labels meet the logits when not one class index each (data.testsets)
+    note: str | None = None  # printed once: what of the split is (not) there
 
 
 def build_eval_loader(
@@ -135,13 +138,16 @@ def build_eval_loader(
     world_size: int = 1,
     val_labels: str | None = None,
     devkit: str | None = None,
+    real_labels: str | None = None,
 ) -> EvalData:
     """The evaluation split of dataset ``name``, this process's shard of it.
 
     ``val_labels`` / ``devkit``: for a flat ILSVRC2012 ``val/`` (no class folders), its labels
-    (:func:`data.ilsvrc.read_val_labels`); found under ``root`` when not given."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    (:func:`data.ilsvrc.read_val_labels`); found under ``root`` when not given. ``real_labels``:
+    ImageNet-ReaL's ``real.json`` (None: timm's copy)."""
+    if name not in DATASETS + TEST_SETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS + TEST_SETS)}")
+    labels = note = None
     if name == "fashion_mnist":
         from data.fashion_mnist import load_fashion_mnist  # see data/__init__.py: not imported there
         from data.in_memory import TensorImages
@@ -151,18 +157,21 @@ def build_eval_loader(
         native = dataset.images.shape[-1]
         device_resize = None if protocol.resize == native else protocol.resize
     else:
-        val_dir = eval_dir(name, root)
         if protocol.crops == 1:
             transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
         else:
             transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
-        if name in SHARDED:  # exact-once, contiguous ranges of the shards
+        val_dir = eval_dir(name, root)
+        if name in TEST_SETS:
+            found = open_test_set(name, root, transform, real_labels)
+            dataset, labels, note = found.dataset, found.labels, found.note
+        elif name in SHARDED:  # exact-once, contiguous ranges of the shards
             shards = ShardBatches.open(val_dir, transform, batch_size, rank, world_size, train=False,
                                        collate_fn=collate_fn)
             loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
                                 pin_memory=torch.cuda.is_available())
             return EvalData(loader, len(shards.classes), 3, shards.total, None)
-        if is_flat(val_dir):
+        elif is_flat(val_dir):
             dataset = flat_val(root, val_dir, transform, val_labels, devkit)
         else:
             train_dir = Path(root) / "train"
@@ -172,13 +181,15 @@ def build_eval_loader(
             if train_dir.is_dir():
                 dataset = ImageFolder(val_dir, transform, classes=find_classes(train_dir))
             elif name == "imagenet":
-                dataset = ImageFolder(val_dir, transform, classes=imagenet_wnids(), subset=True)
-                if len(dataset.present) < len(dataset.classes) and rank == 0:
-                    print(f"note: {val_dir} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} "
-                          "classes; evaluating that subset with ImageNet's class indices", flush=True)
+                dataset = ImageFolder(val_dir, transform, classes=list(imagenet_wnids()), subset=True)
+                if len(dataset.present) < len(dataset.classes):
+                    note = (f"{val_dir} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} "
+                            "classes; evaluating that subset with ImageNet's class indices")
             else:
                 dataset = ImageFolder(val_dir, transform)
-        num_classes, in_chans, device_resize = len(dataset.classes), 3, None
+        # the logits a model needs: ImageNet's 1,000 for every test set (R and A score 200 of them)
+        num_classes = len(imagenet_wnids()) if name in TEST_SETS else len(dataset.classes)
+        in_chans, device_resize = 3, None
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
@@ -187,19 +198,13 @@ def build_eval_loader(
         collate_fn=collate_fn,
         pin_memory=torch.cuda.is_available(),
     )
-    return EvalData(loader, num_classes, in_chans, len(dataset), device_resize)
-
-
-def imagenet_wnids() -> list[str]:
-    """ImageNet-1k's 1,000 wnids in class-index order (sorted, as ILSVRC2012 and every hub number them),
-    from timm's copy of the list."""
-    from timm.data import ImageNetInfo
-
-    return list(ImageNetInfo().label_names())
+    return EvalData(loader, num_classes, in_chans, len(dataset), device_resize, labels, note)
 
 
 def eval_dir(name: str, root: str | None) -> Path:
-    """``root/val`` of an image-folder dataset, or one line saying what to pass."""
+    """``root/val`` of an image-folder dataset (a test set's own folder), or one line saying what to pass."""
+    if name in TEST_SETS:
+        return images_root(name, root)
     layout = "val/<wnid>/*.JPEG" if name == "imagenet" else "val/<class>/*"
     if root is None or not (Path(root) / "val").is_dir():
         raise FileNotFoundError(f"{name} evaluation needs data.root=/path/to/{name} holding {layout}; got root={root}")

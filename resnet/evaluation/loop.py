@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from data.testsets import LabelSpace
+
 from ..config import Runtime
 from ..distributed import all_reduce_sum
 from .tencrop import average_crops
@@ -62,11 +64,27 @@ class Evaluation:
 
 def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> torch.Tensor:
     """How many rows have their label among the k highest scores, for each k: a tensor on
-    the scores' device, so that summing it over batches waits for nothing."""
+    the scores' device, so that summing it over batches waits for nothing.
+
+    ``labels``: [N] class indices, or [N, m] sets of valid classes padded with -1 (ReaL):
+    a row counts when any of its k best is in its set."""
     k_max = min(max(ks), scores.shape[1])
     top = scores.topk(k_max, dim=1).indices  # (N, k_max), best first
-    hits = top.eq(labels[:, None])
+    targets = labels[:, None] if labels.dim() == 1 else labels
+    hits = top[:, :, None].eq(targets[:, None, :]).any(dim=2)  # (N, k_max)
     return torch.stack([hits[:, : min(k, k_max)].any(dim=1).sum() for k in ks])
+
+
+def score_labels(scores: torch.Tensor, labels: torch.Tensor, space: LabelSpace | None):
+    """A test set's (scores, labels) as :func:`topk_correct` takes them (:mod:`data.testsets`):
+    ImageNet-R/A keep the logits of their 200 classes; ImageNet-ReaL's label is a row of sets."""
+    if space is None:
+        return scores, labels
+    if space.logits is not None:
+        scores = scores[:, space.logits.to(scores.device)]
+    if space.label_sets is not None:
+        labels = space.label_sets.to(labels.device)[labels]
+    return scores, labels
 
 
 def reduce_outputs(logits: torch.Tensor, crops: int, num_classes: int | None) -> torch.Tensor:
@@ -78,7 +96,10 @@ def reduce_outputs(logits: torch.Tensor, crops: int, num_classes: int | None) ->
 
 
 def summed_loss(scores: torch.Tensor, labels: torch.Tensor, crops: int) -> torch.Tensor:
-    """Cross-entropy summed over the batch: of the logits (one crop) or of the mean probabilities."""
+    """Cross-entropy summed over the batch: of the logits (one crop) or of the mean probabilities;
+    NaN for sets of labels (ReaL), which have no one class to score."""
+    if labels.dim() > 1:
+        return torch.full((), math.nan, dtype=torch.float64, device=scores.device)
     if crops == 1:
         return F.cross_entropy(scores, labels, reduction="sum")
     return F.nll_loss(scores.clamp_min(1e-12).log(), labels, reduction="sum")
@@ -94,6 +115,7 @@ def evaluate(
     view: View | None = None,
     crops: int = 1,
     num_classes: int | None = None,
+    labels_as: LabelSpace | None = None,
     desc: str = "eval",
     progress: bool = True,
     keep_scores: bool = False,
@@ -101,7 +123,8 @@ def evaluate(
     """Top-1 / top-5 error and loss of ``model`` over every image of ``loader``, all processes together.
 
     ``view`` makes the network input from a batch on the device (``crops`` inputs per image);
-    ``num_classes``: the data's classes, to drop a background class; ``keep_scores``: keep
+    ``num_classes``: the data's classes, to drop a background class; ``labels_as``: how a test
+    set's labels meet the logits (:func:`score_labels`); ``keep_scores``: keep
     this process's scores in the result (detection compares them between schemes).
     """
     model.eval()
@@ -125,7 +148,7 @@ def evaluate(
         x = normalize(runtime.memory_format(x))  # convert the uint8 input: a quarter of the bytes
         with runtime.autocast():
             logits = model(x)
-        scores = reduce_outputs(logits, crops, num_classes)
+        scores, labels = score_labels(reduce_outputs(logits, crops, num_classes), labels, labels_as)
         sums[:2] += topk_correct(scores, labels)
         sums[2] += summed_loss(scores, labels, crops)
         sums[3] += labels.shape[0]

@@ -101,10 +101,13 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         data = build_eval_loader(
             cfg.data.name, cfg.data.get("root"), protocol, images_per_step, workers, env.rank, env.world_size,
             val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
+            real_labels=cfg.data.get("real_labels"),
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     _check_fit(meta, data)
+    if data.note and env.is_main:
+        print(f"note: {data.note}", flush=True)
 
     runtime = runtime_for(cfg, env)
     result = evaluate(
@@ -115,6 +118,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         view=protocol_view(protocol, data.device_resize),
         crops=protocol.crops,
         num_classes=data.num_classes,
+        labels_as=data.labels,
         desc="eval 10-crop" if protocol.crops == 10 else "eval",
     )
     if result.n_images == 0:

@@ -21,7 +21,7 @@ def pyplot():
 
 
 def _short_label(row: ModelRow) -> str:
-    return f"{row.arch} · {row.weights}\n{row.protocol}"
+    return f"{row.arch} · {row.weights}\n{row.dataset}, {row.protocol}"
 
 
 def plot_scheme_table(table: SchemeTable, path: Path) -> None:
@@ -95,7 +95,7 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
         ax.set_xlabel("evaluated with")
         ax.set_ylabel("trained with")
         title = f"{m.arch}: {m.metric.replace('_err', '')} error (%), red = matched scheme"
-        ax.set_title(title + "\n" + textwrap.fill(m.protocol, 70), fontsize=9)
+        ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 70), fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

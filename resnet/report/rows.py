@@ -124,8 +124,9 @@ def scheme_label(row: Mapping) -> str:
 
 
 def protocol_label(row: Mapping) -> str:
-    """e.g. ``imagenet, resize 256 → crop 224, bilinear, torch, 50000 images``."""
-    parts = [str(row["dataset"])]
+    """How the images became input, e.g. ``resize 256 → crop 224, bilinear, torch, 50000 images``
+    (the dataset is a column of its own)."""
+    parts = []
     if row.get("resize") is not None:
         parts.append(f"resize {row['resize']} → crop {row.get('crop')}")
     if row.get("crop") != row["input_size"]:

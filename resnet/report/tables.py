@@ -5,8 +5,9 @@ Rules, so that no number is silently merged with another:
 * **Latest wins.** Rows that repeat the same evaluation (same weights, scheme, crops and
   protocol) are re-runs: the one with the latest ``date`` is kept (on equal dates, the
   later line of the file).
-* **Protocol separates.** The protocol (dataset, input size, resize, crop,
-  interpolation, preprocessing, number of images) is part of every table row's label,
+* **Dataset and protocol separate.** The test set (``imagenet``, ``imagenet_v2``,
+  ``imagenet_real`` ...: a column of its own) and the protocol (input size, resize, crop,
+  interpolation, preprocessing, number of images) are part of every table row's label,
   so results measured differently never share a row, a delta or a matrix.
 * A scheme is its ``padding_name``; a ``custom`` per-site padding is labelled by the
   sites where it departs from ``symmetric``, so two custom schemes never merge.
@@ -30,7 +31,7 @@ from .rows import latest_rows, protocol_label, scheme_label
 
 METRICS = ("top1_err", "top5_err", "top5_err_10crop")  # the three columns of a scheme
 METRIC_TITLES = {"top1_err": "Top-1", "top5_err": "Top-5", "top5_err_10crop": "10-crop Top-5"}
-MODEL_COLUMNS = ("model", "weights", "trained with", "protocol")
+MODEL_COLUMNS = ("model", "weights", "trained with", "dataset", "protocol")
 
 
 def _scheme_order(labels: Iterable[str]) -> list[str]:
@@ -48,12 +49,13 @@ def _arch_order(arch: str) -> tuple[int, str]:
 
 @dataclass
 class ModelRow:
-    """One table row: one set of weights under one protocol; errors[scheme][metric] in %."""
+    """One table row: one set of weights on one dataset under one protocol; errors[scheme][metric] in %."""
 
     arch: str
     weights: str
     weights_source: str
     trained_padding: str
+    dataset: str
     protocol: str
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -99,14 +101,14 @@ def scheme_table(
         scheme = scheme_label(r)
         if scheme not in schemes:
             continue
-        key = (r["arch"], r["weights"], r["weights_source"], r["trained_padding"], protocol_label(r))
+        key = (r["arch"], r["weights"], r["weights_source"], r["trained_padding"], str(r["dataset"]), protocol_label(r))
         model_row = table.setdefault(key, ModelRow(*key))
         metrics = model_row.errors.setdefault(scheme, {})
         if int(r["crops"]) == 10:
             metrics["top5_err_10crop"] = float(r["top5_err"])
         else:
             metrics.update(top1_err=float(r["top1_err"]), top5_err=float(r["top5_err"]))
-    ordered = sorted(table.values(), key=lambda m: (_arch_order(m.arch), m.weights, m.protocol))
+    ordered = sorted(table.values(), key=lambda m: (_arch_order(m.arch), m.weights, m.dataset, m.protocol))
     return SchemeTable(schemes, ordered, tuple(delta) if delta else None)
 
 
@@ -120,7 +122,7 @@ def scheme_records(table: SchemeTable, reference: bool = False) -> tuple[list[st
         columns += [f"TensorNets {METRIC_TITLES[m]}" for m in METRICS] + ["TensorNets padding"]
     records = []
     for row in table.rows:
-        values: list = [row.arch, row.weights, row.trained_padding, row.protocol]
+        values: list = [row.arch, row.weights, row.trained_padding, row.dataset, row.protocol]
         values += [row.error(s, m) for s in table.schemes for m in METRICS]
         if table.delta:
             values += [table.delta_of(row, m) for m in METRICS]
@@ -171,9 +173,10 @@ def write_csv(path: Path, columns: Sequence[str], records: Iterable[Mapping]) ->
 @dataclass
 class CrossMatrix:
     """Top-1 (or ``metric``) error of weights trained under each row's scheme, evaluated
-    under each column's scheme; one matrix per (arch, protocol)."""
+    under each column's scheme; one matrix per (arch, dataset, protocol)."""
 
     arch: str
+    dataset: str
     protocol: str
     trained: list[str]  # row labels: trained_padding, plus the weights where one scheme has several
     evaluated: list[str]  # column labels: schemes
@@ -197,12 +200,12 @@ def cross_matrices(
     Several weights trained under the same scheme (seeds, recipes) get a row each,
     labelled ``scheme (weights)``: they are never averaged.
     """
-    groups: dict[tuple[str, str], list[dict]] = {}
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in latest_rows(rows):
         if int(r["crops"]) == 1 and (weights_sources is None or r["weights_source"] in weights_sources):
-            groups.setdefault((r["arch"], protocol_label(r)), []).append(r)
+            groups.setdefault((r["arch"], str(r["dataset"]), protocol_label(r)), []).append(r)
     matrices = []
-    for (arch, protocol), group in sorted(groups.items(), key=lambda g: (_arch_order(g[0][0]), g[0][1])):
+    for (arch, dataset, protocol), group in sorted(groups.items(), key=lambda g: (_arch_order(g[0][0]), *g[0][1:])):
         weights_per_scheme: dict[str, set] = {}
         for r in group:
             weights_per_scheme.setdefault(r["trained_padding"], set()).add((r["weights_source"], r["weights"]))
@@ -214,16 +217,17 @@ def cross_matrices(
         order = {s: i for i, s in enumerate(_scheme_order(weights_per_scheme))}
         trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], t))
         evaluated = _scheme_order(e for _, e in cells)
-        matrices.append(CrossMatrix(arch, protocol, trained, evaluated, cells, trained_scheme, metric))
+        matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme, metric))
     return matrices
 
 
 def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict]]:
-    """All matrices as one wide table: arch, protocol, trained with, one column per scheme."""
+    """All matrices as one wide table: arch, dataset, protocol, trained with, one column per scheme."""
     schemes = _scheme_order(s for m in matrices for s in m.evaluated)
-    columns = ["arch", "protocol", "trained with", *schemes]
+    columns = ["arch", "dataset", "protocol", "trained with", *schemes]
     records = [
-        {"arch": m.arch, "protocol": m.protocol, "trained with": t, **{s: m.cell(t, s) for s in schemes}}
+        {"arch": m.arch, "dataset": m.dataset, "protocol": m.protocol, "trained with": t,
+         **{s: m.cell(t, s) for s in schemes}}
         for m in matrices
         for t in m.trained
     ]
@@ -231,7 +235,7 @@ def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict
 
 
 def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
-    """One Markdown matrix per (arch, protocol); matched schemes (the diagonal) in bold."""
+    """One Markdown matrix per (arch, dataset, protocol); matched schemes (the diagonal) in bold."""
     if not matrices:
         return "No checkpoint results to cross: evaluate checkpoints under several schemes first."
     parts = []
@@ -239,7 +243,7 @@ def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
         columns = ["trained with \\ evaluated with", *m.evaluated]
         records = [{columns[0]: t, **{s: m.cell(t, s) for s in m.evaluated}} for t in m.trained]
         diagonal = {(i, s) for i, t in enumerate(m.trained) for s in m.evaluated if m.matched(t, s)}
-        title = f"**{m.arch}**, {m.protocol}: {METRIC_TITLES[m.metric]} error (%)"
+        title = f"**{m.arch}**, {m.dataset}, {m.protocol}: {METRIC_TITLES[m.metric]} error (%)"
         parts.append(title + "\n\n" + to_markdown(columns, records, bold=diagonal))
     return "\n\n".join(parts)
 

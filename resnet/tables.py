@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from .report.charts import plot_cross, plot_scheme_table
@@ -35,20 +35,25 @@ def write_tables(
     schemes: Sequence[str] | None = None,
     delta: Sequence[str] | None = None,
     reference: bool = False,
+    missing: Sequence[Mapping] = (),
+    cross_sources: Collection[str] | None = ("checkpoint",),
 ) -> str:
-    """Write tensornets.md/.csv/.png and cross.md/.csv/.png into ``out``; return the Markdown."""
+    """Write tensornets.md/.csv/.png and cross.md/.csv/.png into ``out``; return the Markdown.
+
+    ``missing``: rows that could not be evaluated (:func:`resnet.report.tables.scheme_records`);
+    ``cross_sources``: the weights sources the cross matrix takes (None: all)."""
     if not Path(results).is_file():
         raise FileNotFoundError(f"no results file at {results}; eval.py writes one (results_file=...)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = read_rows(results)
     table = scheme_table(rows, schemes, delta)
-    columns, records = scheme_records(table, reference)
+    columns, records = scheme_records(table, reference, missing)
     tensornets_md = to_markdown(columns, records)
     (out / "tensornets.md").write_text(tensornets_md + "\n")
     write_csv(out / "tensornets.csv", columns, records)
     plot_scheme_table(table, out / "tensornets.png")
-    matrices = cross_matrices(rows)
+    matrices = cross_matrices(rows, weights_sources=cross_sources)
     cross_md = cross_markdown(matrices)
     (out / "cross.md").write_text(cross_md + "\n")
     write_csv(out / "cross.csv", *cross_records(matrices))

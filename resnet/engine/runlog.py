@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ..report.wandb_log import start_run
+
 
 class CsvLog:
     """Appends dict rows to a CSV file; the header is the first row's keys."""
@@ -65,7 +67,7 @@ class RunLogger:
         self.epochs.drop_rows(lambda r: int(r["epoch"]) <= resumed_epoch)  # 1-based: epochs done
         self.steps.drop_rows(lambda r: int(r["epoch"]) < resumed_epoch)  # 0-based: the epoch running
         if wandb_cfg and wandb_cfg.get("wandb"):
-            self.wandb = _start_wandb(wandb_cfg, config, group, run_dir)
+            self.wandb = start_run(wandb_cfg, config, group, run_dir)
 
     def log_steps(self, records: Sequence[Mapping], epoch: int) -> None:
         if not self.enabled:
@@ -101,23 +103,6 @@ class RunLogger:
 
 def _cell(value):
     return json.dumps(value) if isinstance(value, (dict, list)) else value
-
-
-def _start_wandb(cfg: Mapping, config: dict, group: str, run_dir: Path):
-    import wandb
-
-    mode = os.environ.get("WANDB_MODE") or cfg.get("mode") or "online"
-    if mode not in ("online", "offline", "disabled"):
-        raise ValueError(f"unknown W&B mode {mode!r}; choose one of online, offline, disabled (logger.mode=offline)")
-    return wandb.init(
-        project=cfg.get("project", "resnet-padding"),
-        entity=cfg.get("entity"),
-        group=cfg.get("group") or group,
-        tags=list(cfg.get("tags") or []),
-        config=config,
-        dir=str(run_dir),
-        mode=mode,
-    )
 
 
 def write_json(path: Path, data: Mapping) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -50,11 +51,22 @@ def _check_config(cfg: DictConfig) -> None:
     if cfg.crops not in (1, 10):
         raise ConfigError(f"crops must be 1 (centre crop) or 10 (corners + centre and flips), got {cfg.crops}")
     check_run_config(cfg)
+    check_logger(cfg)
     if cfg.data.name != "fashion_mnist":
         try:
             eval_dir(cfg.data.name, cfg.data.root)  # a wrong data.root fails before any download
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
+
+
+def check_logger(cfg: DictConfig) -> None:
+    """A W&B mode wandb would refuse fails before any work, in one line."""
+    from ..report.wandb_log import MODES
+
+    if cfg.get("logger") and cfg.logger.get("wandb"):
+        mode = os.environ.get("WANDB_MODE") or cfg.logger.get("mode") or "online"
+        if mode not in MODES:
+            raise ConfigError(f"unknown W&B mode {mode!r}; choose one of {', '.join(MODES)} (logger.mode=offline)")
 
 
 def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
@@ -144,8 +156,22 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         "git_commit": git_commit(),
     }
     if env.is_main:
-        _report(row, result, append_row(results_path(cfg.results_file), row))
+        path = append_row(results_path(cfg.results_file), row)
+        _report(row, result, path)
+        if cfg.get("logger") and cfg.logger.get("wandb"):
+            _log_to_wandb(cfg, row, path)
     return row
+
+
+def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
+    """One W&B run per evaluation, grouped by the scheme the weights were trained with: the
+    row, and the tables regenerated from the whole results file."""
+    from ..report.rows import read_rows
+    from ..report.wandb_log import log_evaluations, start_run
+
+    run = start_run(cfg.logger, row, group=f"trained {row['trained_padding']}", run_dir=path.parent, job_type="eval")
+    log_evaluations(run, [row], read_rows(path), reference=True)
+    run.finish()
 
 
 def _load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv) -> LoadedWeights:

@@ -112,14 +112,28 @@ def scheme_table(
     return SchemeTable(schemes, ordered, tuple(delta) if delta else None)
 
 
-def scheme_records(table: SchemeTable, reference: bool = False) -> tuple[list[str], list[dict]]:
-    """The table as flat columns and one dict per row (the form CSV, Markdown and W&B take)."""
+def scheme_records(
+    table: SchemeTable, reference: bool = False, missing: Sequence[Mapping] = ()
+) -> tuple[list[str], list[dict]]:
+    """The table as flat columns and one dict per row (the form CSV, Markdown and W&B take).
+
+    ``missing``: models that could not be evaluated (``arch``, ``weights``, ``trained_padding``,
+    ``dataset``, ``protocol``, ``fix``: the path or flag that fills the row); each becomes a row
+    with empty errors and its fix in a ``missing`` column, never a dropped row."""
     columns = list(MODEL_COLUMNS)
     columns += [f"{s} {METRIC_TITLES[m]}" for s in table.schemes for m in METRICS]
     if table.delta:
         columns += [f"Δ {METRIC_TITLES[m]} ({table.delta[0]} − {table.delta[1]})" for m in METRICS]
     if reference:
         columns += [f"TensorNets {METRIC_TITLES[m]}" for m in METRICS] + ["TensorNets padding"]
+    if missing:
+        columns.append("missing")
+
+    def published(arch: str) -> list:
+        ref = tensornets_reference(arch)
+        return [getattr(ref, m) if ref else None for m in METRICS] + [f"{ref.padding_name} @{ref.input_size}" if ref
+                                                                        else None]
+
     records = []
     for row in table.rows:
         values: list = [row.arch, row.weights, row.trained_padding, row.dataset, row.protocol]
@@ -127,10 +141,14 @@ def scheme_records(table: SchemeTable, reference: bool = False) -> tuple[list[st
         if table.delta:
             values += [table.delta_of(row, m) for m in METRICS]
         if reference:
-            ref = tensornets_reference(row.arch)
-            values += [getattr(ref, m) if ref else None for m in METRICS]
-            values.append(f"{ref.padding_name} @{ref.input_size}" if ref else None)
+            values += published(row.arch)
         records.append(dict(zip(columns, values)))
+    for m in missing:
+        record = {"model": m["arch"], "weights": m["weights"], "trained with": m["trained_padding"],
+                  "dataset": m["dataset"], "protocol": m.get("protocol"), "missing": m["fix"]}
+        if reference:
+            record.update(zip(columns[-5:-1], published(m["arch"])))
+        records.append(record)
     return columns, records
 
 
@@ -258,9 +276,10 @@ def wandb_table(columns: Sequence[str], records: Sequence[Mapping]):
     return wandb.Table(columns=list(columns), data=[[r.get(c) for c in columns] for r in records])
 
 
-def log_to_wandb(run, table: SchemeTable, matrices: Sequence[CrossMatrix], reference: bool = False) -> None:
+def log_to_wandb(run, table: SchemeTable, matrices: Sequence[CrossMatrix], reference: bool = False,
+                 missing: Sequence[Mapping] = ()) -> None:
     """Log both tables to a W&B run (``wandb.init(...)``), as ``padding/tensornets`` and ``padding/cross``."""
     run.log({
-        "padding/tensornets": wandb_table(*scheme_records(table, reference)),
+        "padding/tensornets": wandb_table(*scheme_records(table, reference, missing)),
         "padding/cross": wandb_table(*cross_records(matrices)),
     })

@@ -1,0 +1,206 @@
+"""The seed-table command end to end (resnet.seed_table): a model list with a random-weight
+stand-in for every source, in the place each source is read from (Keras's and torch.hub's
+caches, files given by path, our own checkpoint), rows whose weights are missing, a small
+generated ImageNet val, every model under both schemes with 1 and 10 crops."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import timm
+import torch
+import torchvision
+from omegaconf import open_dict
+from safetensors.torch import save_file
+from torch import nn
+
+import resnet
+from resnet.checkpoint import save_checkpoint
+from resnet.config import ConfigError
+from resnet.seed_table import run
+from resnet.weights.keras import _layer_name
+from tests.compose import compose_config
+from tests.imagegen import make_folder
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+FIRST, LAST = "n01440764", "n15075141"  # ImageNet's classes 0 and 999
+
+
+def keras_standin(path: Path, arch: str) -> None:
+    """A legacy Keras HDF5 weights file (the published files' layout) of random values."""
+    model = resnet.build_model(arch, 1000, "keras", source="keras")
+    role = {"weight": "kernel", "bias": "bias"}
+    bn_role = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "running_var": "moving_variance"}
+    layers: dict[str, dict[str, np.ndarray]] = {}
+    for key, value in model.state_dict().items():
+        module_name, attr = key.rsplit(".", 1)
+        if attr == "num_batches_tracked":
+            continue
+        module = model.get_submodule(module_name)
+        array = value.detach().numpy()
+        if isinstance(module, nn.Conv2d) and attr == "weight":
+            array = array.transpose(2, 3, 1, 0)  # OIHW -> HWIO
+        elif isinstance(module, nn.Linear) and attr == "weight":
+            array = array.T
+        name = (bn_role if isinstance(module, nn.BatchNorm2d) else role)[attr]
+        layers.setdefault(_layer_name(module_name, arch.endswith("_v2")), {})[name] = array
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f.attrs["layer_names"] = [n.encode() for n in layers]
+        for layer, weights in layers.items():
+            group = f.create_group(layer)
+            group.attrs["weight_names"] = [f"{layer}/{n}:0".encode() for n in weights]
+            for n, array in weights.items():
+                group[f"{layer}/{n}:0"] = array
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    """Every source's random weights where the command looks for them; the val set."""
+    tmp = tmp_path_factory.mktemp("seed")
+    torch.manual_seed(0)
+    keras_standin(tmp / "keras" / "models" / "resnet50_weights_tf_dim_ordering_tf_kernels.h5", "resnet50_v1")
+    url = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.url
+    hub = tmp / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[1]
+    hub.parent.mkdir(parents=True)
+    torch.save(torchvision.models.resnet18().state_dict(), hub)
+    save_file(timm.create_model("resnet18", pretrained=False).state_dict(), tmp / "timm_resnet18.safetensors")
+    save_checkpoint(tmp / "tiny.pt", resnet.build_model("resnet_tiny", num_classes=1000))
+    make_folder(tmp / "imagenet" / "val", {FIRST: 2, LAST: 2}, size=(40, 36))
+    return tmp
+
+
+def table(tmp: Path) -> dict:
+    row = {"preset": "symmetric", "resize": 36, "crop": 32}
+    return {
+        "name": "standins",
+        "files": {"resnet200_v2": None, "resnet_tiny": str(tmp / "tiny.pt")},
+        "models": [
+            {**row, "arch": "resnet50_v1", "weights": "keras:ResNet50", "preset": "caffe"},
+            {**row, "arch": "resnet101_v1", "weights": "keras:ResNet101", "preset": "caffe"},  # not in the cache
+            {**row, "arch": "resnet18", "weights": "torchvision:ResNet18_Weights.IMAGENET1K_V1"},
+            {**row, "arch": "resnet18", "weights": f"timm:{tmp / 'timm_resnet18.safetensors'}"},
+            {**row, "arch": "resnet200_v2", "weights": "fbtorch:{file}"},  # a file the list needs, not given
+            {**row, "arch": "resnet_tiny", "weights": "checkpoint:{file}"},
+        ],
+    }
+
+
+def seed_config(tmp: Path, *overrides: str):
+    cfg = compose_config("seed_table", f"data.root={tmp / 'imagenet'}", "data.workers=0", "device=cpu",
+                         f"out={tmp / 'out'}", *overrides)
+    with open_dict(cfg):
+        cfg.table = table(tmp)
+    return cfg
+
+
+def test_the_command_evaluates_every_model_and_shows_each_missing_one(standins, monkeypatch, capsys):
+    monkeypatch.setenv("KERAS_HOME", str(standins / "keras"))
+    monkeypatch.setenv("TORCH_HOME", str(standins / "torch"))
+    result = run(seed_config(standins))
+    printed = capsys.readouterr().out
+
+    # 4 models x 2 schemes x (1, 10) crops; the two missing models are tried once each
+    assert len(result["rows"]) == 16 and "[24/24]" in printed
+    rows = [json.loads(line) for line in (standins / "out" / "eval.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and all(r["n_images"] == 4 and r["dataset"] == "imagenet" for r in rows)
+    assert {(r["weights_source"], r["padding_name"], r["crops"]) for r in rows} == {
+        (s, p, c) for s in ("keras", "torchvision", "timm", "checkpoint") for p in ("symmetric", "asymmetric")
+        for c in (1, 10)
+    }
+    assert {r["trained_padding"] for r in rows if r["weights_source"] == "keras"} == {"keras"}
+
+    missing = {m["arch"]: m["fix"] for m in result["missing"]}
+    assert "download=true" in missing["resnet101_v1"]
+    assert missing["resnet200_v2"].startswith("table.files.resnet200_v2=/path/to/its/file")
+
+    out = standins / "out"
+    assert all((out / name).stat().st_size > 0 for name in
+               ("tensornets.md", "tensornets.csv", "tensornets.png", "cross.md", "cross.csv", "cross.png"))
+    with open(out / "tensornets.csv", newline="") as f:
+        records = list(csv.DictReader(f))
+    by_model = {(r["model"], r["weights"].split(":")[0]): r for r in records}
+    assert len(records) == 6  # 4 evaluated + 2 missing: none dropped
+    keras50 = by_model[("resnet50_v1", "keras")]
+    cell = next(r for r in rows if r["weights"] == "keras:ResNet50" and r["padding_name"] == "asymmetric"
+                and r["crops"] == 10)
+    assert float(keras50["asymmetric 10-crop Top-5"]) == pytest.approx(cell["top5_err"])
+    assert float(keras50["TensorNets Top-1"]) == pytest.approx(25.126)  # published beside
+    assert by_model[("resnet200_v2", "fbtorch")]["weights"] == "fbtorch:<table.files.resnet200_v2>"
+    assert by_model[("resnet200_v2", "fbtorch")]["missing"].startswith("table.files.resnet200_v2=/path/to/its/file")
+    assert by_model[("resnet101_v1", "keras")]["TensorNets Top-1"] == "23.58"
+    markdown = (out / "tensornets.md").read_text()
+    assert "download=true" in markdown and "table.files.resnet200_v2=" in markdown
+    assert "trained with \\ evaluated with" in (out / "cross.md").read_text()
+    assert "16 evaluations of 4 models, 2 missing" in printed
+
+
+def test_bad_values_are_one_line(standins):
+    with pytest.raises(ConfigError, match=r"schemes=\['symmetric', 'sideways'\]: each must be a preset"):
+        run(seed_config(standins, "schemes=[symmetric,sideways]"))
+    with pytest.raises(ConfigError, match=r"crops=\[1, 5\]: each must be 1 or 10"):
+        run(seed_config(standins, "crops=[1,5]"))
+
+
+class FakeWandb:
+    """Stands in for the wandb module: records init's arguments and everything logged."""
+
+    def __init__(self):
+        self.runs = []
+
+    def init(self, **kwargs):
+        run = type("Run", (), {})()
+        run.kwargs, run.logged, run.summary, run.finished = kwargs, {}, {}, False
+        run.log = run.logged.update
+        run.finish = lambda: setattr(run, "finished", True)
+        self.runs.append(run)
+        return run
+
+    @staticmethod
+    def Table(columns, data):  # noqa: N802  (wandb's name)
+        return {"columns": columns, "data": data}
+
+    @staticmethod
+    def Image(path):  # noqa: N802
+        return Path(path)
+
+
+def test_eval_logs_each_row_grouped_by_trained_scheme_and_the_tables(standins, tmp_path, monkeypatch):
+    from resnet.evaluation.run import evaluate_weights
+
+    fake = FakeWandb()
+    monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    for padding in ("symmetric", "asymmetric"):
+        evaluate_weights(compose_config(
+            "eval", f"weights={standins / 'tiny.pt'}", f"+padding={padding}", f"data.root={standins / 'imagenet'}",
+            "crop=32", "data.workers=0", "device=cpu", f"results_file={tmp_path / 'rows.jsonl'}", "logger=wandb",
+            "logger.mode=offline", "logger.project=p",
+        ))  # fmt: skip
+    assert len(fake.runs) == 2 and all(r.finished for r in fake.runs)
+    first, second = fake.runs
+    assert first.kwargs["group"] == second.kwargs["group"] == "trained symmetric"  # the checkpoint's scheme
+    assert (first.kwargs["project"], first.kwargs["mode"], first.kwargs["job_type"]) == ("p", "offline", "eval")
+    assert second.summary["padding_name"] == "asymmetric" and second.summary["n_images"] == 4
+    row = dict(zip(second.logged["eval/rows"]["columns"], second.logged["eval/rows"]["data"][0]))
+    assert row["top1_err"] == second.summary["top1_err"]
+    table = second.logged["padding/tensornets"]  # regenerated from the whole results file: both schemes
+    values = dict(zip(table["columns"], table["data"][0]))
+    assert values["symmetric Top-1"] == first.summary["top1_err"]
+    assert values["asymmetric Top-1"] == second.summary["top1_err"]
+    assert "padding/cross" in second.logged
+
+
+def test_an_unknown_wandb_mode_is_refused_before_any_work(standins, tmp_path, monkeypatch):
+    from resnet.evaluation.run import evaluate_weights
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    with pytest.raises(ConfigError, match="unknown W&B mode 'sideways'; choose one of online, offline, disabled"):
+        evaluate_weights(compose_config("eval", f"weights={standins / 'tiny.pt'}", "logger=wandb",
+                                        "logger.mode=sideways", "data=fashion_mnist"))

@@ -111,6 +111,9 @@ def run(cfg: DictConfig) -> dict:
         if fill is None:
             try:
                 rows.append(evaluate_weights(eval_config(cfg, entry, scheme, crops)))
+                if rows[-1]["trained_padding"] != entry.preset:
+                    print(f"note: {entry.weights} load with native padding {rows[-1]['trained_padding']}, the list "
+                          f"says {entry.preset}: fix its preset in configs/table/{cfg.table.name}.yaml", flush=True)
                 continue
             except (WeightsError, CheckpointError) as err:  # not in the cache, a bad file: the row says so
                 fill = str(err)

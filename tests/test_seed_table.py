@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import h5py
@@ -82,8 +83,8 @@ def table(tmp: Path) -> dict:
         "name": "standins",
         "files": {"resnet200_v2": None, "resnet_tiny": str(tmp / "tiny.pt")},
         "models": [
-            {**row, "arch": "resnet50_v1", "weights": "keras:ResNet50", "preset": "caffe"},
-            {**row, "arch": "resnet101_v1", "weights": "keras:ResNet101", "preset": "caffe"},  # not in the cache
+            {**row, "arch": "resnet50_v1", "weights": "keras:ResNet50", "preset": "keras"},
+            {**row, "arch": "resnet101_v1", "weights": "keras:ResNet101", "preset": "keras"},  # not in the cache
             {**row, "arch": "resnet18", "weights": "torchvision:ResNet18_Weights.IMAGENET1K_V1"},
             {**row, "arch": "resnet18", "weights": f"timm:{tmp / 'timm_resnet18.safetensors'}"},
             {**row, "arch": "resnet200_v2", "weights": "fbtorch:{file}"},  # a file the list needs, not given
@@ -103,8 +104,12 @@ def seed_config(tmp: Path, *overrides: str):
 def test_the_command_evaluates_every_model_and_shows_each_missing_one(standins, monkeypatch, capsys):
     monkeypatch.setenv("KERAS_HOME", str(standins / "keras"))
     monkeypatch.setenv("TORCH_HOME", str(standins / "torch"))
-    result = run(seed_config(standins))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    result = run(seed_config(standins, "logger=wandb", "logger.mode=offline"))
     printed = capsys.readouterr().out
+    assert "note:" not in printed.replace("note: " + str(standins / "imagenet" / "val") + " holds", "")
 
     # 4 models x 2 schemes x (1, 10) crops; the two missing models are tried once each
     assert len(result["rows"]) == 16 and "[24/24]" in printed
@@ -139,6 +144,12 @@ def test_the_command_evaluates_every_model_and_shows_each_missing_one(standins, 
     assert "download=true" in markdown and "table.files.resnet200_v2=" in markdown
     assert "trained with \\ evaluated with" in (out / "cross.md").read_text()
     assert "16 evaluations of 4 models, 2 missing" in printed
+
+    (wandb_run,) = fake.runs  # one W&B run for the whole table
+    assert wandb_run.kwargs["job_type"] == "seed_table" and wandb_run.finished
+    assert len(wandb_run.logged["eval/rows"]["data"]) == 16
+    assert len(wandb_run.logged["padding/tensornets"]["data"]) == 6
+    assert wandb_run.logged["padding/cross_chart"] == out / "cross.png"
 
 
 def test_bad_values_are_one_line(standins):
@@ -175,7 +186,7 @@ def test_eval_logs_each_row_grouped_by_trained_scheme_and_the_tables(standins, t
     from resnet.evaluation.run import evaluate_weights
 
     fake = FakeWandb()
-    monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     for padding in ("symmetric", "asymmetric"):
         evaluate_weights(compose_config(

@@ -18,6 +18,7 @@ the list needs but was not given) becomes a row naming what fills it: the flag, 
 
 from __future__ import annotations
 
+import copy
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,17 +70,21 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"crops={list(cfg.crops)}: each must be 1 or 10, e.g. crops=[1,10]")
 
 
-def eval_config(cfg: DictConfig, entry: Entry, scheme: str, crops: int) -> DictConfig:
-    """configs/eval.yaml for one evaluation of the table, with the table's data and settings."""
+def eval_base(scheme: str) -> DictConfig:
+    """configs/eval.yaml under ``+padding=<scheme>``, composed once per scheme (composing is slow)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     overrides = [f"+padding={scheme}"]
     if GlobalHydra.instance().is_initialized():  # inside the Hydra app
-        ecfg = compose(config_name="eval", overrides=overrides)
-    else:  # called as a function (tests, notebooks)
-        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-            ecfg = compose(config_name="eval", overrides=overrides)
+        return compose(config_name="eval", overrides=overrides)
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):  # called as a function (tests)
+        return compose(config_name="eval", overrides=overrides)
+
+
+def eval_config(cfg: DictConfig, base: DictConfig, entry: Entry, crops: int) -> DictConfig:
+    """One evaluation of the table: ``base`` (:func:`eval_base`) with the table's data and settings."""
+    ecfg = copy.deepcopy(base)
     with open_dict(ecfg):
         ecfg.data = cfg.data
         ecfg.logger = {"wandb": False}  # the table logs once, at the end
@@ -101,6 +106,7 @@ def run(cfg: DictConfig) -> dict:
     check_logger(cfg)
     models = entries(cfg.table)
     plan = [(e, s, c) for e in models for s in cfg.schemes for c in cfg.crops]
+    bases = {scheme: eval_base(scheme) for scheme in cfg.schemes}
     rows, missing, failed = [], [], set()
     for number, (entry, scheme, crops) in enumerate(plan, start=1):
         if entry.arch in failed:
@@ -110,7 +116,7 @@ def run(cfg: DictConfig) -> dict:
         fill = entry.fill
         if fill is None:
             try:
-                rows.append(evaluate_weights(eval_config(cfg, entry, scheme, crops)))
+                rows.append(evaluate_weights(eval_config(cfg, bases[scheme], entry, crops)))
                 if rows[-1]["trained_padding"] != entry.preset:
                     print(f"note: {entry.weights} load with native padding {rows[-1]['trained_padding']}, the list "
                           f"says {entry.preset}: fix its preset in configs/table/{cfg.table.name}.yaml", flush=True)

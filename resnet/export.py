@@ -1,34 +1,54 @@
-"""ONNX export with every pad explicit and static.
+"""ONNX export with every pad explicit and static, checked against onnxruntime.
+
+    python -m resnet.export weights=outputs/<date>/<time>/last.pt out=tiny.onnx
+    python -m resnet.export weights=timm:resnet50.a1_in1k out=resnet50.onnx download=true +padding=asymmetric
 
 TF 'SAME' layers compute their pad from the input size in ``forward``
 (``resnet.padding.SameConv2d``). An exported graph should not: a runtime that reads
 it must see the pads themselves, or it may re-derive them under its own convention
 (ONNX ``SAME_LOWER`` puts the odd pixel first, TF after; docs/padding.md). So the model
-is frozen at one input size first, and the graph is checked afterwards.
+is frozen at one input size first, and the graph is checked afterwards. The batch
+dimension stays dynamic (named ``batch``).
 
 The exporter is torch's dynamo-based one. The TorchScript exporter (``dynamo=False``)
 still works offline in torch 2.14, but lowers each ``F.pad`` into a
 ConstantOfShape/Concat/Reshape/Slice/Transpose/Cast chain that computes the pads at
 run time; the dynamo exporter emits them as constants and folds pads into Conv.
+
+The command (``configs/export.yaml``) loads weights as ``eval.py`` does, exports them for
+their evaluation crop, runs random images of two batch sizes through onnxruntime and
+through PyTorch (:func:`check_onnx`), and only then moves the file into place.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
+import sys
+import uuid
 from pathlib import Path
 
+import hydra
 import onnx
 import torch
+from omegaconf import DictConfig, OmegaConf
 from onnx import numpy_helper
 from torch import nn
 
+from .config import ConfigError, padding_from_config, register_configs
 from .padding import freeze_padding
 
 DEFAULT_OPSET = 18  # the dynamo exporter's native opset in torch 2.5-2.14
 SHAPE_OPS = ("Shape", "Size")  # their presence means something is computed from the input size
 PADDED_OPS = ("Conv", "MaxPool", "AveragePool", "Pad")
+CHECK_BATCHES = (1, 3)  # batch sizes the command runs through onnxruntime and PyTorch: the batch is dynamic
+CHECK_TOLERANCE = 1e-4  # max |onnxruntime - PyTorch| relative to the largest |logit| (at least 1): float32 noise
+
+
+class OnnxMismatch(RuntimeError):
+    """onnxruntime's outputs are not PyTorch's; the message is one line saying by how much."""
 
 
 def export_onnx(
@@ -36,25 +56,29 @@ def export_onnx(
     path: str | os.PathLike,
     input_size: int | tuple[int, int],
     opset: int = DEFAULT_OPSET,
-    batch_size: int = 1,
+    batch_size: int | None = None,
 ) -> Path:
     """Export ``model`` in eval mode for inputs of ``input_size`` (int or (h, w)).
 
     ``model`` itself is not changed: a copy is frozen (:func:`freeze_padding`) and
     exported. The model's ``meta`` (arch, padding per site, preprocessing) and the
-    input size are written into the ONNX metadata. Raises ``ValueError`` if the
-    graph computes a pad at run time.
+    input size are written into the ONNX metadata. ``batch_size``: None leaves the batch
+    dimension dynamic (named ``batch``), a number fixes it. The file is written to a
+    temporary name beside ``path``, then renamed. Raises ``ValueError`` if the graph
+    computes a pad at run time.
     """
     h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
     frozen = freeze_padding(copy.deepcopy(model).eval(), (h, w), explicit=True)
     first_param = next(frozen.parameters())
     in_chans = next(m for m in frozen.modules() if isinstance(m, nn.Conv2d)).in_channels
-    dummy = torch.zeros(batch_size, in_chans, h, w, dtype=first_param.dtype, device=first_param.device)
+    # torch.export specialises a dimension whose example is 1, so a dynamic batch is traced with 2
+    dummy = torch.zeros(batch_size or 2, in_chans, h, w, dtype=first_param.dtype, device=first_param.device)
 
     program = torch.onnx.export(
         frozen,
         (dummy,),
         dynamo=True,
+        dynamic_shapes=None if batch_size else ({0: torch.export.Dim("batch")},),
         opset_version=opset,
         input_names=["image"],
         output_names=["logits"],
@@ -71,7 +95,12 @@ def export_onnx(
     onnx.checker.check_model(proto)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(proto, path)
+    tmp = _temporary(path)
+    try:
+        onnx.save(proto, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -108,3 +137,142 @@ def static_pads(proto: onnx.ModelProto) -> list[tuple[str, str, list[int]]]:
             raise ValueError(f"{node.op_type} node {node.name!r} leaves its pads to auto_pad={auto_pad.decode()}")
         found.append((node.op_type, node.name, list(attrs.get("pads", [0, 0, 0, 0]))))
     return found
+
+
+def check_onnx(
+    path: str | os.PathLike,
+    model: nn.Module,
+    batch_sizes: tuple[int, ...] = CHECK_BATCHES,
+    tolerance: float = CHECK_TOLERANCE,
+    seed: int = 0,
+) -> list[tuple[int, float, float]]:
+    """Run random images through the ONNX file (onnxruntime, CPU) and through ``model``, a
+    batch of each size; ``(batch size, max |logit difference|, allowed)`` per batch.
+
+    Images are random uint8 pixels under the model's preprocessing (``model.meta``), so
+    activations have their usual scale. Raises :class:`OnnxMismatch` where a difference
+    exceeds ``tolerance`` x max(1, max |logit|), or where the file refuses a batch size.
+    """
+    import onnxruntime as ort
+
+    from data import Normalize
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (graph_input,) = session.get_inputs()
+    _, in_chans, h, w = graph_input.shape
+    meta = getattr(model, "meta", None)
+    normalize = Normalize(meta.preprocessing if meta is not None else "torch")
+    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    checks = []
+    for n in batch_sizes:
+        x = normalize(torch.randint(0, 256, (n, in_chans, h, w), dtype=torch.uint8, generator=generator))
+        with torch.no_grad():
+            expected = model.eval()(x.to(device)).float().cpu()
+        try:
+            got = torch.from_numpy(session.run(None, {graph_input.name: x.numpy()})[0])
+        except Exception as err:  # onnxruntime's own error types: a shape the graph does not take
+            raise OnnxMismatch(f"onnxruntime cannot run a batch of {n}: {str(err).splitlines()[0]}") from None
+        if got.shape != expected.shape:
+            raise OnnxMismatch(f"onnxruntime gives {tuple(got.shape)} logits for a batch of {n}, "
+                               f"PyTorch {tuple(expected.shape)}")
+        difference = (got - expected).abs().max().item()
+        allowed = tolerance * max(1.0, expected.abs().max().item())
+        if not difference <= allowed:  # NaN fails too
+            raise OnnxMismatch(f"onnxruntime's logits differ from PyTorch's by up to {difference:.3g} on a batch of "
+                               f"{n}; allowed: {allowed:.3g} ({tolerance:g} x max(1, max |logit|))")
+        checks.append((n, difference, allowed))
+    return checks
+
+
+def export_checked(
+    model: nn.Module,
+    path: str | os.PathLike,
+    input_size: int | tuple[int, int],
+    opset: int = DEFAULT_OPSET,
+    tolerance: float = CHECK_TOLERANCE,
+) -> list[tuple[int, float, float]]:
+    """:func:`export_onnx` with a dynamic batch, then :func:`check_onnx` on batches of
+    :data:`CHECK_BATCHES`; ``path`` appears only once the check has passed, and nothing is
+    left behind when it fails. Returns the check's rows."""
+    path = Path(path)
+    tmp = _temporary(path)
+    try:
+        export_onnx(model, tmp, input_size, opset)
+        checks = check_onnx(tmp, model, CHECK_BATCHES, tolerance)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return checks
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+# --- the command: python -m resnet.export -----------------------------------------------------
+
+
+def run(cfg: DictConfig) -> Path:
+    """Export ``cfg.weights`` to ``cfg.out`` as ``configs/export.yaml`` says, checked against onnxruntime."""
+    from .detect_cli import out_file
+    from .model import with_padding
+    from .padding import resolve_padding
+    from .weights import load_weights, parse_weights
+
+    if OmegaConf.is_missing(cfg, "weights"):
+        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form eval.py takes (configs/eval.yaml)")
+    spec = parse_weights(cfg.weights)
+    if OmegaConf.is_missing(cfg, "out") or cfg.out is None:
+        raise ConfigError("say where to write the file: out=model.onnx")
+    out = out_file(cfg.out, ".onnx", "out=model.onnx")
+    if cfg.crop is not None and (not isinstance(cfg.crop, int) or cfg.crop <= 0):
+        raise ConfigError(f"crop must be a positive number of pixels, got crop={cfg.crop} (e.g. crop=224)")
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise ConfigError("the export is checked with onnxruntime, which is not installed: pip install onnxruntime")
+    if not 0 < cfg.tolerance < 1:
+        raise ConfigError(f"tolerance is relative to the largest |logit|: between 0 and 1, got {cfg.tolerance}")
+    override = padding_from_config(cfg)
+    try:
+        resolve_padding(override)  # an unknown site or scheme fails before the weights load
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+
+    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
+    try:  # sites left out of +padding keep the weights' own scheme
+        model = loaded.model if override is None else with_padding(loaded.model, override)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+    size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
+    try:
+        checks = export_checked(model, out, size, cfg.opset, cfg.tolerance)
+    except OSError as err:  # the folder checked above went away, or the disk is full
+        raise ConfigError(f"cannot write {out}: {err.strerror or err}; choose another out=...onnx") from None
+    meta = model.meta
+    print(f"exported {out}: {meta.arch} under {meta.padding_name} padding, input [batch, {meta.in_chans}, {size}, "
+          f"{size}] ({meta.preprocessing} preprocessing), opset {cfg.opset}, {out.stat().st_size / 2**20:.1f} MB")
+    print(f"checked against onnxruntime on random images, max |logit difference| "
+          f"(allowed: {cfg.tolerance:.0e} x max(1, max |logit|)):")
+    for n, difference, allowed in checks:
+        print(f"  batch {n}: {difference:.1e} (allowed {allowed:.1e})")
+    return out
+
+
+@hydra.main(config_path="../configs", config_name="export", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from .weights import WeightsError
+
+    try:
+        run(cfg)
+    except ConfigError as err:  # a bad config value: one line, no traceback, status 2
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except WeightsError as err:  # a bad or missing weights= value: one line, no traceback
+        raise SystemExit(f"resnet.export: {err}") from None
+    except OnnxMismatch as err:  # the file was not written
+        raise SystemExit(f"resnet.export: {err}; {cfg.out} was not written") from None
+
+
+if __name__ == "__main__":
+    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
+    main()

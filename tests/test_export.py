@@ -90,7 +90,8 @@ def test_onnx_matches_pytorch_with_every_stride2_pad(tmp_path, arch, preset):
 
 def test_tf_same_odd_then_even_sizes(tmp_path):
     """resnet_tiny at 27: the stride-2 3x3 convs see 27 (odd), 14 (even), 7 (odd), so
-    SAME is (1, 1), then (0, 1), then (1, 1) again."""
+    SAME is (1, 1), then (0, 1), then (1, 1) again. batch_size=2 fixes the batch dimension
+    (the default leaves it dynamic: tests/test_cli_tools.py)."""
     torch.manual_seed(0)
     model = _random_bn_stats(build_model("resnet_tiny", num_classes=10, padding="tf_same"), 27)
     path = export_onnx(model, tmp_path / "tiny.onnx", 27, batch_size=2)
@@ -98,7 +99,9 @@ def test_tf_same_odd_then_even_sizes(tmp_path):
     with torch.no_grad():
         expected = model(x).numpy()
     np.testing.assert_allclose(_run_onnx(path, x), expected, rtol=0, atol=1e-4)
-    assert _stride2_pads(onnx.load(path)) == [("Conv", [1, 1, 1, 1]), ("Conv", [0, 0, 1, 1]), ("Conv", [1, 1, 1, 1])]
+    proto = onnx.load(path)
+    assert _stride2_pads(proto) == [("Conv", [1, 1, 1, 1]), ("Conv", [0, 0, 1, 1]), ("Conv", [1, 1, 1, 1])]
+    assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 2
 
 
 def test_runtime_pads_are_rejected():

@@ -208,6 +208,13 @@ def test_eval_logs_each_row_grouped_by_trained_scheme_and_the_tables(standins, t
     assert "padding/cross" in second.logged
 
 
+def test_eval_without_weights_says_which_to_give():
+    from resnet.evaluation.run import evaluate_weights
+
+    with pytest.raises(ConfigError, match="say which weights: weights=/path/to/last.pt"):
+        evaluate_weights(compose_config("eval", "data=fashion_mnist"))
+
+
 def test_an_unknown_wandb_mode_is_refused_before_any_work(standins, tmp_path, monkeypatch):
     from resnet.evaluation.run import evaluate_weights
 

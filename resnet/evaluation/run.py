@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
 from ..distributed import DistEnv, shutdown
@@ -38,6 +38,9 @@ SUMMARY_COLUMNS = {
 def evaluate_weights(cfg: DictConfig) -> dict:
     """Evaluate ``cfg.weights`` as configured (``configs/eval.yaml``); rank 0 appends the
     results row to ``cfg.results_file`` and prints the summary. Returns the row."""
+    if OmegaConf.is_missing(cfg, "weights"):
+        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form configs/eval.yaml lists "
+                          "(torchvision:ResNet50_Weights.IMAGENET1K_V1, timm:resnet50.a1_in1k, keras:ResNet50 ...)")
     spec = parse_weights(cfg.weights)
     _check_config(cfg)
     env = join_job(cfg)

@@ -155,7 +155,10 @@ class ResNet(nn.Module):
         return nn.Sequential(*units), out_ch
 
     def _init_weights(self) -> None:
-        # As torchvision: He init for convs, BN at identity.
+        # As torchvision: He init for convs, BN at identity. Not on the meta device (importers build
+        # there, then assign every tensor): it holds no values, and its init pulls in torch._dynamo.
+        if any(p.is_meta for p in self.parameters()):
+            return
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")

@@ -40,7 +40,7 @@ ROW_KEYS = (
     "date",  # ISO 8601, UTC
     "git_commit",  # git_commit()
 )
-WEIGHTS_SOURCES = ("checkpoint", "torchvision", "timm", "keras")
+WEIGHTS_SOURCES = ("checkpoint", "torchvision", "timm", "keras", "fbtorch", "tensornets")
 
 
 def check_row(row: Mapping) -> None:

@@ -1,7 +1,8 @@
 """Weights from anywhere, as :func:`resnet.build_model` models under their native padding.
 
 One module per source; each locates its files, converts its layout and names its
-architecture: :mod:`.checkpoint` (ours), :mod:`.torchvision`, :mod:`.timm`, :mod:`.keras`.
+architecture: :mod:`.checkpoint` (ours), :mod:`.torchvision`, :mod:`.timm`, :mod:`.keras`,
+:mod:`.fbtorch` (a converted fb.resnet.torch ResNet-200), :mod:`.tensornets` (TensorNets' files).
 This module parses ``weights=`` values and hands each to its source.
 
 The forms (:data:`FORMS`)::
@@ -13,6 +14,8 @@ The forms (:data:`FORMS`)::
     timm:/path/to/model.safetensors                     a timm state dict on disk (.safetensors, .pth, .bin)
     keras:/path/to/resnet50v2.h5                        a keras.applications weights file (.h5, .keras)
     keras:ResNet50V2                                    keras.applications' published file (Keras's cache)
+    fbtorch:/path/to/resnet200.pth                      fb.resnet.torch's resnet-200.t7 converted to PyTorch
+    tensornets:/path/to/resnext_50_32x4d.npz            a TensorNets weights file (ResNet200v2, ResNeXt, WRN, v2)
 
 Published weights are read from their hub's cache and fetched only with ``download=True``.
 To run imported weights under another padding: ``resnet.with_padding(model, "asymmetric")``.
@@ -27,15 +30,24 @@ from pathlib import Path
 
 from ..archs import canonical_name
 from ..checkpoint import CheckpointError
-from . import checkpoint, keras, timm, torchvision
+from . import checkpoint, fbtorch, keras, tensornets, timm, torchvision
 from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable
+from .fbtorch import from_fbtorch
 from .keras import from_keras
+from .tensornets import from_tensornets
 from .timm import from_timm
 from .torchvision import from_torchvision
 
-SOURCES = {"checkpoint": checkpoint, "torchvision": torchvision, "timm": timm, "keras": keras}
+SOURCES = {
+    "checkpoint": checkpoint,
+    "torchvision": torchvision,
+    "timm": timm,
+    "keras": keras,
+    "fbtorch": fbtorch,
+    "tensornets": tensornets,
+}
 FORMS = tuple(form for source in SOURCES.values() for form in source.FORMS)
-FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".keras")
+FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".keras", ".npz", ".t7")
 
 __all__ = [
     "FORMS",
@@ -45,7 +57,9 @@ __all__ = [
     "WeightsError",
     "WeightsSpec",
     "WeightsUnavailable",
+    "from_fbtorch",
     "from_keras",
+    "from_tensornets",
     "from_timm",
     "from_torchvision",
     "load_weights",

@@ -32,7 +32,7 @@ class ModelMeta:
     eval_size: int  # the crop evaluation feeds these weights by default (px)
     bn_eps: float
     in_chans: int = 3
-    source: str = "scratch"  # where the weights came from: scratch, torchvision, timm, keras
+    source: str = "scratch"  # where the weights came from: scratch, torchvision, timm, keras, fbtorch, tensornets
     overrides: tuple[tuple[str, object], ...] = ()  # Arch fields that differ from the table row
 
     @property

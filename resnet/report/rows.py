@@ -23,7 +23,7 @@ from ..padding import PRESETS
 ROW_KEYS = (
     "arch",  # our architecture name (resnet.list_archs())
     "weights",  # the weights= value as given: a path, torchvision:<Enum>.<TAG>, timm:<name>, keras:<file>
-    "weights_source",  # checkpoint | torchvision | timm | keras
+    "weights_source",  # checkpoint | torchvision | timm | keras | fbtorch | tensornets
     "trained_padding",  # preset the weights were trained with / natively use ("custom" if none)
     "padding_name",  # preset evaluated under ("custom" for a per-site mix)
     "padding",  # {stem_conv, stem_pool, stem_pool_value, block_conv} evaluated under

@@ -57,7 +57,7 @@ class OriginProtocol:
 class WeightsSpec:
     """A parsed ``weights=`` value: published weights by ``name``, or a file at ``path``."""
 
-    source: str  # checkpoint | torchvision | timm | keras
+    source: str  # checkpoint | torchvision | timm | keras | fbtorch | tensornets
     name: str | None = None  # ResNet50_Weights.IMAGENET1K_V1, resnet50.a1_in1k, ResNet50V2
     path: Path | None = None
     text: str = ""  # the value as given

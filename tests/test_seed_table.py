@@ -27,6 +27,7 @@ from resnet.seed_table import run
 from resnet.weights.keras import _layer_name
 from tests.compose import compose_config
 from tests.imagegen import make_folder
+from tests.test_weights_ordered import lua_preresnet, random_values, save_npz, tensornets_variables
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -73,6 +74,10 @@ def standins(tmp_path_factory):
     torch.save(torchvision.models.resnet18().state_dict(), hub)
     save_file(timm.create_model("resnet18", pretrained=False).state_dict(), tmp / "timm_resnet18.safetensors")
     save_checkpoint(tmp / "tiny.pt", resnet.build_model("resnet_tiny", num_classes=1000))
+    # the two sources no hub serves, written from their own layouts (tests/test_weights_ordered.py)
+    torch.save(random_values(lua_preresnet(), seed=1), tmp / "resnet200.pth")
+    tensornets = random_values(tensornets_variables("resnext50c32"), seed=2, tf=True)
+    save_npz(tmp / "resnext_50_32x4d.npz", list(tensornets), [v.numpy() for v in tensornets.values()])
     make_folder(tmp / "imagenet" / "val", {FIRST: 2, LAST: 2}, size=(40, 36))
     return tmp
 
@@ -93,11 +98,11 @@ def table(tmp: Path) -> dict:
     }
 
 
-def seed_config(tmp: Path, *overrides: str):
+def seed_config(tmp: Path, *overrides: str, models: dict | None = None, out: str = "out"):
     cfg = compose_config("seed_table", f"data.root={tmp / 'imagenet'}", "data.workers=0", "device=cpu",
-                         f"out={tmp / 'out'}", *overrides)
+                         f"out={tmp / out}", *overrides)
     with open_dict(cfg):
-        cfg.table = table(tmp)
+        cfg.table = models or table(tmp)
     return cfg
 
 
@@ -150,6 +155,24 @@ def test_the_command_evaluates_every_model_and_shows_each_missing_one(standins, 
     assert len(wandb_run.logged["eval/rows"]["data"]) == 16
     assert len(wandb_run.logged["padding/tensornets"]["data"]) == 6
     assert wandb_run.logged["padding/cross_chart"] == out / "cross.png"
+
+
+def test_the_files_no_hub_serves_go_through_the_command(standins, capsys):
+    row = {"preset": "symmetric", "resize": 36, "crop": 32}
+    files = {
+        "name": "files",
+        "files": {"resnet200_v2": str(standins / "resnet200.pth"),
+                  "resnext50_32x4d": str(standins / "resnext_50_32x4d.npz")},
+        "models": [{**row, "arch": "resnet200_v2", "weights": "fbtorch:{file}"},
+                   {**row, "arch": "resnext50_32x4d", "weights": "tensornets:{file}"}],
+    }  # fmt: skip
+    result = run(seed_config(standins, "schemes=[asymmetric]", "crops=[1]", models=files, out="out_files"))
+    assert result["missing"] == [] and "note:" not in capsys.readouterr().out.replace("note: " + str(
+        standins / "imagenet" / "val") + " holds", "")
+    assert {(r["arch"], r["weights_source"], r["trained_padding"], r["padding_name"], r["n_images"])
+            for r in result["rows"]} == {("resnet200_v2", "fbtorch", "symmetric", "asymmetric", 4),
+                                         ("resnext50_32x4d", "tensornets", "symmetric", "asymmetric", 4)}
+    assert "resnet200_v2" in (standins / "out_files" / "tensornets.md").read_text()
 
 
 def test_bad_values_are_one_line(standins):

@@ -158,7 +158,9 @@ def keras_case(request, keras, tmp_path_factory):
         arrays = layer.get_weights()
         if isinstance(layer, keras.layers.BatchNormalization):
             c = arrays[0].shape
-            layer.set_weights([rng.uniform(*r, c) for r in ((0.2, 0.6), (-0.2, 0.2), (-0.2, 0.2), (0.5, 1.5))])
+            # gamma near 1: with smaller ones 16 residual units shrink every input to nearly the same
+            # logits, and a wrong layer would hide under the tolerance
+            layer.set_weights([rng.uniform(*r, c) for r in ((0.8, 1.2), (-0.2, 0.2), (-0.2, 0.2), (0.5, 1.5))])
         elif len(arrays) == 2:  # Keras initialises biases to zero, which would hide them
             layer.set_weights([arrays[0], rng.normal(0, 0.05, arrays[1].shape)])
     at_199 = build(weights=None, classifier_activation=None, input_shape=(199, 199, 3))
@@ -185,7 +187,11 @@ def test_keras_by_value(keras, keras_case, layout: str) -> None:
     torch.manual_seed(0)
     for size, keras_model in keras_case["models"].items():  # 224 even, 199 odd
         x = sample(size)
-        assert max_diff(keras_logits(keras, keras_model, x), model, x) <= TOL, size
+        reference = keras_logits(keras, keras_model, x)
+        tol = TOL * max(1.0, reference.abs().max().item())  # float32 over 50 layers, relative to the scale
+        assert max_diff(reference, model, x) <= tol, size
+        if size == 224:  # the check can fail: the stem one pixel off (TF 'SAME' on an even input) misses
+            assert max_diff(reference, resnet.with_padding(model, "tf_same"), x) > 10 * tol
 
 
 def test_keras_layouts_agree_and_meta(keras_case) -> None:

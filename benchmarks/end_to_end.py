@@ -2,7 +2,7 @@
 
     python -m benchmarks.end_to_end                    # resnet_small at 64 px, ~4 min on 2 cores
     python -m benchmarks.end_to_end --arch resnet18 --size 112 --steps 20
-    python -m benchmarks.end_to_end --quick            # smoke run, ~30 s, without the 2-process run
+    python -m benchmarks.end_to_end --quick            # smoke run, ~30 s, without the 10-crop and 2-process runs
 
 A generated ImageNet-like folder (``--classes`` x photo-like 500x375 q90 JPEGs, as
 ``benchmarks.input_pipeline`` writes them) and six contenders, each a fresh process:
@@ -146,8 +146,8 @@ def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list
             read_json_line,
             hydra=False,
         ),
+    ] + ([] if args.quick else [  # a smoke run leaves out 10-crop eval and DDP (tests/test_eval.py, test_train.py)
         Contender("eval.py 10-crop", [python, *evaluate, "crops=10"], one_process, read_eval_table),
-    ] + ([] if args.quick else [  # a smoke run leaves DDP out: three processes, and tests/test_train.py runs it
         Contender(
             "train.py 2 processes",
             [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *train]
@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> dict:
         "images_per_s": {name: statistics.median(r["images_per_s"] for r in rs) for name, rs in runs.items()},
         "runs": runs,
         "ratios": {label: paired_ratio(runs, n, d) for label, n, d, _, _ in RATIOS if n in runs and d in runs},
-        "goals": {label: f"{sense} {goal}" for label, _, _, goal, sense in RATIOS if goal is not None},
+        "goals": {label: f"{sense} {goal}" for label, n, d, goal, sense in RATIOS
+                  if goal is not None and n in runs and d in runs},  # goals of the ratios measured
     }
     ddp = result["ratios"].get("2 processes / 1 process")
     result["ddp_overhead"] = None if ddp is None else 1 - ddp

@@ -63,7 +63,23 @@ def test_image_runs_as_a_non_root_user_from_the_repo_root():
     assert workdir.startswith("/") and any("train.py" in c for c in copies_to_root)
     assert rows[0][0] in ("ARG", "FROM") and any(word == "FROM" for word, _ in rows)
     base = [rest for word, rest in rows if word == "ARG" and rest.startswith("BASE_IMAGE=")]
-    assert base and "cuda" in base[0], "a CUDA-enabled PyTorch base image"
+    assert base and "python:3.11" in base[0], "the README's Python (torch's wheels bring CUDA)"
+
+
+def test_dependencies_are_layers_before_the_code_and_torch_is_the_tested_one():
+    rows = dockerfile_instructions()
+    arg = dict(rest.split("=", 1) for word, rest in rows if word == "ARG" and "=" in rest)
+    readme = (REPO / "README.md").read_text()
+    assert f"torch {arg['TORCH_VERSION']}" in readme and f"torchvision {arg['TORCHVISION_VERSION']}" in readme
+    code = ("resnet", "data")
+    first_code = next(i for i, (word, rest) in enumerate(rows) if word == "COPY" and rest.startswith(code))
+    runs = [(i, rest) for i, (word, rest) in enumerate(rows) if word == "RUN"]
+    torch_layer = next(i for i, rest in runs if '"torch==${TORCH_VERSION}"' in rest)
+    deps_layer = next(i for i, rest in runs if "requirements.txt" in rest)
+    copies_before = [rest for word, rest in rows[:deps_layer] if word == "COPY"]
+    assert torch_layer < deps_layer < first_code and copies_before == ["pyproject.toml ./"]
+    install = next(rest for i, rest in runs if i > first_code and "-e" in rest)
+    assert "--no-deps" in install  # the code's layer fetches nothing
 
 
 def test_default_command_and_documented_runs_compose():

@@ -25,7 +25,7 @@ from torch import nn
 import resnet.export
 from data import Normalize
 from data.fashion_mnist import load_fashion_mnist
-from resnet import PRESETS, build_model
+from resnet import PRESETS
 from resnet.checkpoint import save_checkpoint
 from resnet.detect import DetectionReport, SchemeScore, detect_padding
 from resnet.detect import main as detect_main
@@ -34,24 +34,17 @@ from resnet.export import main as export_main
 from resnet.export import run as export
 from tests.builtin_data import require_fashion_mnist
 from tests.compose import compose_config
+from tests.test_tables import random_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[nn.Module, Path]:
-    """resnet_tiny for Fashion-MNIST under tf_same, with random BN statistics (so every layer
-    matters) and a sharp head, as tests/test_tables.py builds its detection models; saved."""
-    torch.manual_seed(0)
-    model = build_model("resnet_tiny", 10, padding="tf_same", in_chans=1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.normal_(0, 0.2)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.normal_(0, 0.2)
-    model.fc.weight.data *= 30
-    return model.eval(), save_checkpoint(tmp_path_factory.mktemp("tiny") / "last.pt", model)
+    """resnet_tiny for Fashion-MNIST under tf_same, built as tests/test_tables.py builds its
+    detection models (random BN statistics, a sharp head); saved."""
+    model = random_model("tf_same", in_chans=1)
+    return model, save_checkpoint(tmp_path_factory.mktemp("tiny") / "last.pt", model)
 
 
 def one_line_exit(main, cfg, capsys) -> str:

@@ -36,7 +36,8 @@ from tests.builtin_data import require_fashion_mnist
 from tests.compose import compose_config
 from tests.test_tables import random_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+# one worker: its module fixtures are built once
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("cli_tools")]  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

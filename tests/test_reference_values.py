@@ -32,7 +32,8 @@ import resnet
 from resnet.weights import from_keras, from_timm
 from tests.test_weights import n_params, sample, save_legacy_h5
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+# one worker: Keras is imported, and each module fixture built, once
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("keras")]  # tests/conftest.py
 
 TOL = 1e-4  # relative to max |reference|, see the module docstring
 WRONG = 100 * TOL  # a wrong padding or shortcut must miss the reference by at least this much

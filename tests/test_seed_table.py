@@ -29,7 +29,8 @@ from tests.compose import compose_config
 from tests.imagegen import make_folder
 from tests.test_weights_ordered import lua_preresnet, random_values, save_npz, tensornets_variables
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+# one worker: its module fixtures are built once
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("seed_table")]  # tests/conftest.py
 
 FIRST, LAST = "n01440764", "n15075141"  # ImageNet's classes 0 and 999
 

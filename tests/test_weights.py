@@ -49,7 +49,8 @@ def test_preact_stem_pool_sees_negatives() -> None:
     assert seen and seen[0] < 0
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+# one worker: Keras is imported, and each module fixture built, once
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("keras")]  # tests/conftest.py
 
 
 def sample(size: int) -> torch.Tensor:

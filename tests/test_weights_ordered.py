@@ -23,7 +23,8 @@ from resnet.checkpoint import CheckpointError
 from resnet.weights import WeightsError, from_fbtorch, from_tensornets, load_weights, parse_weights
 from resnet.weights.tensornets import tf_variables
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+# one worker: its module fixtures are built once
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("weights_ordered")]  # tests/conftest.py
 
 EPS = 1e-5  # nn.SpatialBatchNormalization's and TensorNets' batch_norm epsilon
 BN = ("weight", "bias", "running_mean", "running_var")  # a Torch7 BN's tensors, as the converter writes them

@@ -300,34 +300,6 @@ def test_a_stop_signal_outside_slurm_saves_and_says_how_to_resume(tiny_folder, w
 
 
 @pytest.mark.slow
-def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder, wrapper, tmp_path):
-    # 2 processes x batch 2: 6 steps per epoch; rank 1 dies before its 9th step (epoch 1),
-    # once; torchrun restarts both, and resume=true picks up epoch 1's checkpoint.
-    def torchrun(run_dir: Path, **fault: str) -> subprocess.CompletedProcess:
-        args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "--max-restarts=1", str(wrapper),
-                str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "epochs=3", "batch_size=2", "resume=true")]
-        # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
-        # resnet.distributed gives each attempt its own prefix.
-        proc = launch(args, **fault)
-        assert_status(proc, 0)
-        return proc
-
-    marker = tmp_path / "killed_once"
-    proc = torchrun(tmp_path / "killed", fault="step:9", FAULT_RANK="1", FAULT_ONCE=str(marker))
-    assert marker.exists()  # the kill happened
-    assert proc.stdout.count("resumed from") == 1 and "after epoch 1" in proc.stdout
-    torchrun(tmp_path / "straight")
-
-    results = json.loads((tmp_path / "killed" / "results.json").read_text())
-    assert results["epochs"] == 3 and results["world_size"] == 2 and results["n_val_images"] == 7
-    assert results["run_dir"] == str(tmp_path / "killed")  # one run dir for both ranks and both attempts
-    assert [r["epoch"] for r in read_csv(tmp_path / "killed" / "metrics.csv")] == ["1", "2", "3"]
-    killed, straight = (load_checkpoint(tmp_path / d / "last.pt") for d in ("killed", "straight"))
-    assert_same_training(straight, killed)
-    assert len(killed["rng"]) == 2
-
-
-@pytest.mark.slow
 def test_a_rank_whose_whole_batch_is_unreadable_does_not_hang_ddp(tiny_folder, wrapper, tmp_path):
     # 2 processes x batch 2; every image of rank 1's second batch is unreadable. Both processes skip
     # that step together (rank 0's two readable images are counted as unused), and the run ends.

@@ -145,12 +145,48 @@ def assert_same_as_one_process(one: Path, two: Path) -> None:
     assert len(b["rng"]) == 2  # one RNG snapshot per rank
 
 
-@pytest.mark.xdist_group("one_process")  # its reference run is computed once
-@pytest.mark.slow
-def test_torchrun_two_processes_equal_one(tiny_folder, one_process, tmp_path):
-    two = launcher_overrides(tiny_folder, tmp_path, 2)
+@pytest.fixture(scope="module")
+def two_processes(tiny_folder, tmp_path_factory) -> Path:
+    """The same run under torchrun, 2 processes x batch 2, uninterrupted."""
+    run_dir = tmp_path_factory.mktemp("two")
+    two = launcher_overrides(tiny_folder, run_dir, 2)
     run_script([TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *two], env={"OMP_NUM_THREADS": "1"})
-    assert_same_as_one_process(one_process, tmp_path)
+    return run_dir
+
+
+@pytest.mark.xdist_group("one_process")  # its reference runs are computed once
+@pytest.mark.slow
+def test_torchrun_two_processes_equal_one(one_process, two_processes):
+    assert_same_as_one_process(one_process, two_processes)
+
+
+@pytest.mark.xdist_group("one_process")
+@pytest.mark.slow
+def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder, two_processes, tmp_path):
+    # 2 processes x batch 2: 6 steps per epoch; rank 1 is SIGKILLed before its 9th step (epoch 1),
+    # once; torchrun restarts both, and resume=true picks up epoch 1's checkpoint. The run must end
+    # bit for bit where the uninterrupted one (two_processes) ended.
+    from tests.test_faults import WRAPPER, assert_same_training, assert_status, launch
+
+    wrapper = tmp_path / "faulty_train.py"
+    wrapper.write_text(WRAPPER)
+    killed, marker = tmp_path / "killed", tmp_path / "killed_once"
+    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "--max-restarts=1", str(wrapper),
+            str(REPO / "train.py"), *launcher_overrides(tiny_folder, killed, 2), "resume=true"]
+    # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
+    # resnet.distributed gives each attempt its own prefix.
+    proc = launch(args, "step:9", FAULT_RANK="1", FAULT_ONCE=str(marker))
+    assert_status(proc, 0)
+    assert marker.exists()  # the kill happened
+    assert proc.stdout.count("resumed from") == 1 and "after epoch 1" in proc.stdout
+
+    results = json.loads((killed / "results.json").read_text())
+    assert results["epochs"] == 2 and results["world_size"] == 2 and results["n_val_images"] == 7
+    assert results["run_dir"] == str(killed)  # one run dir for both ranks and both attempts
+    assert [r["epoch"] for r in read_csv(killed / "metrics.csv")] == ["1", "2"]
+    ours = load_checkpoint(killed / "last.pt")
+    assert_same_training(load_checkpoint(two_processes / "last.pt"), ours)
+    assert len(ours["rng"]) == 2
 
 
 def slurm_task_env(rank: int, job_id: int, **extra: str) -> dict[str, str]:
@@ -204,9 +240,9 @@ def test_submitit_local_launcher_sweep_runs_each_job_as_one_process_group(tiny_f
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path):
-    args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1", "logger=wandb") if not o.startswith("run_dir")]
-    run_script([PY, "train.py", f"hydra.run.dir={tmp_path}", *args], env={"WANDB_MODE": "offline"})
+def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the real wandb, in this process: its service writes the run
+    run_in_process(tiny_folder, tmp_path, "epochs=1", "logger=wandb")
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     # wandb-core writes offline runs as one binary record log; keys and JSON values are plain UTF-8.

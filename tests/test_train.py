@@ -15,6 +15,7 @@ import torch
 from resnet.checkpoint import load_checkpoint, load_model
 from resnet.engine.run import train
 from tests.compose import compose_config
+from tests.conftest import make_tiny_folder
 from tests.imagegen import make_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +127,14 @@ def launcher_overrides(root: Path, run_dir: Path, batch_size: int) -> list[str]:
     return [o for o in args if not o.startswith("run_dir")]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory) -> Path:
+    """tests/conftest.py's tiny_folder, once per worker for this module: the reference runs below
+    keep their results while slow-first ordering interleaves this module's tests with others'."""
+    return make_tiny_folder(tmp_path_factory.mktemp("tiny_train"))
+
+
+@pytest.fixture(scope="session")
 def one_process(tiny_folder, tmp_path_factory) -> Path:
     """The reference the multi-process launches must reproduce: one process, global batch 4."""
     run_dir = tmp_path_factory.mktemp("one")
@@ -145,7 +153,7 @@ def assert_same_as_one_process(one: Path, two: Path) -> None:
     assert len(b["rng"]) == 2  # one RNG snapshot per rank
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_processes(tiny_folder, tmp_path_factory) -> Path:
     """The same run under torchrun, 2 processes x batch 2, uninterrupted."""
     run_dir = tmp_path_factory.mktemp("two")

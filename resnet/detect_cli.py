@@ -14,15 +14,12 @@ Every bad value is a :class:`resnet.config.ConfigError` (or a
 from __future__ import annotations
 
 import copy
-import json
-import os
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from torch import nn
 from torch.utils.data import IterableDataset
 from tqdm import tqdm
@@ -31,11 +28,12 @@ from data.dataloader import DataLoader
 
 from .config import ConfigError, check_data_config, check_data_package, data_workers
 from .distributed import pick_device
+from .engine.runlog import write_json as write_json_file
 from .evaluation.loader import EvalData, EvalProtocol, build_eval_loader, eval_dir
-from .evaluation.run import resolve_protocol
+from .evaluation.run import check_fit, resolve_protocol, weights_spec
 from .evaluation.tencrop import protocol_view
 from .model import ModelMeta
-from .weights import OriginProtocol, load_weights, parse_weights
+from .weights import OriginProtocol, load_weights
 
 
 @dataclass
@@ -50,9 +48,7 @@ class DetectionInput:
 
 def read_inputs(cfg: DictConfig) -> DetectionInput:
     """The weights, protocol and images ``configs/detect.yaml`` asks for; prints what is read."""
-    if OmegaConf.is_missing(cfg, "weights"):
-        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form eval.py takes (configs/eval.yaml)")
-    spec = parse_weights(cfg.weights)
+    spec = weights_spec(cfg)
     out = _check_config(cfg)
     try:
         device = pick_device(cfg.device)
@@ -140,10 +136,7 @@ def _check_fit(meta: ModelMeta, data: EvalData, dataset: str) -> None:
     if data.labels is not None:  # ImageNet-R/A score a subset of the logits, ReaL sets of labels
         raise ConfigError(f"data={dataset} is not scored one class per image over the weights' classes; "
                           "use data=imagenet, imagenet_v2 or imagenet_sketch")
-    if meta.num_classes not in (data.num_classes, data.num_classes + 1):  # +1: TF-slim's background class
-        raise ConfigError(f"the weights have {meta.num_classes} classes but data={dataset} has {data.num_classes}")
-    if meta.in_chans != data.in_chans:
-        raise ConfigError(f"the weights take {meta.in_chans}-channel images but data={dataset} has {data.in_chans}")
+    check_fit(meta, data)
 
 
 def out_file(value: str, suffix: str, example: str) -> Path:
@@ -168,12 +161,9 @@ def out_file(value: str, suffix: str, example: str) -> Path:
 def write_json(path: Path, record: dict) -> None:
     """``record`` as indented JSON, to a temporary file beside ``path`` then renamed: never half a file.
     A failed write is a :class:`ConfigError` (the ranking was printed already)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_file(path, record)
     except OSError as err:  # the folder checked before the work went away, or the disk is full
+        path.with_suffix(path.suffix + ".tmp").unlink(missing_ok=True)
         raise ConfigError(f"cannot write {path}: {err.strerror or err}; choose another out=...json") from None
-    finally:
-        tmp.unlink(missing_ok=True)

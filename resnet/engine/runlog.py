@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..report.wandb_log import start_run
+from ..report.wandb_log import start_run, table_cell
 
 
 class CsvLog:
@@ -92,17 +92,13 @@ class RunLogger:
             import wandb
 
             columns = list(results)
-            self.wandb.log({"results": wandb.Table(columns=columns, data=[[_cell(results[c]) for c in columns]])})
+            self.wandb.log({"results": wandb.Table(columns=columns, data=[[table_cell(results[c]) for c in columns]])})
             self.wandb.summary.update({k: v for k, v in results.items() if isinstance(v, (int, float, str))})
             if log_checkpoint and checkpoint is not None and checkpoint.exists():
                 artifact = wandb.Artifact(f"{results['arch']}-{results['padding_name']}", type="model")
                 artifact.add_file(str(checkpoint))
                 self.wandb.log_artifact(artifact)
             self.wandb.finish()
-
-
-def _cell(value):
-    return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 
 def write_json(path: Path, data: Mapping) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,10 +37,7 @@ SUMMARY_COLUMNS = {
 def evaluate_weights(cfg: DictConfig) -> dict:
     """Evaluate ``cfg.weights`` as configured (``configs/eval.yaml``); rank 0 appends the
     results row to ``cfg.results_file`` and prints the summary. Returns the row."""
-    if OmegaConf.is_missing(cfg, "weights"):
-        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form configs/eval.yaml lists "
-                          "(torchvision:ResNet50_Weights.IMAGENET1K_V1, timm:resnet50.a1_in1k, keras:ResNet50 ...)")
-    spec = parse_weights(cfg.weights)
+    spec = weights_spec(cfg)
     _check_config(cfg)
     env = join_job(cfg)
     try:
@@ -62,14 +58,23 @@ def _check_config(cfg: DictConfig) -> None:
             raise ConfigError(str(err)) from None
 
 
+def weights_spec(cfg: DictConfig) -> WeightsSpec:
+    """``cfg.weights`` parsed; missing, one line saying which forms to give."""
+    if OmegaConf.is_missing(cfg, "weights"):
+        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form configs/eval.yaml lists "
+                          "(torchvision:ResNet50_Weights.IMAGENET1K_V1, timm:resnet50.a1_in1k, keras:ResNet50 ...)")
+    return parse_weights(cfg.weights)
+
+
 def check_logger(cfg: DictConfig) -> None:
     """A W&B mode wandb would refuse fails before any work, in one line."""
-    from ..report.wandb_log import MODES
+    from ..report.wandb_log import wandb_mode
 
     if cfg.get("logger") and cfg.logger.get("wandb"):
-        mode = os.environ.get("WANDB_MODE") or cfg.logger.get("mode") or "online"
-        if mode not in MODES:
-            raise ConfigError(f"unknown W&B mode {mode!r}; choose one of {', '.join(MODES)} (logger.mode=offline)")
+        try:
+            wandb_mode(cfg.logger)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
@@ -120,7 +125,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
-    _check_fit(meta, data)
+    check_fit(meta, data)
     if data.note and env.is_main:
         print(f"note: {data.note}", flush=True)
 
@@ -194,7 +199,8 @@ def _load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv
     return loaded if env.is_main else load_weights(spec, arch, download=False)
 
 
-def _check_fit(meta: ModelMeta, data: EvalData) -> None:
+def check_fit(meta: ModelMeta, data: EvalData) -> None:
+    """The weights' head and input channels fit the data (a head one class larger: TF-slim's background)."""
     if meta.num_classes not in (data.num_classes, data.num_classes + 1):  # +1: TF-slim's background class
         raise ConfigError(f"the weights have {meta.num_classes} classes but the dataset has {data.num_classes}")
     if meta.in_chans != data.in_chans:

@@ -59,6 +59,10 @@ class LabelSpace:
     logits: torch.Tensor | None = None
     label_sets: torch.Tensor | None = None
 
+    def to(self, device: torch.device) -> LabelSpace:
+        """Both tables on ``device``, once, before the evaluation loop."""
+        return LabelSpace(*(None if t is None else t.to(device) for t in (self.logits, self.label_sets)))
+
 
 @dataclass(frozen=True)
 class EvalSet:

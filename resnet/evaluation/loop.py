@@ -77,13 +77,14 @@ def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...]
 
 def score_labels(scores: torch.Tensor, labels: torch.Tensor, space: LabelSpace | None):
     """A test set's (scores, labels) as :func:`topk_correct` takes them (:mod:`data.testsets`):
-    ImageNet-R/A keep the logits of their 200 classes; ImageNet-ReaL's label is a row of sets."""
+    ImageNet-R/A keep the logits of their 200 classes; ImageNet-ReaL's label is a row of sets.
+    ``space`` is on the scores' device already (:func:`evaluate` moves it once)."""
     if space is None:
         return scores, labels
     if space.logits is not None:
-        scores = scores[:, space.logits.to(scores.device)]
+        scores = scores[:, space.logits]
     if space.label_sets is not None:
-        labels = space.label_sets.to(labels.device)[labels]
+        labels = space.label_sets[labels]
     return scores, labels
 
 
@@ -129,6 +130,7 @@ def evaluate(
     """
     model.eval()
     env = runtime.env
+    labels_as = labels_as.to(env.device) if labels_as is not None else None  # not a copy per batch
     sums = torch.zeros(5, dtype=torch.float64, device=env.device)  # top1, top5, loss, n, skipped
     examples: list[str] = []
     kept: list[torch.Tensor] = []

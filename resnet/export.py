@@ -216,13 +216,11 @@ def _temporary(path: Path) -> Path:
 def run(cfg: DictConfig) -> Path:
     """Export ``cfg.weights`` to ``cfg.out`` as ``configs/export.yaml`` says, checked against onnxruntime."""
     from .detect_cli import out_file
-    from .model import with_padding
+    from .evaluation.run import padded_as_configured, weights_spec
     from .padding import resolve_padding
-    from .weights import load_weights, parse_weights
+    from .weights import load_weights
 
-    if OmegaConf.is_missing(cfg, "weights"):
-        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form eval.py takes (configs/eval.yaml)")
-    spec = parse_weights(cfg.weights)
+    spec = weights_spec(cfg)
     if OmegaConf.is_missing(cfg, "out") or cfg.out is None:
         raise ConfigError("say where to write the file: out=model.onnx")
     out = out_file(cfg.out, ".onnx", "out=model.onnx")
@@ -232,17 +230,13 @@ def run(cfg: DictConfig) -> Path:
         raise ConfigError("the export is checked with onnxruntime, which is not installed: pip install onnxruntime")
     if not 0 < cfg.tolerance < 1:
         raise ConfigError(f"tolerance is relative to the largest |logit|: between 0 and 1, got {cfg.tolerance}")
-    override = padding_from_config(cfg)
     try:
-        resolve_padding(override)  # an unknown site or scheme fails before the weights load
+        resolve_padding(padding_from_config(cfg))  # an unknown site or scheme fails before the weights load
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
 
     loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
-    try:  # sites left out of +padding keep the weights' own scheme
-        model = loaded.model if override is None else with_padding(loaded.model, override)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err)) from None
+    model = padded_as_configured(cfg, loaded.model)
     size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
     try:
         checks = export_checked(model, out, size, cfg.opset, cfg.tolerance)

@@ -66,6 +66,18 @@ def weights_spec(cfg: DictConfig) -> WeightsSpec:
     return parse_weights(cfg.weights)
 
 
+def padded_as_configured(cfg: DictConfig, model):
+    """``model`` under ``+padding=`` / ``+padding.<site>=`` when given; sites left out keep the
+    weights' own scheme."""
+    override = padding_from_config(cfg)
+    if override is None:
+        return model
+    try:
+        return with_padding(model, override)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+
+
 def check_logger(cfg: DictConfig) -> None:
     """A W&B mode wandb would refuse fails before any work, in one line."""
     from ..report.wandb_log import wandb_mode
@@ -106,12 +118,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
 
     loaded = _load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env)
     model, trained_padding = loaded.model, loaded.model.meta.padding_name
-    override = padding_from_config(cfg)
-    if override is not None:  # sites left out keep the weights' own scheme
-        try:
-            model = with_padding(model, override)
-        except (ValueError, TypeError) as err:
-            raise ConfigError(str(err)) from None
+    model = padded_as_configured(cfg, model)
     meta = model.meta
     protocol = resolve_protocol(cfg, meta, loaded.origin)
     # batch_size counts network inputs, so that one setting fits memory in both protocols.

@@ -3,7 +3,7 @@
     python train.py                                   # built-in demo: Fashion-MNIST on CPU
     python train.py +padding=asymmetric               # TF 'SAME' stem (TensorNets "Case 1")
     python train.py model=resnet50 data=imagenet data.root=/data/imagenet
-    torchrun --nproc_per_node=8 train.py +experiment=imagenet_v1 data.root=/data/imagenet
+    torchrun --nproc_per_node=8 train.py +experiment=tv_v1 data.root=/data/imagenet
 
 Configs live in configs/ (train.yaml is the root); see the README for every form.
 """

@@ -119,7 +119,7 @@ def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path):
     assert "empty.JPEG" in rows[0]["skipped_examples"] or "junk.JPEG" in rows[0]["skipped_examples"]
 
 
-SAME_MATHS = ["freeze_bn=true", "data.augment=false", "epochs=2", "seed=1"]  # frozen BN, no augmentation
+SAME_MATHS = ["sync_bn=true", "data.augment=false", "epochs=2", "seed=1"]  # global-batch BN, no augmentation
 
 
 def launcher_overrides(root: Path, run_dir: Path, batch_size: int) -> list[str]:

@@ -1,75 +1,101 @@
-"""Optimizer and per-step LR schedule from the optim/ and sched/ config groups."""
+"""Optimizer and per-step LR schedule from the optim/ and sched/ config groups.
+
+Nothing here computes an LR by hand: the schedules are torch's ``LRScheduler`` classes
+(``LinearLR`` warm-up, then ``CosineAnnealingLR``, ``MultiStepLR`` or ``OneCycleLR``, joined by
+``SequentialLR``), stepped once per optimizer step, and their ``state_dict`` is what a
+checkpoint keeps, so a resume continues the same curve. The optimizers are torch's SGD and
+AdamW and timm's LAMB.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn
+from torch.optim import lr_scheduler
 
-OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZERS = ("sgd", "adamw", "lamb")
 SCHEDULES = ("step", "cosine", "onecycle")
+NO_WEIGHT_DECAY = {
+    "none": "every parameter decays (torchvision's V1 recipe)",
+    "norm": "normalisation layers' weights and biases, chosen by module type (torchvision's norm_weight_decay, FFCV)",
+    "norm_and_bias": "every tensor of rank <= 1: norm weights and biases, conv and linear biases (timm)",
+}
+NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
 
 
-def scaled_lr(base_lr: float, global_batch: int) -> float:
-    """The configured LR is per 256 images (Goyal et al. 2017): scale linearly."""
-    return base_lr * global_batch / 256
+def scaled_lr(base_lr: float, global_batch: int, ref_batch: int = 256) -> float:
+    """The configured LR is per ``ref_batch`` images (Goyal et al. 2017): scale linearly."""
+    return base_lr * global_batch / ref_batch
 
 
-def param_groups(model: nn.Module, weight_decay: float, no_decay_norm_and_bias: bool) -> list[dict]:
-    """BN weights/biases and conv/linear biases (tensors of rank <= 1) get no weight decay."""
-    if not no_decay_norm_and_bias:
-        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim <= 1 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def undecayed(model: nn.Module, rule: str) -> set[nn.Parameter]:
+    """The parameters ``rule`` (a key of :data:`NO_WEIGHT_DECAY`) keeps weight decay off."""
+    if rule not in NO_WEIGHT_DECAY:
+        raise ValueError(f"unknown optim.no_weight_decay {rule!r}; choose one of {', '.join(NO_WEIGHT_DECAY)}")
+    if rule == "none":
+        return set()
+    if rule == "norm":
+        return {p for m in model.modules() if isinstance(m, NORM_LAYERS) for p in m.parameters(recurse=False)}
+    return {p for p in model.parameters() if p.ndim <= 1}
+
+
+def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str = "norm_and_bias") -> list[dict]:
+    """Two groups, decayed and not (:func:`undecayed`), in the model's parameter order; frozen
+    parameters (``requires_grad=False``) are left out."""
+    skip = undecayed(model, no_weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in trained if p not in skip], "weight_decay": weight_decay},
+              {"params": [p for p in trained if p in skip], "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
 
 
 def build_optimizer(cfg: Mapping, model: nn.Module, global_batch: int) -> torch.optim.Optimizer:
     name = cfg["name"]
-    lr = scaled_lr(cfg["lr"], global_batch)
-    groups = param_groups(model, cfg["weight_decay"], cfg.get("no_decay_norm_and_bias", True))
+    lr = scaled_lr(cfg["lr"], global_batch, cfg.get("ref_batch", 256))
+    groups = param_groups(model, cfg["weight_decay"], cfg.get("no_weight_decay", "norm_and_bias"))
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=cfg["momentum"], nesterov=cfg.get("nesterov", False))
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.get("betas", (0.9, 0.999))))
+    if name == "lamb":
+        from timm.optim import Lamb
+
+        return Lamb(groups, lr=lr, betas=tuple(cfg.get("betas", (0.9, 0.999))))
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)} (optim=sgd)")
-
-
-def lr_factor(cfg: Mapping, steps_per_epoch: int, epochs: int) -> Callable[[int], float]:
-    """step -> multiplier of the peak LR, for every schedule (stepped once per optimizer step)."""
-    name = cfg["name"]
-    total = max(steps_per_epoch * epochs, 1)
-    warmup = int(cfg.get("warmup_epochs", 0) * steps_per_epoch)
-
-    def warm(step: int) -> float | None:
-        return (step + 1) / warmup if step < warmup else None
-
-    if name == "step":
-        milestones = [m * steps_per_epoch for m in cfg["milestones"]]
-        gamma = cfg["gamma"]
-        return lambda s: warm(s) or gamma ** sum(s >= m for m in milestones)
-    if name == "cosine":
-        floor = cfg.get("min_lr_ratio", 0.0)
-
-        def cosine(s: int) -> float:
-            w = warm(s)
-            if w is not None:
-                return w
-            t = (s - warmup) / max(total - warmup, 1)
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
-
-        return cosine
-    if name == "onecycle":
-        peak = max(int(cfg.get("pct_start", 0.25) * total), 1)
-        return lambda s: (s + 1) / peak if s < peak else max(total - s, 0) / max(total - peak, 1)
-    raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)} (sched=cosine)")
 
 
 def build_scheduler(
     cfg: Mapping, optimizer: torch.optim.Optimizer, steps_per_epoch: int, epochs: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg, steps_per_epoch, epochs))
+) -> lr_scheduler.LRScheduler:
+    """The LR schedule of ``cfg`` over ``epochs * steps_per_epoch`` optimizer steps.
+
+    ``step`` and ``cosine`` start with ``warmup_epochs`` of ``LinearLR`` from
+    ``warmup_start_factor`` x the peak; their epochs (milestones, the cosine's length) count
+    from the start of training, warm-up included. ``onecycle`` is ``OneCycleLR`` with linear
+    phases and no momentum cycling: up from peak / ``div_factor`` for ``pct_start`` of the
+    steps, down to peak / ``div_factor`` / ``final_div_factor`` (FFCV's triangular schedule).
+    """
+    name = cfg["name"]
+    total = max(steps_per_epoch * epochs, 1)
+    if name == "onecycle":
+        peaks = [group["lr"] for group in optimizer.param_groups]
+        return lr_scheduler.OneCycleLR(
+            optimizer, max_lr=peaks, total_steps=total, pct_start=cfg.get("pct_start", 0.25),
+            anneal_strategy="linear", cycle_momentum=False, div_factor=cfg.get("div_factor", 25.0),
+            final_div_factor=cfg.get("final_div_factor", 1e4),
+        )  # fmt: skip
+    if name not in ("step", "cosine"):
+        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)} (sched=cosine)")
+    warmup = min(int(cfg.get("warmup_epochs", 0) * steps_per_epoch), total - 1)
+    if name == "cosine":
+        floor = cfg.get("min_lr_ratio", 0.0) * optimizer.param_groups[0]["lr"]
+        main: lr_scheduler.LRScheduler = lr_scheduler.CosineAnnealingLR(optimizer, T_max=total - warmup, eta_min=floor)
+    else:
+        milestones = [int(m * steps_per_epoch) - warmup for m in cfg["milestones"]]
+        main = lr_scheduler.MultiStepLR(optimizer, milestones=[m for m in milestones if m > 0], gamma=cfg["gamma"])
+    if warmup <= 0:
+        return main
+    ramp = lr_scheduler.LinearLR(optimizer, start_factor=cfg.get("warmup_start_factor", 0.01), total_iters=warmup)
+    return lr_scheduler.SequentialLR(optimizer, [ramp, main], milestones=[warmup])

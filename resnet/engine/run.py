@@ -26,6 +26,7 @@ from .optim import build_optimizer, build_scheduler
 from .preempt import Stopped, StopRequest
 from .runlog import RunLogger
 from .state import epoch_seed, find_resume, load_training_state, rng_state, seed_everything, set_rng_state
+from .sync_bn import convert_sync_batchnorm
 
 SUMMARY_COLUMNS = {
     "arch": "arch",
@@ -139,7 +140,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
     loaders = make_loaders(cfg.data, cfg.batch_size, env, cfg.seed)
     model = runtime.place(model)
     if cfg.sync_bn and env.distributed:
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = convert_sync_batchnorm(model, env)
 
     global_batch = cfg.batch_size * env.world_size
     steps_per_epoch = len(loaders.train)

@@ -14,9 +14,25 @@ from torch import nn
 
 
 class ConvFactory(Protocol):
+    """Builds a block's convs. ``shortcut``: the conv is a shortcut projection, not the main
+    path. Where the factory blurs (``resnet.model._Convs``), a strided main-path conv comes
+    back at stride 1, and :meth:`blur_pool` gives the BlurPool that subsamples in its place;
+    a shortcut projection stays strided."""
+
     def __call__(
-        self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, groups: int = 1, normed: bool = True
+        self,
+        in_ch: int,
+        out_ch: int,
+        kernel_size: int,
+        stride: int = 1,
+        groups: int = 1,
+        normed: bool = True,
+        shortcut: bool = False,
     ) -> nn.Conv2d: ...
+
+    def blur_pool(self, channels: int, stride: int) -> nn.Module | None:
+        """The BlurPool that subsamples by ``stride`` after the strided conv's activation, or None."""
+        ...
 
 
 NormFactory = Callable[[int], nn.Module]
@@ -28,9 +44,15 @@ class Block(nn.Module):
     ``planes`` is the stage's base width; the block outputs ``planes * expansion``
     channels. ``downsample`` maps the shortcut to the output shape (or is None).
     ``conv`` decides each conv's padding and bias; ``norm`` builds BatchNorm.
+
+    ``strided_conv`` names the conv that carries the block's stride. Where the block is
+    blurred (``block_conv_blur``), that conv runs at stride 1 and ``aa`` (timm's name), a
+    BlurPool2d, subsamples right after its BN and ReLU; elsewhere ``aa`` is None. Its
+    filter is no state-dict entry, so the keys stay torchvision's.
     """
 
     expansion = 1
+    strided_conv = "conv1"
 
     def __init__(
         self,
@@ -61,12 +83,15 @@ class BasicBlock(Block):
             raise ValueError("BasicBlock supports only groups=1 and width_per_group=64")
         self.conv1 = conv(in_ch, planes, 3, stride)
         self.bn1 = norm(planes)
+        self.aa = conv.blur_pool(planes, stride)
         self.conv2 = conv(planes, planes, 3)
         self.bn2 = norm(planes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
+        if self.aa is not None:
+            out = self.aa(out)
         out = self.bn2(self.conv2(out))
         out += identity  # in place, as torchvision: one allocation less per block
         return self.relu(out)
@@ -81,6 +106,7 @@ class Bottleneck(Block):
 
     expansion = 4
     stride_on_3x3 = True
+    strided_conv = "conv2"
 
     def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
         super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
@@ -90,13 +116,18 @@ class Bottleneck(Block):
         self.bn1 = norm(width)
         self.conv2 = conv(width, width, 3, s3, groups)
         self.bn2 = norm(width)
+        self.aa = conv.blur_pool(width, stride)  # after bn2 (v1.5) or bn1 (v1): where the stride sits
         self.conv3 = conv(width, planes * self.expansion, 1)
         self.bn3 = norm(planes * self.expansion)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
+        if self.aa is not None and not self.stride_on_3x3:
+            out = self.aa(out)
         out = self.relu(self.bn2(self.conv2(out)))
+        if self.aa is not None and self.stride_on_3x3:
+            out = self.aa(out)
         out = self.bn3(self.conv3(out))
         out += identity  # in place, as torchvision: one allocation less per block
         return self.relu(out)
@@ -106,6 +137,7 @@ class BottleneckV1(Bottleneck):
     """Stride on the first 1x1 (He et al. 2015, Caffe MSRA and Keras ``ResNet50``)."""
 
     stride_on_3x3 = False
+    strided_conv = "conv1"
 
 
 class PreActBottleneck(Block):
@@ -120,6 +152,7 @@ class PreActBottleneck(Block):
 
     expansion = 4
     shortcut_from_preact = True
+    strided_conv = "conv2"
 
     def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
         super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
@@ -129,6 +162,7 @@ class PreActBottleneck(Block):
         self.bn2 = norm(width)
         self.conv2 = conv(width, width, 3, stride, groups)
         self.bn3 = norm(width)
+        self.aa = conv.blur_pool(width, stride)  # after conv2, bn3 and ReLU (pre-activation numbering)
         self.conv3 = conv(width, planes * self.expansion, 1, normed=False)
         # A strided identity shortcut (TF-slim's last unit) is a 1x1/s max pool: it
         # reads the raw input, like the identity it replaces.
@@ -141,8 +175,10 @@ class PreActBottleneck(Block):
         else:
             shortcut = self.downsample(preact if self.shortcut_reads_preact else x)
         out = self.conv1(preact)
-        out = self.conv2(self.relu(self.bn2(out)))
-        out = self.conv3(self.relu(self.bn3(out)))
+        out = self.relu(self.bn3(self.conv2(self.relu(self.bn2(out)))))
+        if self.aa is not None:
+            out = self.aa(out)
+        out = self.conv3(out)
         out += shortcut
         return out
 

@@ -3,6 +3,7 @@
 * :class:`ConfigError`: a value (or the data it points at) that cannot work; both scripts
   print its one line and exit with status 2;
 * :func:`padding_from_config`: the ``+padding=...`` node, or None for the native padding;
+  :func:`padding_overrides`: the command-line overrides that select a scheme by name;
 * :func:`check_run_config`, :func:`check_data_config`: the checks that run before any work;
 * :class:`Runtime`, :func:`runtime_for`: where this process computes (its :class:`DistEnv`),
   under which autocast dtype, in which memory format;
@@ -15,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,7 +25,7 @@ from torch import nn
 
 from .archs import ARCHS, canonical_name
 from .distributed import DEVICES, DistEnv, LaunchError, detect_launch, init_distributed
-from .padding import PRESETS, SITES, UnknownScheme, resolve_padding
+from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -43,6 +44,15 @@ def padding_from_config(cfg: DictConfig) -> dict | None:
     applies. The value goes to :func:`resnet.padding.resolve_padding`."""
     node = cfg.get("padding")
     return None if node is None else OmegaConf.to_container(node, resolve=True)
+
+
+def padding_overrides(name: str) -> list[str]:
+    """Hydra overrides that select the scheme ``name`` names: ``["+padding=symmetric"]``, and for a
+    blurred one (``symmetric+blur(block_conv)``, :attr:`resnet.padding.Padding.name`) its blur
+    sites too: ``["+padding=symmetric", "+padding.block_conv_blur=true"]``."""
+    padding = resolve_padding(name)  # an unknown name fails here, in one line
+    preset = next(p for p, scheme in PRESETS.items() if scheme == replace(padding, **dict.fromkeys(BLUR_SITES, False)))
+    return [f"+padding={preset}", *(f"+padding.{site}=true" for site in BLUR_SITES if getattr(padding, site))]
 
 
 def check_run_config(cfg: DictConfig) -> None:
@@ -125,7 +135,11 @@ def check_data_config(data_cfg: DictConfig) -> None:
 
 def _site_override(cfg: DictConfig, site: str, scheme: str) -> str:
     """The override that sets one site as the command line stands: ``padding.<site>=`` where a
-    ``+padding=<preset>`` made the node (its sites exist), ``+padding.<site>=`` where it did not."""
+    ``+padding=<preset>`` made the node (its scheme sites exist), ``+padding.<site>=`` where it
+    did not; a blur site, which a preset leaves out and a recipe may set, ``++padding.<site>=``
+    (Hydra's add-or-override)."""
+    if site in BLUR_SITES:
+        return f"++padding.{site}={scheme}"
     node = cfg.get("padding")
     chosen = node is not None and "preset" in node
     return f"{'' if chosen else '+'}padding.{site}={scheme}"
@@ -212,7 +226,10 @@ def register_configs() -> None:
     * ``model=<arch>`` for every architecture of :data:`resnet.archs.ARCHS`: the one model
       config, ``configs/model/resnet.yaml``, with that ``arch``;
     * ``padding=<preset>`` for every preset of :data:`resnet.padding.PRESETS`: the preset's
-      name, and a null override slot per site (``padding.stem_pool=same`` fills one).
+      name, and a null override slot per scheme site (``padding.stem_pool=same`` fills one).
+      The blur sites get no slot, so that a recipe's ``padding.block_conv_blur: true`` survives
+      a ``+padding=<preset>`` given after it (a null slot would overwrite it); they are set
+      with ``+padding.block_conv_blur=true``.
     """
     from hydra.core.config_store import ConfigStore
 
@@ -220,4 +237,5 @@ def register_configs() -> None:
     for arch in ARCHS:
         store.store(group="model", name=arch, node={"defaults": ["resnet", "_self_"], "arch": arch})
     for preset in PRESETS:
-        store.store(group="padding", name=preset, node={"preset": preset, **dict.fromkeys(SITES)})
+        store.store(group="padding", name=preset,
+                    node={"preset": preset, **{site: None for site in SITES if site not in BLUR_SITES}})

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from .config import register_configs
+from .config import padding_overrides, register_configs
+from .padding import resolve_padding
 from .report.console import format_table
 from .report.rows import read_rows
 from .tables import write_tables
@@ -39,7 +41,7 @@ def train_under(scheme: str, run_dir: Path, overrides: list[str]) -> dict:
 
     register_configs()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"+padding={scheme}", f"run_dir={run_dir}", *overrides])
+        cfg = compose(config_name="train", overrides=[*padding_overrides(scheme), f"run_dir={run_dir}", *overrides])
     return train(cfg)
 
 
@@ -53,12 +55,20 @@ def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, overrides:
             overrides=[
                 f"weights={checkpoint}",
                 "data=fashion_mnist",
-                f"+padding={scheme}",
+                *padding_overrides(scheme),
                 f"results_file={results_file.resolve()}",
                 *overrides,
             ],
         )
     return evaluate_weights(cfg)
+
+
+def _scheme_name(name: str) -> str:
+    """An argparse type: a scheme's name as result rows spell it (``resnet.padding.Padding.name``)."""
+    try:
+        return resolve_padding(name).name
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def matrix_rows(rows: list[dict], schemes: list[str]) -> list[dict]:
@@ -76,7 +86,8 @@ def matrix_rows(rows: list[dict], schemes: list[str]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--schemes", nargs="+", default=["symmetric", "asymmetric"])
+    parser.add_argument("--schemes", nargs="+", default=["symmetric", "asymmetric"], type=_scheme_name,
+                        help="presets, or blurred ones such as 'symmetric+blur(block_conv)'")
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
     parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. epochs=2")
     args = parser.parse_args(argv)
@@ -88,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     checkpoints = {}
     for scheme in args.schemes:
         print(f"\n=== training under {scheme} ===", flush=True)
-        run_dir = args.out / f"train_{scheme}"
+        run_dir = args.out / f"train_{re.sub(r'[^A-Za-z0-9_.-]+', '_', scheme).strip('_')}"  # no ( ) in a path
         train_under(scheme, run_dir, args.overrides)
         checkpoints[scheme] = run_dir / "last.pt"
     for trained, checkpoint in checkpoints.items():

@@ -1,7 +1,9 @@
 """Which pad every strided layer of a model applies at a given input size.
 
 ``python -m resnet.inspect resnet50 --size 224 299`` prints the pad table of every
-preset (docs/padding.md, "ResNet-50 at 224x224") for that architecture.
+preset (docs/padding.md, "ResNet-50 at 224x224") for that architecture;
+``--presets symmetric "symmetric+blur(block_conv)"`` picks the columns, blurred schemes
+included: a blurred site shows the pad of the BlurPool that subsamples there.
 """
 
 from __future__ import annotations
@@ -13,19 +15,34 @@ from dataclasses import dataclass
 from torch import nn
 
 from .model import build_model
-from .padding import PRESETS, PadConv2d, PadMaxPool2d, SameConv2d, SameMaxPool2d, input_sizes, same_pad
+from .padding import (
+    PRESETS,
+    PadConv2d,
+    PadMaxPool2d,
+    SameConv2d,
+    SameMaxPool2d,
+    input_sizes,
+    is_blur_pool,
+    resolve_padding,
+    same_pad,
+)
 
 
 @dataclass(frozen=True)
 class PadRow:
-    layer: str  # module path, e.g. "layer2.0.conv2"
-    kind: str  # "conv" or "pool"
+    layer: str  # module path, e.g. "layer2.0.conv2"; a BlurPool's: "layer2.0.aa", "stem_aa", "maxpool.blur"
+    kind: str  # "conv", "pool" or "blur" (a BlurPool subsampling after its site's stride-1 conv or pool)
     kernel: int
     stride: int
     input_size: tuple[int, int]
     pad_h: tuple[int, int]  # (top, bottom) actually applied
     pad_w: tuple[int, int]  # (left, right)
-    value: str  # what padded cells hold: "zero" or "-inf"
+    value: str  # what padded cells hold: "zero" or "-inf"; a BlurPool's pad mode ("reflect")
+    site: str = ""  # the strided op's module path (a BlurPool's row: the conv or pool it subsamples for)
+
+    def __post_init__(self) -> None:
+        if not self.site:
+            object.__setattr__(self, "site", self.layer)
 
 
 def _ceil_mode_after(n: int, k: int, s: int, p: int) -> int:
@@ -37,6 +54,9 @@ def _ceil_mode_after(n: int, k: int, s: int, p: int) -> int:
 
 
 def _applied_pad(m: nn.Module, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int], str]:
+    if is_blur_pool(m):  # timm's BlurPool2d: F.pad(x, padding, mode=pad_mode), padding (left, right, top, bottom)
+        left, right, top, bottom = m.padding
+        return (top, bottom), (left, right), getattr(m, "pad_mode", "reflect")
     if isinstance(m, SameConv2d):
         pad_h, pad_w = m.pad_for(h, w)
         return pad_h, pad_w, "zero"
@@ -60,6 +80,8 @@ def _applied_pad(m: nn.Module, h: int, w: int) -> tuple[tuple[int, int], tuple[i
 
 def _strided_sites(model: nn.Module) -> dict[str, nn.Module]:
     def strided(m: nn.Module) -> bool:
+        if is_blur_pool(m):
+            return m.stride > 1
         if isinstance(m, nn.Conv2d):
             return m.stride[0] > 1 and m.kernel_size[0] > 1
         return isinstance(m, nn.MaxPool2d) and m.stride > 1 and m.kernel_size > 1
@@ -67,8 +89,20 @@ def _strided_sites(model: nn.Module) -> dict[str, nn.Module]:
     return {name: m for name, m in model.named_modules() if strided(m)}
 
 
+def _blur_site(model: nn.Module, name: str) -> str:
+    """The op a BlurPool named ``name`` subsamples for: ``stem_aa`` -> ``conv1``,
+    ``maxpool.blur`` -> ``maxpool``, ``layer2.0.aa`` -> the block's ``strided_conv``."""
+    parent, _, child = name.rpartition(".")
+    if child == "stem_aa":
+        return "conv1"
+    if child == "aa" and parent:
+        return f"{parent}.{model.get_submodule(parent).strided_conv}"
+    return parent or name
+
+
 def pad_table(model: nn.Module, input_size: int) -> list[PadRow]:
-    """The pad applied by every stride-2 layer with kernel > 1, in forward order."""
+    """The pad applied by every stride-2 layer with kernel > 1, in forward order (at a blurred
+    site: its BlurPool; the op there runs at stride 1, padded symmetrically)."""
     sites = _strided_sites(model)
     seen = input_sizes(model, sites, input_size)
     rows = []
@@ -76,37 +110,63 @@ def pad_table(model: nn.Module, input_size: int) -> list[PadRow]:
         m = sites[name]
         h, w = seen[name]
         pad_h, pad_w, value = _applied_pad(m, h, w)
-        is_conv = isinstance(m, nn.Conv2d)
-        k = m.kernel_size[0] if is_conv else m.kernel_size
-        s = m.stride[0] if is_conv else m.stride
-        rows.append(PadRow(name, "conv" if is_conv else "pool", k, s, (h, w), pad_h, pad_w, value))
+        site = name
+        if is_blur_pool(m):
+            kind, k, s, site = "blur", m.filt_size, m.stride, _blur_site(model, name)
+        elif isinstance(m, nn.Conv2d):
+            kind, k, s = "conv", m.kernel_size[0], m.stride[0]
+        else:
+            kind, k, s = "pool", m.kernel_size, m.stride
+        rows.append(PadRow(name, kind, k, s, (h, w), pad_h, pad_w, value, site))
     return rows
 
 
+def _cell(row: PadRow | None) -> str:
+    if row is None:  # not a padded stride-2 layer under this scheme (v1's 1x1/2, unblurred)
+        return "–"
+    if row.kind == "blur":
+        return f"blur {row.pad_h} {row.value}"
+    return f"{row.pad_h}" + (" zero" if row.kind == "pool" and row.value == "zero" else "")
+
+
 def format_pad_tables(arch: str, sizes: list[int], presets: list[str]) -> str:
-    """A Markdown table per input size: rows = strided layers, columns = presets."""
+    """A Markdown table per input size: rows = strided sites, columns = presets (or blurred
+    schemes, ``symmetric+blur(block_conv)``: a blurred site's cell is its BlurPool's pad)."""
     out = []
     for size in sizes:
-        tables = {p: pad_table(build_model(arch, padding=p), size) for p in presets}
-        first = tables[presets[0]]
+        models = {p: build_model(arch, padding=p) for p in presets}
+        order = {name: i for i, (name, _) in enumerate(models[presets[0]].named_modules())}  # forward order
+        tables = {p: {r.site: r for r in pad_table(model, size)} for p, model in models.items()}
+        sites = sorted({site for table in tables.values() for site in table}, key=lambda site: order.get(site, -1))
         out.append(f"{arch} at {size}x{size}: (top, bottom) pad of each stride-2 layer\n")
         out.append("| layer | k/s | input | " + " | ".join(presets) + " |")
         out.append("|---" * (3 + len(presets)) + "|")
-        for i, row in enumerate(first):
-            cells = []
-            for p in presets:
-                r = tables[p][i]
-                cells.append(f"{r.pad_h}" + (" zero" if r.kind == "pool" and r.value == "zero" else ""))
-            out.append(f"| {row.layer} | {row.kernel}/{row.stride} | {row.input_size[0]} | " + " | ".join(cells) + " |")
+        for site in sites:
+            found = [t[site] for t in tables.values() if site in t]
+            row = next((r for r in found if r.kind != "blur"), found[0])  # the op's input, where one is unblurred
+            op = models[presets[0]].get_submodule(site)  # a blurred row's kernel is the blur's: show the op's
+            k = op.kernel_size[0] if isinstance(op.kernel_size, tuple) else op.kernel_size
+            cells = [_cell(tables[p].get(site)) for p in presets]
+            out.append(f"| {site} | {k}/{row.stride} | {row.input_size[0]} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _scheme_name(name: str) -> str:
+    """An argparse type: a preset, or a blurred one (``symmetric+blur(block_conv)``)."""
+    try:
+        resolve_padding(name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return name
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("arch", nargs="?", default="resnet50")
     parser.add_argument("--size", type=int, nargs="+", default=[224])
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), type=_scheme_name,
+                        help="columns: presets, or blurred ones such as 'symmetric+blur(block_conv)'")
     args = parser.parse_args(argv)
     print(format_pad_tables(args.arch, args.size, args.presets))
 

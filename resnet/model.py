@@ -11,7 +11,15 @@ from torch import nn
 
 from .archs import ARCHS, Arch, arch_spec
 from .blocks import BLOCKS, BasicBlock, Block, Bottleneck
-from .padding import Padding, freeze_padding, make_conv, make_max_pool, resolve_padding
+from .padding import (
+    Padding,
+    blur_pool,
+    freeze_padding,
+    init_blur_filters,
+    make_conv,
+    make_max_pool,
+    resolve_padding,
+)
 
 PREPROCESSING = ("torch", "caffe", "tf")
 
@@ -63,16 +71,34 @@ class ModelMeta:
 @dataclass
 class _Convs:
     """Conv factory for blocks: the ``block_conv`` scheme applies to stride-2 convs with
-    kernel > 1; every other conv pads symmetrically, which is the same in every scheme."""
+    kernel > 1; every other conv pads symmetrically, which is the same in every scheme.
+
+    ``blur`` (``block_conv_blur``): each block's strided main-path conv (the 3x3, or v1's
+    1x1) runs at stride 1, padded symmetrically, and the block applies :meth:`blur_pool`
+    after its BN and ReLU; a ``shortcut`` projection stays strided, as in timm's
+    anti-aliased ResNets (``resnetblur50``)."""
 
     block_scheme: str
     bias: str
+    blur: bool = False
 
     def __call__(
-        self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, groups: int = 1, normed: bool = True
+        self,
+        in_ch: int,
+        out_ch: int,
+        kernel_size: int,
+        stride: int = 1,
+        groups: int = 1,
+        normed: bool = True,
+        shortcut: bool = False,
     ) -> nn.Conv2d:
+        if self.blur and not shortcut:
+            stride = 1  # the block's BlurPool subsamples instead
         scheme = self.block_scheme if stride > 1 and kernel_size > 1 else "symmetric"
         return make_conv(scheme, in_ch, out_ch, kernel_size, stride, groups, bias=self.has_bias(normed))
+
+    def blur_pool(self, channels: int, stride: int) -> nn.Module | None:
+        return blur_pool(channels, stride) if self.blur and stride > 1 else None
 
     def has_bias(self, normed: bool) -> bool:
         return self.bias == "all" or (self.bias == "unnormed" and not normed)
@@ -83,6 +109,8 @@ class ResNet(nn.Module):
 
     Names follow torchvision, so torchvision and timm ResNet state dicts load as they are.
     ``meta`` (number of classes, input channels, padding per site, ...) is read-only.
+    Blurred sites (``Padding.*_blur``) add BlurPools (``stem_aa``, ``maxpool.blur``, each
+    block's ``aa``) whose filters are no state-dict entries: the keys stay the same.
     """
 
     def __init__(self, arch: Arch, meta: ModelMeta):
@@ -92,22 +120,29 @@ class ResNet(nn.Module):
         if arch.block not in BLOCKS:
             raise ValueError(f"unknown block type {arch.block!r}; choose one of {', '.join(BLOCKS)}")
         block: type[Block] = BLOCKS[arch.block]
-        conv = _Convs(padding.block_conv, arch.conv_bias)
+        conv = _Convs(padding.block_conv, arch.conv_bias, padding.block_conv_blur)
         norm = partial(nn.BatchNorm2d, eps=arch.bn_eps)
 
+        # stem_conv_blur: the conv at stride 1 (padded symmetrically), and stem_aa subsamples after its ReLU
+        stem_blur = padding.stem_conv_blur and arch.stem_stride > 1
         self.conv1 = make_conv(
-            padding.stem_conv,
+            "symmetric" if stem_blur else padding.stem_conv,
             in_chans,
             arch.stem_width,
             arch.stem_kernel,
-            arch.stem_stride,
+            1 if stem_blur else arch.stem_stride,
             bias=conv.has_bias(arch.stem_norm),
         )
         # Pre-activation stems (TF-slim, Keras V2, timm resnetv2) are conv + pool: no BN, no ReLU.
         self.bn1 = norm(arch.stem_width) if arch.stem_norm else nn.Identity()
         self.relu = nn.ReLU(inplace=True) if arch.stem_norm else nn.Identity()
+        self.stem_aa = blur_pool(arch.stem_width, arch.stem_stride) if stem_blur else None
         self.maxpool = (
-            make_max_pool(padding.stem_pool, padding.stem_pool_value) if arch.stem_pool else nn.Identity()
+            make_max_pool(
+                padding.stem_pool, padding.stem_pool_value, blur=padding.stem_pool_blur, channels=arch.stem_width
+            )
+            if arch.stem_pool
+            else nn.Identity()
         )
 
         in_ch = arch.stem_width
@@ -135,7 +170,7 @@ class ResNet(nn.Module):
             s = stride if i == strided_unit else 1
             downsample: nn.Module | None = None
             if in_ch != out_ch or (s != 1 and arch.stride_unit == "first"):
-                proj = [conv(in_ch, out_ch, 1, s, normed=arch.shortcut_norm)]
+                proj = [conv(in_ch, out_ch, 1, s, normed=arch.shortcut_norm, shortcut=True)]
                 downsample = nn.Sequential(*proj, norm(out_ch)) if arch.shortcut_norm else nn.Sequential(*proj)
             elif s != 1:  # TF-slim v2: a strided identity is a 1x1/s max pool (subsampling)
                 downsample = nn.MaxPool2d(1, s)
@@ -178,7 +213,10 @@ class ResNet(nn.Module):
                 nn.init.zeros_(m.bn2.weight)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.relu(self.bn1(self.conv1(x)))
+        if self.stem_aa is not None:
+            x = self.stem_aa(x)
+        x = self.maxpool(x)
         for i in range(1, self.num_stages + 1):
             x = getattr(self, f"layer{i}")(x)
         return self.final_relu(self.final_bn(x))
@@ -240,12 +278,14 @@ def with_padding(model: ResNet, padding: str | Mapping | Padding) -> ResNet:
     (architecture, classes, overrides) and shares ``model``'s tensors (state-dict keys
     never depend on the padding); its ``meta`` records the new scheme. The train/eval
     mode is kept; pads are left dynamic (freeze with :func:`resnet.padding.freeze_padding`).
+    A BlurPool's filter (blurred sites) is no state-dict entry: it is made anew, beside the weights.
     """
     meta = model.meta
     new = resolve_padding(padding, native=meta.padding)
     with torch.device("meta"):  # nothing allocated: the tensors are assigned below
         rebuilt = build_model(meta.arch, meta.num_classes, new, **meta.build_kwargs())
     rebuilt.load_state_dict(model.state_dict(), assign=True)
+    init_blur_filters(rebuilt)
     return rebuilt.train(model.training)
 
 

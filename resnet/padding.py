@@ -2,20 +2,26 @@
 
 The domain is described in docs/padding.md. A :class:`Padding` names one scheme per *site*:
 the stem conv, the stem max pool (and the value it pads with) and every stride-2
-conv with kernel > 1 inside a residual block. :func:`make_conv` and
-:func:`make_max_pool` turn a scheme into a layer once, at build time:
+conv with kernel > 1 inside a residual block; and, per strided site, whether a BlurPool
+does its downsampling instead (docs/padding.md, "Anti-aliased downsampling (BlurPool)").
+:func:`make_conv` and :func:`make_max_pool` turn a scheme into a layer once, at build time:
 
 * a scheme whose pad is the same symmetric pad for every input size becomes a
   plain ``nn.Conv2d`` / ``nn.MaxPool2d`` with that ``padding``;
 * a fixed asymmetric pad becomes :class:`PadConv2d` / :class:`PadMaxPool2d`;
 * only TF 'SAME' at stride > 1 depends on the input size, and only those layers
   (:class:`SameConv2d`, :class:`SameMaxPool2d`) compute their pad in ``forward``.
-  :func:`freeze_padding` replaces them with static layers for one input size.
+  :func:`freeze_padding` replaces them with static layers for one input size;
+* at a blurred site the op runs at stride 1, padded symmetrically, and timm's ``BlurPool2d``
+  (:func:`blur_pool`) subsamples: after the activation that follows a conv (the model and
+  its blocks hold it, as ``stem_aa`` / ``aa``), right after the stem pool
+  (:class:`BlurMaxPool2d`). Its filter is a non-persistent buffer: no state-dict key appears.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -27,6 +33,8 @@ from torch.func import functional_call
 CONV_SCHEMES = ("symmetric", "same", "fixed", "valid")
 POOL_SCHEMES = ("symmetric", "same", "ceil", "valid")
 POOL_PAD_VALUES = ("-inf", "zero")
+BLUR_SITES = ("stem_conv_blur", "stem_pool_blur", "block_conv_blur")  # booleans: a BlurPool downsamples there
+BLUR_FILTER_SIZE = 3  # the binomial [1, 2, 1] filter of Zhang (2019) and timm's ResNet aa_layer
 
 Pad2d = tuple[int, int, int, int]  # (left, right, top, bottom), the order F.pad takes
 
@@ -40,14 +48,32 @@ class UnknownScheme(ValueError):
         self.site, self.value, self.choices = site, value, choices
 
 
+class NotABool(UnknownScheme):
+    """A blur site given something other than true / false."""
+
+    def __init__(self, site: str, value: object):
+        ValueError.__init__(self, f"padding.{site} must be true or false, not {value!r}")
+        self.site, self.value, self.choices = site, value, ("true", "false")
+
+
 @dataclass(frozen=True)
 class Padding:
-    """One scheme per site. Field names are the keys of configs and result rows."""
+    """One scheme per site. Field names are the keys of configs and result rows.
+
+    The ``*_blur`` sites (default off) make a strided site anti-aliased, as timm's ResNet
+    ``aa_layer`` does (Zhang 2019): its op runs at stride 1, padded symmetrically, and a
+    BlurPool2d (a 3x3 binomial filter, reflect-padded) subsamples after the conv's BN and
+    ReLU (right after the stem pool). There the site's scheme no longer places the output
+    grid; the BlurPool's own pad does. The pool keeps ``stem_pool_value``.
+    """
 
     stem_conv: str = "symmetric"
     stem_pool: str = "symmetric"
     stem_pool_value: str = "-inf"
     block_conv: str = "symmetric"
+    stem_conv_blur: bool = False
+    stem_pool_blur: bool = False
+    block_conv_blur: bool = False
 
     def __post_init__(self) -> None:
         for site, value, choices in (
@@ -58,21 +84,35 @@ class Padding:
         ):
             if value not in choices:
                 raise UnknownScheme(site, value, choices)
+        for site in BLUR_SITES:
+            if not isinstance(getattr(self, site), bool):
+                raise NotABool(site, getattr(self, site))
         if self.stem_pool == "ceil" and self.stem_pool_value == "zero":
             raise ValueError(
                 "stem_pool=ceil clips its windows to the image, so a 'zero' pad value has no "
                 "meaning there; use stem_pool_value=-inf, or stem_pool=same with stem_pool_value=zero"
             )
 
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, str | bool]:
+        """The sites as plain data (checkpoints, result rows, ONNX metadata). A blur site is
+        written only when on: a file of an unblurred scheme stays what versions before the
+        blur sites wrote, and read."""
+        return {site: value for site, value in asdict(self).items() if site not in BLUR_SITES or value}
+
+    @property
+    def blurred(self) -> tuple[str, ...]:
+        """The sites a BlurPool downsamples, in site order, without ``_blur``: ``("block_conv",)``."""
+        return tuple(site.removesuffix("_blur") for site in BLUR_SITES if getattr(self, site))
 
     @property
     def name(self) -> str:
-        """The preset this equals, or ``custom``."""
+        """The preset this equals; ``<preset>+blur(<sites>)`` where it equals a preset but for
+        blurred sites (e.g. ``symmetric+blur(block_conv)``); else ``custom``.
+        :func:`resolve_padding` reads every name but ``custom`` back."""
+        unblurred = replace(self, **dict.fromkeys(BLUR_SITES, False))
         for preset_name, preset in PRESETS.items():
-            if preset == self:
-                return preset_name
+            if preset == unblurred:
+                return f"{preset_name}+blur({','.join(self.blurred)})" if self.blurred else preset_name
         return "custom"
 
 
@@ -88,20 +128,31 @@ PRESETS: dict[str, Padding] = {
 }
 
 SITES = tuple(f.name for f in fields(Padding))
+_BLURRED_NAME = re.compile(r"(?P<preset>[^+]+)\+blur\((?P<sites>[^()]*)\)")
 
 
 def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding = "symmetric") -> Padding:
     """A preset name, a per-site mapping or a Padding -> Padding.
 
-    A mapping may name a base ``preset`` and override single sites, e.g.
-    ``{"preset": "symmetric", "stem_pool": "same"}``; sites it leaves out come from
-    that preset, or from ``native`` (the model's own preset or scheme) when it names none.
+    A name is a preset or :attr:`Padding.name`'s ``<preset>+blur(<sites>)``. A mapping may
+    name a base ``preset`` and override single sites, e.g. ``{"preset": "symmetric",
+    "stem_pool": "same", "block_conv_blur": True}``; sites it leaves out come from that
+    preset, or from ``native`` (the model's own preset or scheme) when it names none.
+    A blur site takes a bool (the strings ``true`` / ``false`` too).
     """
     if spec is None:
         spec = native
     if isinstance(spec, Padding):
         return spec
     if isinstance(spec, str):
+        blurred = _BLURRED_NAME.fullmatch(spec)
+        if blurred:
+            sites = [site.strip() for site in blurred["sites"].split(",")]
+            unknown = [repr(site) for site in sites if f"{site}_blur" not in BLUR_SITES]
+            if unknown:
+                choices = ", ".join(site.removesuffix("_blur") for site in BLUR_SITES)
+                raise ValueError(f"unknown blur site(s) {', '.join(unknown)} in {spec!r}; the sites are {choices}")
+            return replace(resolve_padding(blurred["preset"]), **{f"{site}_blur": True for site in sites})
         if spec not in PRESETS:
             raise ValueError(
                 f"unknown padding preset {spec!r}; choose one of {', '.join(PRESETS)} "
@@ -114,6 +165,9 @@ def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding 
             overrides["stem_pool_value"] = {-math.inf: "-inf", 0.0: "zero"}.get(
                 overrides["stem_pool_value"], str(overrides["stem_pool_value"])
             )
+        for site in BLUR_SITES:  # a quoted or programmatic "true" / "false"
+            if isinstance(overrides.get(site), str) and overrides[site].strip().lower() in ("true", "false"):
+                overrides[site] = overrides[site].strip().lower() == "true"
         base = resolve_padding(overrides.pop("preset", None) or overrides.pop("name", None) or native)
         unknown = sorted(set(overrides) - set(SITES))
         if unknown:
@@ -299,6 +353,58 @@ class SameMaxPool2d(nn.MaxPool2d):
         return f"{super().extra_repr()}, value={self.value}"
 
 
+def blur_pool(channels: int | None, stride: int) -> nn.Module:
+    """timm's ``BlurPool2d`` (Zhang 2019): a 3x3 binomial low-pass, reflect-padded by 1, at ``stride``.
+
+    Its filter is a non-persistent buffer, so it adds no state-dict key. timm is imported
+    here, on first use: importing it costs seconds, and most models have no blurred site.
+    """
+    from timm.layers import BlurPool2d
+
+    return BlurPool2d(channels, filt_size=BLUR_FILTER_SIZE, stride=stride)
+
+
+def is_blur_pool(module: nn.Module) -> bool:
+    """Whether ``module`` is a BlurPool2d (told without importing timm)."""
+    return type(module).__name__ == "BlurPool2d" and hasattr(module, "filt")
+
+
+class BlurMaxPool2d(nn.MaxPool2d):
+    """The stem max pool made anti-aliased: the pool at stride 1, padded ``pad`` each side with
+    ``value``, then ``blur`` subsamples by ``blur_stride`` (timm's ``aa_layer`` stem pool)."""
+
+    def __init__(self, kernel_size: int, pad: int, value: float, channels: int | None, blur_stride: int) -> None:
+        implicit = value == -math.inf or pad == 0  # torch's own pool padding is -inf
+        super().__init__(kernel_size, 1, padding=pad if implicit else 0)
+        self.pad = None if implicit else (pad,) * 4
+        self.value = value
+        self.blur = blur_pool(channels, blur_stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pad is not None:
+            x = F.pad(x, self.pad, value=self.value)
+        return self.blur(super().forward(x))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, value={self.value}, blur_stride={self.blur.stride}"
+
+
+def init_blur_filters(model: nn.Module) -> nn.Module:
+    """Fill the filter of every BlurPool left on the meta device (a model built there, then given
+    its tensors with ``load_state_dict(assign=True)``: the filter is no state-dict entry, so
+    nothing assigns it), on the device and in the dtype of the model's parameters. A model
+    still wholly on the meta device is left as it is. Returns ``model``."""
+    ref = next((p for p in model.parameters() if not p.is_meta), None)
+    if ref is None:
+        return model
+    for module in model.modules():
+        if is_blur_pool(module) and module.filt.is_meta:
+            with torch.device("cpu"):
+                fresh = type(module)(module.channels, filt_size=module.filt_size, stride=module.stride)
+            module.filt = fresh.filt.to(device=ref.device, dtype=ref.dtype)
+    return model
+
+
 def _static_conv(pad_h: tuple[int, int], pad_w: tuple[int, int], *args, **kwargs) -> nn.Conv2d:
     if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:
         return nn.Conv2d(*args, padding=(pad_h[0], pad_w[0]), **kwargs)
@@ -333,9 +439,24 @@ def pad_value(name: str) -> float:
     return -math.inf if name == "-inf" else 0.0
 
 
-def make_max_pool(scheme: str, value: str = "-inf", kernel_size: int = 3, stride: int = 2) -> nn.Module:
-    """Build the stem max pool for ``scheme`` padded with ``value`` ('-inf' or 'zero')."""
+def make_max_pool(
+    scheme: str,
+    value: str = "-inf",
+    kernel_size: int = 3,
+    stride: int = 2,
+    blur: bool = False,
+    channels: int | None = None,
+) -> nn.Module:
+    """Build the stem max pool for ``scheme`` padded with ``value`` ('-inf' or 'zero').
+
+    ``blur`` (at ``stride`` > 1): a :class:`BlurMaxPool2d`, the pool at stride 1 padded
+    k // 2 each side with ``value`` (``scheme`` places no grid there), then a BlurPool2d
+    over ``channels`` (None: as many as it is given) at ``stride``."""
     fill = pad_value(value)
+    if blur and stride > 1:
+        if scheme not in POOL_SCHEMES:
+            raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
+        return BlurMaxPool2d(kernel_size, kernel_size // 2, fill, channels, stride)
     if scheme == "same":
         return SameMaxPool2d(kernel_size, stride, fill)
     if scheme == "ceil":  # Caffe: pad 0, ceil mode, windows clipped to the image
@@ -387,7 +508,9 @@ def input_sizes(
     model.eval()  # batch 1 in train mode would fail BatchNorm wherever a map is 1x1
     in_chans = next(m for m in model.modules() if isinstance(m, nn.Conv2d)).in_channels
     dtype = next(model.parameters()).dtype
-    state = {k: torch.empty_like(v, device="meta") for k, v in model.state_dict(keep_vars=True).items()}
+    # every tensor, non-persistent buffers (a BlurPool's filter) included
+    tensors = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    state = {k: torch.empty_like(v, device="meta") for k, v in tensors}
     try:
         with torch.no_grad():
             functional_call(model, state, (torch.empty(1, in_chans, h, w, device="meta", dtype=dtype),))

@@ -26,8 +26,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from .config import ConfigError, register_configs
-from .padding import PRESETS
+from .config import ConfigError, padding_overrides, register_configs
+from .padding import PRESETS, resolve_padding
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -61,11 +61,19 @@ def entries(table: DictConfig) -> list[Entry]:
     return found
 
 
+def _scheme_name(name: object) -> bool:
+    """A name :func:`resnet.padding.resolve_padding` reads as written: a preset or ``<preset>+blur(<sites>)``."""
+    try:
+        return isinstance(name, str) and resolve_padding(name).name == name
+    except ValueError:
+        return False
+
+
 def check(cfg: DictConfig) -> None:
-    unknown = [s for s in cfg.schemes if s not in PRESETS]
+    unknown = [s for s in cfg.schemes if not _scheme_name(s)]
     if unknown or not cfg.schemes:
-        raise ConfigError(f"schemes={list(cfg.schemes)}: each must be a preset ({', '.join(PRESETS)}), "
-                          "e.g. schemes=[symmetric,asymmetric]")
+        raise ConfigError(f"schemes={list(cfg.schemes)}: each must be a preset ({', '.join(PRESETS)}) or a "
+                          "blurred one ('symmetric+blur(block_conv)'), e.g. schemes=[symmetric,asymmetric]")
     if not cfg.crops or any(c not in (1, 10) for c in cfg.crops):
         raise ConfigError(f"crops={list(cfg.crops)}: each must be 1 or 10, e.g. crops=[1,10]")
 
@@ -75,7 +83,7 @@ def eval_base(scheme: str) -> DictConfig:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    overrides = [f"+padding={scheme}"]
+    overrides = padding_overrides(scheme)
     if GlobalHydra.instance().is_initialized():  # inside the Hydra app
         return compose(config_name="eval", overrides=overrides)
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):  # called as a function (tests)

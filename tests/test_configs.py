@@ -95,11 +95,13 @@ def test_per_site_overrides():
 
 def test_every_site_can_be_overridden_after_a_preset():
     # Each value differs from the keras preset's, so an ignored override fails; -inf arrives
-    # from the command line as a float, as a user types it.
-    changed = {"stem_conv": "valid", "stem_pool": "valid", "stem_pool_value": "-inf", "block_conv": "valid"}
+    # from the command line as a float, as a user types it, and True as a bool.
+    changed = {"stem_conv": "valid", "stem_pool": "valid", "stem_pool_value": "-inf", "block_conv": "valid",
+               "stem_conv_blur": True, "stem_pool_blur": True, "block_conv_blur": True}
     assert set(changed) == set(SITES) and all(getattr(PRESETS["keras"], s) != v for s, v in changed.items())
     for site, value in changed.items():
-        padding = build_run_model(compose_train("+padding=keras", f"padding.{site}={value}")).meta.padding
+        plus = "+" if site.endswith("_blur") else ""  # a preset has no blur slots (a recipe's blur survives it)
+        padding = build_run_model(compose_train("+padding=keras", f"{plus}padding.{site}={value}")).meta.padding
         assert padding == replace(PRESETS["keras"], **{site: value}), site
 
 

@@ -22,6 +22,7 @@ from ..archs import canonical_name
 from ..checkpoint import CheckpointError, read_torch_file
 from ..diagnose import describe, error_line
 from ..model import ResNet, build_model
+from ..padding import init_blur_filters
 
 
 class WeightsError(ValueError):
@@ -254,4 +255,5 @@ def assign(model: ResNet, state_dict: Mapping[str, torch.Tensor]) -> ResNet:
         if any(t.is_meta for t in module.parameters(recurse=False)):
             module.to_empty(device="cpu", recurse=False)
             module.reset_parameters()
+    init_blur_filters(model)  # a blurred site's filter is no state-dict entry
     return model.eval()

@@ -39,12 +39,15 @@ What the trainer does::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
+from .augment import Augmented, train_size
 from .batch import collate, pass_batch
 from .dataloader import DataLoader
 from .imagefolder import ImageFolder, check_same_classes
@@ -69,9 +72,14 @@ class Loaders:
     protocol: dict[str, str]  # dataset and transforms, for result rows
     order_depends_on: dict = field(default_factory=dict)  # besides world size and batch: what fixes the batch order
 
+    train_size: Callable[[int], int] | None = None  # epoch -> training crop (progressive resizing)
+
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
-        """Call before every epoch: reshuffles the train split; ``start_step`` > 0 skips the
-        batches a run resumed mid-epoch has already trained on."""
+        """Call before every epoch: reshuffles the train split (and sets the epoch's training crop
+        under progressive resizing); ``start_step`` > 0 skips the batches a run resumed mid-epoch
+        has already trained on."""
+        if self.train_size is not None:
+            self.train.dataset.transform.set_size(self.train_size(epoch))
         if isinstance(self.train.dataset, ShardBatches):
             self.train.dataset.set_epoch(epoch, start_step)
         else:
@@ -88,18 +96,30 @@ def build_loaders(
     seed: int = 0,
     image_size: int | None = None,  # None: 224 for image folders, 28 for fashion_mnist (the only size it has)
     val_batch_size: int | None = None,  # None: batch_size
+    val_size: int | None = None,  # val crop (train/test resolution split, FixRes); None: image_size
     crop_pct: float = 0.875,  # val: resize to floor(image_size / crop_pct), centre crop image_size
     min_scale: float = 0.08,  # train: smallest crop area, as a fraction of the image
     interpolation: str = "bilinear",  # or bicubic; train and val
     crop_padding: int = 4,  # fashion_mnist train: random crop after zero padding by this many pixels
     augment: bool = True,  # False: train images get the val transform (deterministic runs, tests)
+    auto_augment: str | None = None,  # ta_wide | rand-m6-... (data.augment): a policy after the crop
+    repeated_aug: int = 0,  # > 1: timm's RepeatAugSampler, each image this many times per epoch
+    progressive: Mapping | None = None,  # data.augment.train_size's keywords: the crop grows per epoch
 ) -> Loaders:
     """Train and val loaders of dataset ``name`` for process ``rank`` of ``world_size``."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if name == "fashion_mnist" and (auto_augment or repeated_aug > 1 or progressive):
+        raise ValueError("fashion_mnist is augmented in memory by random crops and flips only; auto_augment, "
+                         "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)")
+    extras = dict(auto_augment=auto_augment, progressive=progressive)
     if name in SHARDED:
+        if repeated_aug > 1:
+            raise ValueError("repeated augmentation samples indices: it needs image folders, not shards "
+                             "(data=imagenet), or data.repeated_aug=0")
         return _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size or 224,
-                              val_batch_size or batch_size, crop_pct, min_scale, interpolation, augment)
+                              val_batch_size or batch_size, crop_pct, min_scale, interpolation, augment, val_size,
+                              **extras)
     if name == "fashion_mnist":
         if image_size not in (None, 28):
             raise ValueError(f"fashion_mnist images are 28x28; leave image_size unset, not {image_size}")
@@ -115,7 +135,8 @@ def build_loaders(
     else:
         image_size, in_chans = image_size or 224, 3
         train_dir, val_dir = _split_dirs(name, root)
-        train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment)
+        train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size,
+                                            **extras)
         train_set = ImageFolder(train_dir, train_tf)
         val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes)
         class_names, collate_fn = train_set.classes, collate
@@ -130,7 +151,7 @@ def build_loaders(
     train = DataLoader(
         train_set,
         batch_size=batch_size,
-        sampler=_train_sampler(train_set, rank, world_size, seed),
+        sampler=_train_sampler(train_set, rank, world_size, seed, repeated_aug),
         drop_last=True,  # a last batch of one image breaks BatchNorm
         generator=torch.Generator().manual_seed(seed + rank),  # seeds the workers' augmentation RNG
         **common,
@@ -150,25 +171,40 @@ def build_loaders(
         image_size=image_size,
         val_size=len(val_set),
         protocol={"dataset": name, **protocol},
+        train_size=_size_schedule(progressive),
     )
 
 
-def _file_transforms(image_size, crop_pct, min_scale, interpolation, augment):
+def _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size=None, auto_augment=None,
+                     progressive=None):
     """(train, val) transforms of encoded image files, for folders and shards alike."""
-    val_tf = ResizeCenterCrop(image_size, crop_pct=crop_pct, interpolation=interpolation)
+    val_tf = ResizeCenterCrop(val_size or image_size, crop_pct=crop_pct, interpolation=interpolation)
+    if not augment:
+        if auto_augment or progressive:
+            raise ValueError("data.augment=false gives training images the validation transform; auto_augment "
+                             "and progressive resizing need data.augment=true")
+        return val_tf, val_tf
     train_tf = RandomResizedCropFlip(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
-    return (train_tf if augment else val_tf), val_tf
+    if progressive:
+        train_tf.set_size(_size_schedule(progressive)(0))
+        train_tf.share_size()  # set_epoch changes it in the persistent workers too
+    return (Augmented(train_tf, auto_augment) if auto_augment else train_tf), val_tf
+
+
+def _size_schedule(progressive: Mapping | None) -> Callable[[int], int] | None:
+    return None if not progressive else partial(train_size, **progressive)
 
 
 def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size, val_batch_size, crop_pct,
-                   min_scale, interpolation, augment) -> Loaders:
+                   min_scale, interpolation, augment, val_size=None, auto_augment=None, progressive=None) -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`)."""
     if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
         raise FileNotFoundError(
             f"{name} needs data.root=/path/to/shards holding train/ and val/, each with index.json and "
             f"its .tar shards (python -m data.shards imagenet RAW_ROOT OUT_ROOT writes them); got root={root}"
         )
-    train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment)
+    train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size,
+                                        auto_augment, progressive)
     train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed)
     val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False)
     check_same_classes(train_set.classes, val_set.classes)
@@ -184,13 +220,21 @@ def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, imag
         val_size=val_set.total,
         protocol={"dataset": name, "train": repr(train_tf), "val": repr(val_tf)},
         order_depends_on={"workers": workers},  # each worker reads a contiguous block of batches
+        train_size=_size_schedule(progressive),
     )
 
 
-def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int) -> Sampler:
-    """Shuffled shares reseeded per epoch; for image folders also a seed per sample (exact resume)."""
-    shards = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    return EpochSampler(shards, seed, seeded=isinstance(train_set, ImageFolder))
+def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, repeated_aug: int = 0) -> Sampler:
+    """Shuffled shares reseeded per epoch; for image folders also a seed per sample (exact resume).
+    ``repeated_aug`` > 1: timm's RepeatAugSampler (each image that many times per epoch, the copies on
+    different ranks where there are several; Hoffer et al. 2020, the torchvision V2 recipe)."""
+    if repeated_aug > 1:
+        from timm.data.distributed_sampler import RepeatAugSampler
+
+        shares = RepeatAugSampler(train_set, num_replicas=world_size, rank=rank, num_repeats=repeated_aug)
+        return EpochSampler(shares, seed, seeded=isinstance(train_set, ImageFolder), rank=rank)
+    shares = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    return EpochSampler(shares, seed, seeded=isinstance(train_set, ImageFolder))
 
 
 def _split_dirs(name: str, root: str | None) -> tuple[Path, Path]:

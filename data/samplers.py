@@ -65,10 +65,11 @@ class EpochSampler(Sampler):
     across epochs, how many epochs this process has run, or the world size.
     """
 
-    def __init__(self, inner: DistributedSampler, seed: int, seeded: bool = True):
+    def __init__(self, inner: DistributedSampler | Sampler, seed: int, seeded: bool = True, rank: int | None = None):
         self.inner = inner
         self.seed = seed
         self.seeded = seeded
+        self.rank = rank  # set where ``inner`` repeats indices (timm's RepeatAugSampler): each copy its own seed
         self.epoch = 0
         self.start = 0
 
@@ -79,6 +80,13 @@ class EpochSampler(Sampler):
         self.inner.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int | tuple[int, int]]:
+        if self.seeded and self.rank is not None:  # repeated indices: (rank, copy) tell copies apart
+            seen: dict[int, int] = {}
+            seeds = []
+            for i in self.inner:
+                copy = seen[i] = seen.get(i, -1) + 1
+                seeds.append((i, sample_seed(sample_seed(self.seed, self.rank, copy), self.epoch, i)))
+            return iter(seeds[self.start :])
         indices = islice(self.inner, self.start, None)
         if not self.seeded:
             return indices

@@ -31,12 +31,28 @@ class RandomResizedCropFlip:
         interpolation: str = "bilinear",
         hflip: float = 0.5,
     ):
-        self.size = size
+        self._size: int | torch.Tensor = size
         self.scale = scale
         self.ratio = ratio
         self.log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
         self.interpolation = check_interpolation(interpolation)
         self.hflip = hflip
+
+    @property
+    def size(self) -> int:
+        return int(self._size)
+
+    def set_size(self, size: int) -> None:
+        """A new output side from the next image on; seen by loader workers already running once
+        :meth:`share_size` was called before they started (progressive resizing)."""
+        if isinstance(self._size, torch.Tensor):
+            self._size.fill_(size)
+        else:
+            self._size = size
+
+    def share_size(self) -> None:
+        """Keep the output side in shared memory, so that :meth:`set_size` reaches every worker."""
+        self._size = torch.tensor(self.size, dtype=torch.int64).share_memory_()
 
     def sample(self, height: int, width: int) -> tuple[tuple[int, int, int, int], bool]:
         """A crop box (top, left, height, width) and whether to flip.

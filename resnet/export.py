@@ -235,7 +235,7 @@ def run(cfg: DictConfig) -> Path:
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
 
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
+    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
     model = padded_as_configured(cfg, loaded.model)
     size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
     try:

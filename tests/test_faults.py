@@ -73,10 +73,10 @@ def die():
 
 
 if KIND in ("step", "usr1"):
-    real_loss_and_mixup = engine_run._loss_and_mixup
+    real_loss_and_augment = engine_run._loss_and_augment
 
-    def loss_and_mixup(cfg, num_classes):
-        loss_fn, mixup = real_loss_and_mixup(cfg, num_classes)
+    def loss_and_augment(cfg, num_classes, device):
+        loss_fn, augment = real_loss_and_augment(cfg, num_classes, device)
 
         def loss(logits, labels):
             if not due():
@@ -86,9 +86,9 @@ if KIND in ("step", "usr1"):
             os.kill(os.getpid(), signal.SIGUSR1)  # usr1
             return loss_fn(logits, labels)
 
-        return loss, mixup
+        return loss, augment
 
-    engine_run._loss_and_mixup = loss_and_mixup
+    engine_run._loss_and_augment = loss_and_augment
 elif KIND == "save":
     real_save = torch.save
 
@@ -334,19 +334,19 @@ def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_fo
 
 def nan_at(monkeypatch, n: int) -> None:
     """The ``n``-th loss of the next in-process run is NaN."""
-    real = engine_run._loss_and_mixup
+    real = engine_run._loss_and_augment
 
-    def loss_and_mixup(cfg, num_classes):
-        loss_fn, mixup = real(cfg, num_classes)
+    def loss_and_augment(cfg, num_classes, device):
+        loss_fn, augment = real(cfg, num_classes, device)
         calls = [0]
 
         def loss(logits, labels):
             calls[0] += 1
             return loss_fn(logits, labels) * (float("nan") if calls[0] == n else 1.0)
 
-        return loss, mixup
+        return loss, augment
 
-    monkeypatch.setattr(engine_run, "_loss_and_mixup", loss_and_mixup)
+    monkeypatch.setattr(engine_run, "_loss_and_augment", loss_and_augment)
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny_folder, tmp_path, monkeypatch):

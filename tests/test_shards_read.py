@@ -155,11 +155,11 @@ def test_training_on_shards_preempted_mid_epoch_resumes_to_the_same_weights(data
     straight = train(compose_config("train", *shard_overrides(shards, tmp_path / "straight", *common)))
     assert straight["n_val_images"] == 7 and straight["dataset"] == "imagenet_shards"
 
-    real = engine_run._loss_and_mixup
+    real = engine_run._loss_and_augment
     calls = []
 
-    def signalling(cfg, num_classes):
-        loss_fn, mixup = real(cfg, num_classes)
+    def signalling(cfg, num_classes, device):
+        loss_fn, augment = real(cfg, num_classes, device)
 
         def loss(logits, labels):
             calls.append(1)
@@ -167,15 +167,15 @@ def test_training_on_shards_preempted_mid_epoch_resumes_to_the_same_weights(data
                 os.kill(os.getpid(), signal.SIGUSR1)
             return loss_fn(logits, labels)
 
-        return loss, mixup
+        return loss, augment
 
-    monkeypatch.setattr(engine_run, "_loss_and_mixup", signalling)
+    monkeypatch.setattr(engine_run, "_loss_and_augment", signalling)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     run_dir = tmp_path / "preempted"
     with pytest.raises(Stopped, match="stopped by SIGUSR1"):
         train(compose_config("train", *shard_overrides(shards, run_dir, *common, "resume=true")))
     assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 4
-    monkeypatch.setattr(engine_run, "_loss_and_mixup", real)
+    monkeypatch.setattr(engine_run, "_loss_and_augment", real)
     train(compose_config("train", *shard_overrides(shards, run_dir, *common, "resume=true")))
     a, b = load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt")
     assert a["step"] == b["step"] == 12

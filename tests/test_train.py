@@ -77,7 +77,7 @@ def test_train_writes_results_metrics_and_checkpoint(tiny_folder, tmp_path):
 
 
 def test_resume_after_an_interruption_ends_with_identical_weights(tiny_folder, tmp_path):
-    common = ("epochs=3", "deterministic=true", "seed=3")
+    common = ("epochs=3", "deterministic=true", "seed=3", "ema_decay=0.9")  # the EMA weights resume too
     run_in_process(tiny_folder, tmp_path / "straight", *common)
     run_in_process(tiny_folder, tmp_path / "split", *common, "stop_after=1")  # "interrupted" after epoch 1
     assert load_checkpoint(tmp_path / "split" / "last.pt")["epoch"] == 1
@@ -90,6 +90,9 @@ def test_resume_after_an_interruption_ends_with_identical_weights(tiny_folder, t
     momentum_a = [s["momentum_buffer"] for s in a["optimizer"]["state"].values()]
     momentum_b = [s["momentum_buffer"] for s in b["optimizer"]["state"].values()]
     assert all(torch.equal(x, y) for x, y in zip(momentum_a, momentum_b))
+    assert a["ema"].keys() == a["model"].keys()
+    for key, tensor in a["ema"].items():
+        assert torch.equal(tensor, b["ema"][key]), key
 
 
 @pytest.mark.slow

@@ -128,6 +128,7 @@ def train_one_epoch(
     bar = tqdm(total=end, initial=first, desc=f"train {epoch}", disable=not (ctx.progress and ctx.env.is_main),
                leave=False)
     loss_sum = torch.full((), stats.loss_sum, device=ctx.env.device)
+    lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
     start = window_start = time.perf_counter()
     seconds_before = stats.seconds
     window_images = 0
@@ -171,7 +172,7 @@ def train_one_epoch(
                     stats.skipped_steps += 1
                     optimizer.zero_grad(set_to_none=True)
                 else:
-                    _update(model, optimizer, scheduler, loss, ctx, steps_before + stats.steps)
+                    lr = _update(model, optimizer, scheduler, loss, ctx, steps_before + stats.steps)
                     n = images.shape[0]
                     loss_sum += loss.detach() * n
                     stats.images += n
@@ -179,7 +180,6 @@ def train_one_epoch(
                     window_images += n
                     if stats.steps % ctx.log_every == 0 or stats.batches == end:
                         now = time.perf_counter()
-                        lr = optimizer.param_groups[0]["lr"]
                         rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
                         record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr,
                                   "images_per_s": rate}
@@ -193,7 +193,7 @@ def train_one_epoch(
     finally:
         bar.close()
     stats.seconds = seconds_before + time.perf_counter() - start
-    stats.lr = optimizer.param_groups[0]["lr"]
+    stats.lr = lr
     totals = all_reduce_sum(
         torch.tensor([loss_sum.item(), stats.images, stats.skipped_images, stats.unused_images], dtype=torch.float64,
                      device=ctx.env.device),
@@ -208,8 +208,10 @@ def train_one_epoch(
     return stats
 
 
-def _update(model: nn.Module, optimizer, scheduler, loss: torch.Tensor, ctx: StepContext, step: int) -> None:
-    """Backward, (clip,) optimizer and scheduler step, EMA update."""
+def _update(model: nn.Module, optimizer, scheduler, loss: torch.Tensor, ctx: StepContext, step: int) -> float:
+    """Backward, (clip,) optimizer and scheduler step, EMA update; returns the LR the step used
+    (after the last step a schedule has no LR left to give: OneCycleLR's would be negative)."""
+    lr = optimizer.param_groups[0]["lr"]
     optimizer.zero_grad(set_to_none=True)
     if ctx.scaler is not None:
         ctx.scaler.scale(loss).backward()
@@ -226,6 +228,7 @@ def _update(model: nn.Module, optimizer, scheduler, loss: torch.Tensor, ctx: Ste
     scheduler.step()
     if ctx.ema is not None:
         ctx.ema.update(model, step=step)
+    return lr
 
 
 def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool]:

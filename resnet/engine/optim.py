@@ -9,6 +9,7 @@ AdamW and timm's LAMB.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import torch
@@ -80,9 +81,13 @@ def build_scheduler(
     name = cfg["name"]
     total = max(steps_per_epoch * epochs, 1)
     if name == "onecycle":
+        if total < 3:  # too short for two linear phases (OneCycleLR divides by each phase's length)
+            return lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
+        # each phase at least one step long (smoke runs of a few steps; no effect on real schedules)
+        pct_start = min(max(cfg.get("pct_start", 0.25), 2 / total), (total - 1) / total)
         peaks = [group["lr"] for group in optimizer.param_groups]
         return lr_scheduler.OneCycleLR(
-            optimizer, max_lr=peaks, total_steps=total, pct_start=cfg.get("pct_start", 0.25),
+            optimizer, max_lr=peaks, total_steps=total, pct_start=pct_start,
             anneal_strategy="linear", cycle_momentum=False, div_factor=cfg.get("div_factor", 25.0),
             final_div_factor=cfg.get("final_div_factor", 1e4),
         )  # fmt: skip
@@ -99,3 +104,27 @@ def build_scheduler(
         return main
     ramp = lr_scheduler.LinearLR(optimizer, start_factor=cfg.get("warmup_start_factor", 0.01), total_iters=warmup)
     return lr_scheduler.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
+
+
+def scheduler_state(scheduler: lr_scheduler.LRScheduler) -> dict:
+    """``scheduler.state_dict()`` as plain data a checkpoint may hold: MultiStepLR keeps its
+    milestones in a ``collections.Counter``, which loading with ``weights_only`` refuses."""
+
+    def plain(value):
+        if isinstance(value, Counter):
+            return dict(value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(scheduler.state_dict())
+
+
+def load_scheduler_state(scheduler: lr_scheduler.LRScheduler, state: dict) -> None:
+    """The inverse of :func:`scheduler_state`: load, then give MultiStepLR its Counter back."""
+    scheduler.load_state_dict(state)
+    for part in [scheduler, *getattr(scheduler, "_schedulers", [])]:
+        if isinstance(part, lr_scheduler.MultiStepLR) and not isinstance(part.milestones, Counter):
+            part.milestones = Counter({int(k): v for k, v in part.milestones.items()})

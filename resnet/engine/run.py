@@ -18,11 +18,12 @@ from ..config import ConfigError, check_run_config, data_workers, join_job, padd
 from ..diagnose import error_line
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
-from ..report.console import summary
-from ..report.rows import git_commit
+from ..evaluation.tencrop import flip_pair
+from ..report.console import format_table
+from ..report.rows import git_commit, library_versions
 from .lock import own_run_dir
 from .loop import EpochStats, StepContext, train_one_epoch
-from .optim import build_optimizer, build_scheduler
+from .optim import build_optimizer, build_scheduler, load_scheduler_state, scheduler_state
 from .preempt import Stopped, StopRequest
 from .runlog import RunLogger
 from .state import epoch_seed, find_resume, load_training_state, rng_state, seed_everything, set_rng_state
@@ -33,6 +34,8 @@ SUMMARY_COLUMNS = {
     "padding": "padding_name",
     "dataset": "dataset",
     "epochs": "epochs",
+    "weights": "weights",
+    "amp": "amp",
     "top1_err %": "top1_err",
     "top5_err %": "top5_err",
     "val images": "n_val_images",
@@ -56,7 +59,8 @@ class LoaderWorkerDied(RunFailed):
 def build_run_model(cfg: DictConfig) -> nn.Module:
     """The model of ``cfg.model`` under the configured padding; its meta records what the run
     trains with: the data's preprocessing (where set) and its size, for evaluation."""
-    recorded = {"preprocessing": cfg.data.get("preprocessing"), "eval_size": cfg.data.get("image_size")}
+    recorded = {"preprocessing": cfg.data.get("preprocessing"),
+                "eval_size": cfg.data.get("val_size") or cfg.data.get("image_size")}
     return instantiate(cfg.model, padding=padding_from_config(cfg), **{k: v for k, v in recorded.items() if v})
 
 
@@ -87,6 +91,12 @@ def _check_config(cfg: DictConfig) -> None:
     if (cfg.mixup or cfg.cutmix) and cfg.batch_size < 2:
         raise ConfigError(f"mixup and cutmix mix the images of a batch with each other; batch_size={cfg.batch_size} "
                           "has nothing to mix: pass batch_size=2 or more, or mixup=0 cutmix=0")
+    if cfg.loss not in LOSSES:
+        raise ConfigError(f"unknown loss {cfg.loss!r}; choose one of {', '.join(LOSSES)} (loss=ce)")
+    if not 0 <= cfg.random_erasing <= 1:
+        raise ConfigError(f"random_erasing={cfg.random_erasing} is a probability: between 0 and 1, e.g. 0.25")
+    if cfg.ema_decay and not 0 < cfg.ema_decay < 1:
+        raise ConfigError(f"ema_decay={cfg.ema_decay} must be in (0, 1), e.g. ema_decay=0.9999, or 0 for no EMA")
     if OmegaConf.is_missing(cfg.data, "num_classes"):
         raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")
 
@@ -119,6 +129,10 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
             crop_pct=data_cfg.crop_pct,
             interpolation=data_cfg.interpolation,
             augment=data_cfg.augment,
+            val_size=data_cfg.get("val_size"),
+            auto_augment=data_cfg.get("auto_augment"),
+            repeated_aug=data_cfg.get("repeated_aug") or 0,
+            progressive=_plain(data_cfg.get("progressive_resize")),
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
@@ -154,7 +168,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
         from timm.utils import ModelEmaV3
 
         ema = ModelEmaV3(model, decay=cfg.ema_decay)
-    loss_fn, mixup = _loss_and_mixup(cfg, loaders.num_classes)
+    loss_fn, batch_augment = _loss_and_augment(cfg, loaders.num_classes, env.device)
 
     start_epoch, global_step, history, partial, resume_rng = 0, 0, [], None, None
     layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **loaders.order_depends_on}
@@ -184,7 +198,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
             raise ConfigError(str(err)) from None
         try:
             optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
+            load_scheduler_state(scheduler, state["scheduler"])
             if scaler is not None and "scaler" in state:
                 scaler.load_state_dict(state["scaler"])
             if ema is not None and "ema" in state:
@@ -211,7 +225,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
     ctx = StepContext(
         runtime=runtime,
         normalize=Normalize(meta.preprocessing).to(env.device),
-        augment=mixup,
+        augment=batch_augment,
         loss_fn=loss_fn,
         scaler=scaler,
         grad_clip=cfg.grad_clip,
@@ -243,7 +257,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
                 extra["epoch_partial"] = epoch_partial
             try:
                 save_checkpoint(
-                    checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                    checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler_state(scheduler),
                     epoch=epoch_done, step=step, rng=rng, history=history, config=config, layout=layout, **extra,
                 )
                 kept = f"last.pt of epoch {epoch_done}, step {step} is intact"
@@ -255,6 +269,9 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
             raise CheckpointWriteError(failed)
 
     val: dict = {}
+    ema_val: dict = {}
+    # eval_flip: each val image and its mirror image, softmax averaged (FFCV's test-time flip)
+    val_protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if cfg.get("eval_flip") else {}
     train_rate = 0.0
     last_epoch = cfg.epochs if not cfg.stop_after else min(cfg.epochs, start_epoch + cfg.stop_after)
     try:
@@ -281,10 +298,11 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
                    "skipped_steps": stats.skipped_steps, "empty_steps": stats.empty_steps,
                    "unused_images": stats.unused_images, "epoch_seconds": stats.seconds}
             if last or (epoch + 1) % cfg.eval_every == 0:
-                val = evaluate(model, loaders.val, runtime, ctx.normalize, desc="val").metrics()
+                val = evaluate(model, loaders.val, runtime, ctx.normalize, desc="val", **val_protocol).metrics()
                 row.update({f"val_{k}": v for k, v in val.items()})
                 if ema is not None:
-                    ema_val = evaluate(ema.module, loaders.val, runtime, ctx.normalize, desc="val ema").metrics()
+                    ema_val = evaluate(ema.module, loaders.val, runtime, ctx.normalize, desc="val EMA",
+                                       **val_protocol).metrics()
                     row.update({f"ema_{k}": v for k, v in ema_val.items()})
             history.append(row)
             logger.log_steps(stats.history, epoch)
@@ -320,19 +338,36 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
         "epochs": last_epoch,
         "global_batch": global_batch,
         "world_size": env.world_size,
+        "amp": cfg.amp,
         "top1_err": val.get("top1_err"),
         "top5_err": val.get("top5_err"),
+        "ema_decay": cfg.ema_decay,
+        "ema_top1_err": ema_val.get("top1_err"),  # None without EMA
+        "ema_top5_err": ema_val.get("top5_err"),
         "n_val_images": val.get("n_images"),
+        "skipped_images": sum(int(r.get("skipped_images") or 0) for r in history),  # training, every epoch
+        "val_skipped_images": val.get("skipped_images"),
         "train_images_per_s": train_rate,
         "val_images_per_s": val.get("images_per_s"),
         "wall_seconds": time.perf_counter() - wall_start,
+        "versions": library_versions(),
         "git_commit": git_commit(),
         "run_dir": str(run_dir),
     }
     logger.finish(results, checkpoint, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
     if env.is_main:
-        print(summary(results, SUMMARY_COLUMNS, f"results: {results['run_dir']}/results.json"))
+        print(_summary(results, f"results: {results['run_dir']}/results.json"))
     return results
+
+
+def _summary(results: dict, footer: str) -> str:
+    """The closing table: one row for the trained weights, and one for their EMA when kept."""
+    rows = [{**results, "weights": "model"}]
+    if results["ema_top1_err"] is not None:
+        rows.append({**results, "weights": f"EMA {results['ema_decay']:g}", "top1_err": results["ema_top1_err"],
+                     "top5_err": results["ema_top5_err"]})
+    table = [{heading: row[key] for heading, key in SUMMARY_COLUMNS.items()} for row in rows]
+    return "\n" + format_table(table) + "\n" + footer
 
 
 def _write_error(err: BaseException) -> str:
@@ -346,22 +381,59 @@ def _write_error(err: BaseException) -> str:
     return error_line(err)
 
 
-def _loss_and_mixup(cfg: DictConfig, num_classes: int):
-    if cfg.mixup or cfg.cutmix:
-        from timm.loss import SoftTargetCrossEntropy
+def _plain(node):
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
-        from .mixup import AnyBatchMixup
 
-        mixup = AnyBatchMixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
-                              num_classes=num_classes)
-        return SoftTargetCrossEntropy(), mixup
-    return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing), None
+LOSSES = ("ce", "bce")
+
+
+def _loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
+    """The loss, and the batch augmentation on the device (timm's RandomErasing, then timm's
+    Mixup/CutMix), as the config names them.
+
+    ``loss=ce``: cross-entropy with ``label_smoothing`` (torch's; timm's SoftTargetCrossEntropy on
+    mixed targets). ``loss=bce``: timm's BinaryCrossEntropy ("ResNet strikes back"), targets binarised
+    at ``bce_target_threshold`` when set."""
+    from timm.loss import BinaryCrossEntropy, SoftTargetCrossEntropy
+
+    from .mixup import AnyBatchMixup
+
+    mixing = bool(cfg.mixup or cfg.cutmix)
+    if cfg.loss == "bce":
+        loss_fn = BinaryCrossEntropy(smoothing=0.0 if mixing else cfg.label_smoothing,
+                                     target_threshold=cfg.get("bce_target_threshold"))
+    elif mixing:
+        loss_fn = SoftTargetCrossEntropy()
+    else:
+        loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    steps = []
+    if cfg.get("random_erasing"):
+        from data.augment import random_erasing
+
+        erase = random_erasing(cfg.random_erasing, device)
+        steps.append(lambda x, y: (erase(x), y))
+    if mixing:
+        steps.append(AnyBatchMixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
+                                   num_classes=num_classes))
+    if not steps:
+        return loss_fn, None
+
+    def augment(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for step in steps:
+            x, y = step(x, y)
+        return x, y
+
+    augment.steps = steps  # what runs, for a test to see
+    return loss_fn, augment
 
 
 def _print_epoch(row: dict) -> None:
     parts = [f"epoch {row['epoch']}", f"loss {row['train_loss']:.4f}", f"{row['train_images_per_s']:.0f} img/s"]
     if "val_top1_err" in row:
         parts += [f"val top-1 err {row['val_top1_err']:.2f}%", f"top-5 err {row['val_top5_err']:.2f}%"]
+    if "ema_top1_err" in row:
+        parts.append(f"EMA top-1 err {row['ema_top1_err']:.2f}%")
     if row["skipped_images"]:
         parts.append(f"skipped {row['skipped_images']} unreadable images, e.g. {row['skipped_examples']}")
     if row["empty_steps"]:

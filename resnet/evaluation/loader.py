@@ -38,19 +38,23 @@ VAL_LABELS = ("LOC_val_solution.csv", "ILSVRC2012_validation_ground_truth.txt",
               "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt")
 
 
+
+CROP_COUNTS = (1, 2, 10)  # the crops= protocols: centre; centre and its flip; corners + centre and flips
+
 @dataclass(frozen=True)
 class EvalProtocol:
     """How images become network input; every field goes into the results row."""
 
-    crops: int  # 1 (centre) or 10 (corners + centre, and their flips)
+    crops: int  # 1 (centre), 2 (centre and its flip) or 10 (corners + centre, and their flips)
     crop: int  # side of each crop (px)
     resize: int  # shorter side after resizing (px), >= crop
     interpolation: str  # bilinear | bicubic, antialiased
     preprocessing: str  # torch | caffe | tf (data.normalize)
 
     def __post_init__(self) -> None:
-        if self.crops not in (1, 10):
-            raise ValueError(f"crops must be 1 (centre crop) or 10 (corners + centre and flips), got {self.crops}")
+        if self.crops not in CROP_COUNTS:
+            raise ValueError(f"crops must be 1 (centre crop), 2 (and its flip) or 10 (corners + centre and flips), "
+                             f"got {self.crops}")
         if not 0 < self.crop <= self.resize:
             raise ValueError(f"crop={self.crop} must be positive and at most resize={self.resize}")
         check_interpolation(self.interpolation)
@@ -157,7 +161,7 @@ def build_eval_loader(
         native = dataset.images.shape[-1]
         device_resize = None if protocol.resize == native else protocol.resize
     else:
-        if protocol.crops == 1:
+        if protocol.crops in (1, 2):  # the centre crop (and its flip, made on the device)
             transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
         else:
             transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded

@@ -13,9 +13,9 @@ from ..config import ConfigError, check_run_config, data_workers, join_job, padd
 from ..distributed import DistEnv, shutdown
 from ..model import ModelMeta, with_padding
 from ..report.console import summary
-from ..report.rows import append_row, git_commit
+from ..report.rows import append_row, git_commit, library_versions
 from ..weights import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, load_weights, parse_weights
-from .loader import EvalData, EvalProtocol, build_eval_loader, eval_dir
+from .loader import CROP_COUNTS, EvalData, EvalProtocol, build_eval_loader, eval_dir
 from .loop import Evaluation, evaluate
 from .tencrop import protocol_view
 
@@ -47,8 +47,9 @@ def evaluate_weights(cfg: DictConfig) -> dict:
 
 
 def _check_config(cfg: DictConfig) -> None:
-    if cfg.crops not in (1, 10):
-        raise ConfigError(f"crops must be 1 (centre crop) or 10 (corners + centre and flips), got {cfg.crops}")
+    if cfg.crops not in CROP_COUNTS:
+        raise ConfigError(f"crops must be 1 (centre crop), 2 (centre and its flip) or 10 (corners + centre and "
+                          f"flips), got {cfg.crops}")
     check_run_config(cfg)
     check_logger(cfg)
     if cfg.data.name != "fashion_mnist":
@@ -116,7 +117,7 @@ def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -
 def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     from data import Normalize  # imported here so that composing configs stays fast
 
-    loaded = _load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env)
+    loaded = _load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env, cfg.ema)
     model, trained_padding = loaded.model, loaded.model.meta.padding_name
     model = padded_as_configured(cfg, model)
     meta = model.meta
@@ -154,6 +155,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         "arch": meta.arch,
         "weights": spec.text,
         "weights_source": spec.source,
+        "ema": bool(cfg.ema),
         "trained_padding": trained_padding,
         "padding_name": meta.padding_name,
         "padding": meta.padding.as_dict(),
@@ -162,12 +164,15 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         "crop": protocol.crop,
         "interpolation": protocol.interpolation,
         "preprocessing": protocol.preprocessing,
+        "amp": cfg.amp,
         "crops": protocol.crops,
         "dataset": cfg.data.name,
         "top1_err": result.top1_err,
         "top5_err": result.top5_err,
         "n_images": result.n_images,
+        "skipped_images": result.skipped_images,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": library_versions(),
         "git_commit": git_commit(),
     }
     if env.is_main:
@@ -189,9 +194,12 @@ def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
     run.finish()
 
 
-def _load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv) -> LoadedWeights:
+def _load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv, ema: bool = False) -> LoadedWeights:
     """Every process loads the weights; a download happens once, on rank 0, the others then
-    read its cached copy (or raise rank 0's error instead of waiting forever)."""
+    read its cached copy (or raise rank 0's error instead of waiting forever). ``ema``: a
+    checkpoint's EMA weights (files only: nothing to download)."""
+    if ema or not (env.distributed and download and spec.published):
+        return load_weights(spec, arch, download, ema=ema)
     if not (env.distributed and download and spec.published):
         return load_weights(spec, arch, download)
     loaded, error = None, [None]

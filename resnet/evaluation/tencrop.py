@@ -83,6 +83,12 @@ def average_crops(logits: torch.Tensor, crops: int) -> torch.Tensor:
     return logits.float().softmax(dim=-1).view(-1, crops, logits.shape[-1]).mean(dim=1)
 
 
+def flip_pair(images: torch.Tensor) -> torch.Tensor:
+    """[N, C, H, W] -> [N * 2, C, H, W]: each image, then its horizontal flip (FFCV's test-time
+    flip averaging, the ``crops=2`` protocol)."""
+    return torch.stack([images, images.flip(-1)], dim=1).flatten(0, 1)
+
+
 def protocol_view(
     protocol: EvalProtocol, resize: int | None = None
 ) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
@@ -96,6 +102,8 @@ def protocol_view(
             images = resize_shorter(images, resize, protocol.interpolation)
         if protocol.crops == 1:
             return centre_crop(images, protocol.crop)  # a no-op where the loader already cropped
+        if protocol.crops == 2:
+            return flip_pair(centre_crop(images, protocol.crop))
         return ten_crop(images, protocol.crop, sizes).flatten(0, 1)
 
     return view

@@ -17,27 +17,31 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..padding import PRESETS
+from ..padding import BLUR_SITES, PRESETS
 
 # Every row has exactly these keys, in this order. Errors are in percent.
 ROW_KEYS = (
     "arch",  # our architecture name (resnet.list_archs())
     "weights",  # the weights= value as given: a path, torchvision:<Enum>.<TAG>, timm:<name>, keras:<file>
     "weights_source",  # checkpoint | torchvision | timm | keras | fbtorch | tensornets
+    "ema",  # true: a checkpoint's EMA weights (eval.py ema=true), not the weights themselves
     "trained_padding",  # preset the weights were trained with / natively use ("custom" if none)
-    "padding_name",  # preset evaluated under ("custom" for a per-site mix)
-    "padding",  # {stem_conv, stem_pool, stem_pool_value, block_conv} evaluated under
+    "padding_name",  # preset evaluated under, "<preset>+blur(<sites>)" with blurred sites ("custom" for a per-site mix)
+    "padding",  # {stem_conv, stem_pool, stem_pool_value, block_conv} evaluated under, and *_blur: true where on
     "input_size",  # side of the square the network sees (px); equals crop
     "resize",  # shorter side after resizing, before cropping (px)
     "crop",  # side of each crop (px)
     "interpolation",  # bilinear | bicubic (antialiased)
     "preprocessing",  # torch | caffe | tf (data.normalize)
-    "crops",  # 1 (centre) or 10 (4 corners + centre, and their horizontal flips; softmax averaged)
+    "amp",  # none | bf16 | fp16: the autocast dtype the forward ran under
+    "crops",  # 1 (centre), 2 (centre and its flip) or 10 (4 corners + centre and their flips); softmax averaged
     "dataset",  # data.name: imagenet | imagefolder | fashion_mnist
     "top1_err",  # %
     "top5_err",  # %
     "n_images",  # images evaluated, over all processes, each exactly once
+    "skipped_images",  # unreadable files left out, over all processes (never silently: counted here)
     "date",  # ISO 8601, UTC
+    "versions",  # {"torch": ..., "torchvision": ..., "timm": ...} (library_versions())
     "git_commit",  # git_commit()
 )
 WEIGHTS_SOURCES = ("checkpoint", "torchvision", "timm", "keras", "fbtorch", "tensornets")
@@ -50,8 +54,8 @@ def check_row(row: Mapping) -> None:
         raise ValueError(f"results row has missing key(s) {missing} and unexpected key(s) {extra}; see ROW_KEYS")
     if row["weights_source"] not in WEIGHTS_SOURCES:
         raise ValueError(f"weights_source {row['weights_source']!r} is not one of {', '.join(WEIGHTS_SOURCES)}")
-    if row["crops"] not in (1, 10):
-        raise ValueError(f"crops must be 1 or 10, got {row['crops']!r}")
+    if row["crops"] not in (1, 2, 10):
+        raise ValueError(f"crops must be 1, 2 or 10, got {row['crops']!r}")
 
 
 def append_row(path: str | os.PathLike, row: Mapping) -> Path:
@@ -115,12 +119,18 @@ PROTOCOL_FIELDS = ("dataset", "input_size", "resize", "crop", "interpolation", "
 
 
 def scheme_label(row: Mapping) -> str:
-    """The preset name, or ``custom(site=scheme, ...)`` for the sites that differ from symmetric."""
+    """The scheme's name (a preset, or ``symmetric+blur(block_conv)``), or ``custom(site=scheme, ...)``
+    for the sites that differ from symmetric (a blur site as ``block_conv_blur=True``)."""
     if row["padding_name"] != "custom":
         return row["padding_name"]
-    base = PRESETS["symmetric"].as_dict()
+    base = {**PRESETS["symmetric"].as_dict(), **dict.fromkeys(BLUR_SITES, False)}
     changed = [f"{site}={value}" for site, value in sorted(row["padding"].items()) if base.get(site) != value]
     return f"custom({', '.join(changed)})"
+
+
+def weights_label(row: Mapping) -> str:
+    """The weights= value, marked ``(EMA)`` for a checkpoint's EMA weights: they are other weights."""
+    return f"{row['weights']} (EMA)" if row.get("ema") else str(row["weights"])
 
 
 def protocol_label(row: Mapping) -> str:
@@ -132,6 +142,8 @@ def protocol_label(row: Mapping) -> str:
     if row.get("crop") != row["input_size"]:
         parts.append(f"input {row['input_size']}")
     parts += [str(row[name]) for name in ("interpolation", "preprocessing") if row.get(name) is not None]
+    if row.get("amp") not in (None, "none"):
+        parts.append(f"{row['amp']} autocast")
     return ", ".join(parts) + f", {row['n_images']} images"
 
 
@@ -141,8 +153,9 @@ def _date(row: Mapping) -> datetime:
 
 
 def _evaluation_key(row: Mapping) -> tuple:
-    padding = json.dumps(row["padding"], sort_keys=True)
-    model = (row["arch"], row["weights"], row["weights_source"], row["trained_padding"])
+    # a blur site that is off counts as absent: rows from before the blur sites, and rows that spell it out, agree
+    padding = json.dumps({k: v for k, v in row["padding"].items() if k not in BLUR_SITES or v}, sort_keys=True)
+    model = (row["arch"], weights_label(row), row["weights_source"], row["trained_padding"])
     return (*model, row["padding_name"], padding, int(row["crops"]), *(row.get(f) for f in PROTOCOL_FIELDS))
 
 
@@ -169,3 +182,16 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
+def library_versions() -> dict[str, str]:
+    """The versions a number depends on beyond the code: torch, torchvision, timm."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "torchvision", "timm"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "absent"
+    return found

@@ -10,7 +10,8 @@ Rules, so that no number is silently merged with another:
   interpolation, preprocessing, number of images) are part of every table row's label,
   so results measured differently never share a row, a delta or a matrix.
 * A scheme is its ``padding_name``; a ``custom`` per-site padding is labelled by the
-  sites where it departs from ``symmetric``, so two custom schemes never merge.
+  sites where it departs from ``symmetric``, so two custom schemes never merge. A blurred
+  preset (``symmetric+blur(block_conv)``) is a scheme of its own, next to its preset.
 * 10-crop Top-5 is the ``top5_err`` of the row with ``crops=10``, same protocol.
 
 Output: Markdown, CSV and ``wandb.Table``; the charts are :mod:`resnet.report.charts`.
@@ -27,7 +28,7 @@ from pathlib import Path
 from ..archs import ARCHS
 from ..padding import PRESETS
 from .published import tensornets_reference
-from .rows import latest_rows, protocol_label, scheme_label
+from .rows import latest_rows, protocol_label, scheme_label, weights_label
 
 METRICS = ("top1_err", "top5_err", "top5_err_10crop")  # the three columns of a scheme
 METRIC_TITLES = {"top1_err": "Top-1", "top5_err": "Top-5", "top5_err_10crop": "10-crop Top-5"}
@@ -35,8 +36,14 @@ MODEL_COLUMNS = ("model", "weights", "trained with", "dataset", "protocol")
 
 
 def _scheme_order(labels: Iterable[str]) -> list[str]:
+    """Presets in PRESETS order, each followed by its blurred forms; then the rest (custom) by name."""
     presets = list(PRESETS)
-    return sorted(set(labels), key=lambda s: (presets.index(s) if s in presets else len(presets), s))
+
+    def key(label: str) -> tuple[int, str]:
+        base = label.split("+", 1)[0]
+        return (presets.index(base) if base in presets else len(presets), label)
+
+    return sorted(set(labels), key=key)
 
 
 def _arch_order(arch: str) -> tuple[int, str]:
@@ -101,7 +108,8 @@ def scheme_table(
         scheme = scheme_label(r)
         if scheme not in schemes:
             continue
-        key = (r["arch"], r["weights"], r["weights_source"], r["trained_padding"], str(r["dataset"]), protocol_label(r))
+        key = (r["arch"], weights_label(r), r["weights_source"], r["trained_padding"], str(r["dataset"]),
+               protocol_label(r))
         model_row = table.setdefault(key, ModelRow(*key))
         metrics = model_row.errors.setdefault(scheme, {})
         if int(r["crops"]) == 10:
@@ -144,7 +152,7 @@ def scheme_records(
             values += published(row.arch)
         records.append(dict(zip(columns, values)))
     for m in missing:
-        record = {"model": m["arch"], "weights": m["weights"], "trained with": m["trained_padding"],
+        record = {"model": m["arch"], "weights": weights_label(m), "trained with": m["trained_padding"],
                   "dataset": m["dataset"], "protocol": m.get("protocol"), "missing": m["fix"]}
         if reference:
             record.update(zip(columns[-5:-1], published(m["arch"])))
@@ -226,10 +234,10 @@ def cross_matrices(
     for (arch, dataset, protocol), group in sorted(groups.items(), key=lambda g: (_arch_order(g[0][0]), *g[0][1:])):
         weights_per_scheme: dict[str, set] = {}
         for r in group:
-            weights_per_scheme.setdefault(r["trained_padding"], set()).add((r["weights_source"], r["weights"]))
+            weights_per_scheme.setdefault(r["trained_padding"], set()).add((r["weights_source"], weights_label(r)))
         shared = {scheme for scheme, weights in weights_per_scheme.items() if len(weights) > 1}
-        labels = [f"{r['trained_padding']} ({r['weights']})" if r["trained_padding"] in shared else r["trained_padding"]
-                  for r in group]
+        labels = [f"{r['trained_padding']} ({weights_label(r)})" if r["trained_padding"] in shared
+                  else r["trained_padding"] for r in group]
         cells = {(label, scheme_label(r)): float(r[metric]) for label, r in zip(labels, group)}
         trained_scheme = {label: r["trained_padding"] for label, r in zip(labels, group)}
         order = {s: i for i, s in enumerate(_scheme_order(weights_per_scheme))}

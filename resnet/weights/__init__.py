@@ -89,15 +89,21 @@ def parse_weights(text: str | None) -> WeightsSpec:
     _malformed(value, f"{rest!r} is not {source.EXPECTED}")
 
 
-def load_weights(spec: WeightsSpec, arch: str | None = None, download: bool = False) -> LoadedWeights:
+def load_weights(
+    spec: WeightsSpec, arch: str | None = None, download: bool = False, ema: bool = False
+) -> LoadedWeights:
     """The model ``spec`` names, eval mode, under the padding its weights were trained with.
 
     ``arch``: the architecture of a bare file (else told from its tensors or layer names);
     for any other form it must agree with the weights'. ``download``: fetch published
-    weights missing from their hub's cache.
+    weights missing from their hub's cache. ``ema``: a train.py checkpoint's EMA weights.
     """
+    if ema and spec.source != "checkpoint":
+        raise WeightsError(f"ema=true reads the EMA weights a train.py checkpoint keeps; {spec.text} is "
+                           f"{spec.source} weights, which have none: drop ema=true")
     try:
-        loaded = SOURCES[spec.source].load(spec, arch, download)
+        source = SOURCES[spec.source]
+        loaded = source.load(spec, arch, download, ema=True) if ema else source.load(spec, arch, download)
     except WeightsError:
         raise
     except CheckpointError as err:  # a file cut short, pickled code, another arch's weights: the line names it

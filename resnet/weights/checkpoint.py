@@ -17,15 +17,24 @@ def is_published_name(text: str) -> bool:
     return False  # checkpoints are files only
 
 
-def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
+def load(spec: WeightsSpec, arch: str | None, download: bool, ema: bool = False) -> LoadedWeights:
+    """``ema``: the exponential moving average of the weights that train.py keeps beside them
+    (``ema_decay`` > 0) instead of the weights themselves."""
     if not spec.path.is_file():
         raise WeightsUnavailable(
             f"no checkpoint at {spec.path}; pass weights=/path/to/last.pt (a train.py run dir has one)"
         )
     checkpoint = load_checkpoint(spec.path)
-    model = model_from_checkpoint(checkpoint, where=spec.path)
+    if ema:
+        if not isinstance(checkpoint.get("ema"), dict):
+            raise WeightsUnavailable(
+                f"{spec.path} holds no EMA weights (its run had ema_decay=0): drop ema=true to evaluate its weights"
+            )
+        checkpoint = {**checkpoint, "model": checkpoint["ema"]}
+    model = model_from_checkpoint(checkpoint, where=f"{spec.path} (its EMA weights)" if ema else spec.path)
     data = checkpoint.get("config", {}).get("data", {})
     origin = OriginProtocol(
-        crop=data.get("image_size"), crop_pct=data.get("crop_pct"), interpolation=data.get("interpolation")
+        crop=data.get("val_size") or data.get("image_size"), crop_pct=data.get("crop_pct"),
+        interpolation=data.get("interpolation"),
     )
     return LoadedWeights(model, origin)

@@ -395,15 +395,15 @@ def _loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
     ``loss=ce``: cross-entropy with ``label_smoothing`` (torch's; timm's SoftTargetCrossEntropy on
     mixed targets). ``loss=bce``: timm's BinaryCrossEntropy ("ResNet strikes back"), targets binarised
     at ``bce_target_threshold`` when set."""
-    from timm.loss import BinaryCrossEntropy, SoftTargetCrossEntropy
-
-    from .mixup import AnyBatchMixup
-
     mixing = bool(cfg.mixup or cfg.cutmix)
     if cfg.loss == "bce":
+        from timm.loss import BinaryCrossEntropy  # timm is imported only where used: ~2 s per process
+
         loss_fn = BinaryCrossEntropy(smoothing=0.0 if mixing else cfg.label_smoothing,
                                      target_threshold=cfg.get("bce_target_threshold"))
     elif mixing:
+        from timm.loss import SoftTargetCrossEntropy
+
         loss_fn = SoftTargetCrossEntropy()
     else:
         loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
@@ -414,6 +414,8 @@ def _loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
         erase = random_erasing(cfg.random_erasing, device)
         steps.append(lambda x, y: (erase(x), y))
     if mixing:
+        from .mixup import AnyBatchMixup
+
         steps.append(AnyBatchMixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
                                    num_classes=num_classes))
     if not steps:

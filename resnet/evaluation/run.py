@@ -38,6 +38,9 @@ def evaluate_weights(cfg: DictConfig) -> dict:
     """Evaluate ``cfg.weights`` as configured (``configs/eval.yaml``); rank 0 appends the
     results row to ``cfg.results_file`` and prints the summary. Returns the row."""
     spec = weights_spec(cfg)
+    if cfg.ema and spec.source != "checkpoint":  # before any work: load_weights says the same
+        raise ConfigError(f"ema=true reads the EMA weights a train.py checkpoint keeps; {spec.text} is "
+                          f"{spec.source} weights, which have none: drop ema=true")
     _check_config(cfg)
     env = join_job(cfg)
     try:

@@ -15,6 +15,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from timm.data.distributed_sampler import RepeatAugSampler
+from timm.data.random_erasing import RandomErasing
 from timm.layers import BlurPool2d
 from timm.loss import BinaryCrossEntropy, SoftTargetCrossEntropy
 from timm.optim import Lamb
@@ -104,9 +105,9 @@ def test_tv_v2(tiny_folder, tmp_path, monkeypatch):
     loader, ctx, optimizer = first["loader"], first["ctx"], first["optimizer"]
     assert isinstance(loader.dataset.transform.policy, TrivialAugmentWide)
     assert isinstance(loader.sampler.inner, RepeatAugSampler) and loader.sampler.inner.num_repeats == 4
-    assert [type(step).__name__ for step in ctx.augment.steps] == ["function", "AnyBatchMixup"]  # erasing, mix
-    assert ctx.augment.steps[1].mixup_alpha == 0.2 and ctx.augment.steps[1].cutmix_alpha == 1.0
-    assert isinstance(ctx.loss_fn, SoftTargetCrossEntropy) and ctx.augment.steps[1].label_smoothing == 0.1
+    assert isinstance(ctx.augment.erasing, RandomErasing) and ctx.augment.erasing.probability == 0.1
+    assert ctx.augment.mixup.mixup_alpha == 0.2 and ctx.augment.mixup.cutmix_alpha == 1.0
+    assert isinstance(ctx.loss_fn, SoftTargetCrossEntropy) and ctx.augment.mixup.label_smoothing == 0.1
     assert ctx.ema is not None and ctx.ema.decay == 0.99997
     scheduler = first["scheduler"]
     assert type(scheduler) is lr_scheduler.SequentialLR
@@ -127,7 +128,8 @@ def test_timm_a3(tiny_folder, tmp_path, monkeypatch):
     assert isinstance(ctx.loss_fn, BinaryCrossEntropy) and ctx.loss_fn.target_threshold == 0.2
     assert "auto_augment(rand-m6-mstd0.5-inc1)" in transforms_of(first["loader"])
     assert "interpolation='bicubic'" in transforms_of(first["loader"])
-    assert ctx.augment.steps[0].mixup_alpha == 0.1 and ctx.augment.steps[0].cutmix_alpha == 1.0
+    assert ctx.augment.erasing is None
+    assert ctx.augment.mixup.mixup_alpha == 0.1 and ctx.augment.mixup.cutmix_alpha == 1.0
     assert results["top1_err"] is not None
 
 

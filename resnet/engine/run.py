@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -407,27 +409,31 @@ def _loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
         loss_fn = SoftTargetCrossEntropy()
     else:
         loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-    steps = []
+    erasing = mixup = None
     if cfg.get("random_erasing"):
         from data.augment import random_erasing
 
-        erase = random_erasing(cfg.random_erasing, device)
-        steps.append(lambda x, y: (erase(x), y))
+        erasing = random_erasing(cfg.random_erasing, device)
     if mixing:
         from .mixup import AnyBatchMixup
 
-        steps.append(AnyBatchMixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
-                                   num_classes=num_classes))
-    if not steps:
-        return loss_fn, None
+        mixup = AnyBatchMixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
+                              num_classes=num_classes)
+    return loss_fn, (BatchAugment(erasing, mixup) if erasing or mixup else None)
 
-    def augment(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        for step in steps:
-            x, y = step(x, y)
-        return x, y
 
-    augment.steps = steps  # what runs, for a test to see
-    return loss_fn, augment
+@dataclass(frozen=True)
+class BatchAugment:
+    """The device-side batch augmentation: random erasing of the images, then mixup/cutmix of
+    images and targets (either may be None)."""
+
+    erasing: Callable[[torch.Tensor], torch.Tensor] | None = None
+    mixup: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.erasing is not None:
+            x = self.erasing(x)
+        return self.mixup(x, y) if self.mixup is not None else (x, y)
 
 
 def _print_epoch(row: dict) -> None:

@@ -37,7 +37,7 @@ class HostSyncBatchNorm(nn.BatchNorm2d):
                 self.num_batches_tracked.add_(1)
                 m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked.item()
                 self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), m)
-                unbiased = var.detach() * n / max(n.item() - 1, 1)
+                unbiased = var.detach() * n / (n - 1).clamp_min(1)  # no host sync: n stays a tensor
                 self.running_var.lerp_(unbiased.to(self.running_var.dtype), m)
         shape = (1, channels, 1, 1)
         y = (local - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)

@@ -14,7 +14,15 @@ from ..distributed import DistEnv, shutdown
 from ..model import ModelMeta, with_padding
 from ..report.console import summary
 from ..report.rows import append_row, git_commit, library_versions
-from ..weights import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, load_weights, parse_weights
+from ..weights import (
+    LoadedWeights,
+    OriginProtocol,
+    WeightsError,
+    WeightsSpec,
+    check_has_ema,
+    load_weights,
+    parse_weights,
+)
 from .loader import CROP_COUNTS, EvalData, EvalProtocol, build_eval_loader, eval_dir
 from .loop import Evaluation, evaluate
 from .tencrop import protocol_view
@@ -38,9 +46,8 @@ def evaluate_weights(cfg: DictConfig) -> dict:
     """Evaluate ``cfg.weights`` as configured (``configs/eval.yaml``); rank 0 appends the
     results row to ``cfg.results_file`` and prints the summary. Returns the row."""
     spec = weights_spec(cfg)
-    if cfg.ema and spec.source != "checkpoint":  # before any work: load_weights says the same
-        raise ConfigError(f"ema=true reads the EMA weights a train.py checkpoint keeps; {spec.text} is "
-                          f"{spec.source} weights, which have none: drop ema=true")
+    if cfg.ema:
+        check_has_ema(spec)  # before any work
     _check_config(cfg)
     env = join_job(cfg)
     try:

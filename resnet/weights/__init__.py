@@ -57,6 +57,7 @@ __all__ = [
     "WeightsError",
     "WeightsSpec",
     "WeightsUnavailable",
+    "check_has_ema",
     "from_fbtorch",
     "from_keras",
     "from_tensornets",
@@ -98,9 +99,8 @@ def load_weights(
     for any other form it must agree with the weights'. ``download``: fetch published
     weights missing from their hub's cache. ``ema``: a train.py checkpoint's EMA weights.
     """
-    if ema and spec.source != "checkpoint":
-        raise WeightsError(f"ema=true reads the EMA weights a train.py checkpoint keeps; {spec.text} is "
-                           f"{spec.source} weights, which have none: drop ema=true")
+    if ema:
+        check_has_ema(spec)
     try:
         source = SOURCES[spec.source]
         loaded = source.load(spec, arch, download, ema=True) if ema else source.load(spec, arch, download)
@@ -115,6 +115,13 @@ def load_weights(
             f"{spec.text} holds a {loaded.model.meta.arch}, but model={arch} was given; drop model= or make them agree"
         )
     return loaded
+
+
+def check_has_ema(spec: WeightsSpec) -> None:
+    """``ema=true`` reads the EMA weights train.py keeps in its checkpoints; other sources have none."""
+    if spec.source != "checkpoint":
+        raise WeightsError(f"ema=true reads the EMA weights a train.py checkpoint keeps; {spec.text} is "
+                           f"{spec.source} weights, which have none: drop ema=true")
 
 
 def _path_like(text: str) -> bool:

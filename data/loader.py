@@ -85,6 +85,18 @@ class Loaders:
         else:
             self.train.sampler.set_epoch(epoch, start_step * self.train.batch_size)
 
+    def close(self) -> None:
+        """Stop both loaders' worker processes (:meth:`data.dataloader.DataLoader.close`)."""
+        for loader in (self.train, self.val):
+            if isinstance(loader, DataLoader):
+                loader.close()
+
+    def __enter__(self) -> Loaders:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def build_loaders(
     name: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,8 +110,10 @@ def train(cfg: DictConfig) -> dict:
     env = join_job(cfg)
     try:
         run_dir = shared_run_dir(cfg, env)
-        with own_run_dir(run_dir, env):  # a second run into it is refused here, before it writes anything
-            return _train(cfg, env, run_dir)
+        # own_run_dir: a second run into it is refused here, before it writes anything; cleanup: what
+        # the run holds beyond its return (loader worker processes), released however it ends
+        with own_run_dir(run_dir, env), contextlib.ExitStack() as cleanup:
+            return _train(cfg, env, run_dir, cleanup)
     finally:
         shutdown(env)
 
@@ -146,14 +149,14 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
     return loaders
 
 
-def _train(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict:
+def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.ExitStack) -> dict:
     from data import Normalize
     wall_start = time.perf_counter()
     seed_everything(cfg.seed + env.rank)
     runtime = runtime_for(cfg, env)
     model = build_run_model(cfg)
     meta = model.meta
-    loaders = make_loaders(cfg.data, cfg.batch_size, env, cfg.seed)
+    loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed))
     model = runtime.place(model)
     if cfg.sync_bn and env.distributed:
         model = convert_sync_batchnorm(model, env)

@@ -46,6 +46,8 @@ from PIL import Image
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import InterpolationMode
 
+from .roi import decode_region
+
 # What a bad file can raise: PIL (OSError incl. UnidentifiedImageError, SyntaxError,
 # struct/zlib errors, decompression bombs), torchvision (RuntimeError), numpy (ValueError).
 # A bug in our code raises something else (TypeError, IndexError, ...) and is not hidden.
@@ -146,7 +148,14 @@ def resize_box(
     result is a channels-last view [3, size, size].
     """
     top, left, height, width = box
-    crop = image.permute(1, 2, 0)[top : top + height, left : left + width].contiguous().unsqueeze(0).permute(0, 3, 1, 2)
+    rows = image.permute(1, 2, 0)[top : top + height, left : left + width].contiguous()
+    return resize_rows(rows, size, interpolation)
+
+
+def resize_rows(rows: torch.Tensor, size: int, interpolation: str = "bilinear") -> torch.Tensor:
+    """Contiguous RGB uint8 [h, w, 3] -> [3, size, size] (a channels-last view), antialiased: the
+    resize of :func:`resize_box`, for pixels that are already the crop (a region decode)."""
+    crop = rows.unsqueeze(0).permute(0, 3, 1, 2)
     if not NATIVE_UINT8_RESIZE:  # torchvision resizes through float32 here; so do we, to give its pixels
         return TF.resize(crop, [size, size], interpolation=INTERPOLATIONS[interpolation][0], antialias=True)[0]
     # F.interpolate directly: TF.resize's checks and reshapes cost ~60 us a call in the pipeline.
@@ -160,12 +169,14 @@ def decode_resized_crop(
     size: int,
     interpolation: str = "bilinear",
     flip: bool = False,
+    roi: bool = True,
 ) -> torch.Tensor:
     """Crop ``box`` = (top, left, height, width), in full-resolution pixels, resize it to
     ``size`` x ``size`` and flip it horizontally if ``flip``.
 
     ``header``: :func:`open_header` of ``data``, or None to open it here only when the
     box allows a reduced JPEG decode (most boxes do not: a full decode needs no header).
+    ``roi``: decode only the box's window of a JPEG (:mod:`data.roi`, exact); False: the whole file.
     """
     top, left, height, width = box
     reduction = max((r for r in DCT_REDUCTIONS if min(height, width) >= r * size), default=1)
@@ -180,6 +191,8 @@ def decode_resized_crop(
         region = (left * sx, top * sy, (left + width) * sx, (top + height) * sy)
         reduced = header if header.mode == "RGB" else header.convert("RGB")  # draft() makes most JPEGs RGB
         image = pil_to_tensor(reduced.resize((size, size), INTERPOLATIONS[interpolation][1], box=region))
+    elif roi and data[:2] == b"\xff\xd8" and (rows := decode_region(data, box)) is not None:
+        image = resize_rows(rows, size, interpolation)  # the same pixels as the full decode's window
     else:
         image = decode_rgb(data)
         if top + height > image.shape[1] or left + width > image.shape[2]:  # a header that lies: a broken file

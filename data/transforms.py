@@ -30,8 +30,10 @@ class RandomResizedCropFlip:
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         interpolation: str = "bilinear",
         hflip: float = 0.5,
+        roi: bool = True,
     ):
         self._size: int | torch.Tensor = size
+        self.roi = roi  # decode only the crop window of a JPEG (data.roi; exact); False: benchmarks' baseline
         self.scale = scale
         self.ratio = ratio
         self.log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
@@ -88,7 +90,7 @@ class RandomResizedCropFlip:
     def __call__(self, data: bytes) -> torch.Tensor:
         width, height = image_size(data)  # from the file's header: the crop is known before decoding
         box, flip = self.sample(height, width)
-        return decode_resized_crop(data, None, box, self.size, self.interpolation, flip)
+        return decode_resized_crop(data, None, box, self.size, self.interpolation, flip, self.roi)
 
     def __repr__(self) -> str:
         return (

@@ -50,6 +50,7 @@ from torch.utils.data import Dataset, DistributedSampler, Sampler
 from .augment import Augmented, train_size
 from .batch import collate, pass_batch
 from .dataloader import DataLoader
+from .gpu_decode import EncodedRandomResizedCropFlip, check_decode, collate_encoded
 from .imagefolder import ImageFolder, check_same_classes
 from .in_memory import TensorImages
 from .samplers import EpochSampler, ShardSampler
@@ -117,6 +118,7 @@ def build_loaders(
     auto_augment: str | None = None,  # ta_wide | rand-m6-... (data.augment): a policy after the crop
     repeated_aug: int = 0,  # > 1: timm's RepeatAugSampler, each image this many times per epoch
     progressive: Mapping | None = None,  # data.augment.train_size's keywords: the crop grows per epoch
+    decode: str = "cpu",  # gpu: training JPEGs travel encoded and are decoded on the GPU (data.gpu_decode)
 ) -> Loaders:
     """Train and val loaders of dataset ``name`` for process ``rank`` of ``world_size``."""
     if name not in DATASETS:
@@ -124,7 +126,12 @@ def build_loaders(
     if name == "fashion_mnist" and (auto_augment or repeated_aug > 1 or progressive):
         raise ValueError("fashion_mnist is augmented in memory by random crops and flips only; auto_augment, "
                          "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)")
-    extras = dict(auto_augment=auto_augment, progressive=progressive)
+    check_decode(decode)
+    if decode == "gpu" and (name == "fashion_mnist" or auto_augment or not augment):
+        raise ValueError("data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
+                         "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
+                         "or pass data.decode=cpu")
+    extras = dict(auto_augment=auto_augment, progressive=progressive, decode=decode)
     if name in SHARDED:
         if repeated_aug > 1:
             raise ValueError("repeated augmentation samples indices: it needs image folders, not shards "
@@ -166,7 +173,7 @@ def build_loaders(
         sampler=_train_sampler(train_set, rank, world_size, seed, repeated_aug),
         drop_last=True,  # a last batch of one image breaks BatchNorm
         generator=torch.Generator().manual_seed(seed + rank),  # seeds the workers' augmentation RNG
-        **common,
+        **(common | {"collate_fn": collate_encoded} if decode == "gpu" else common),
     )
     val = DataLoader(
         val_set,
@@ -188,7 +195,7 @@ def build_loaders(
 
 
 def _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size=None, auto_augment=None,
-                     progressive=None):
+                     progressive=None, decode="cpu"):
     """(train, val) transforms of encoded image files, for folders and shards alike."""
     val_tf = ResizeCenterCrop(val_size or image_size, crop_pct=crop_pct, interpolation=interpolation)
     if not augment:
@@ -196,7 +203,8 @@ def _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, va
             raise ValueError("data.augment=false gives training images the validation transform; auto_augment "
                              "and progressive resizing need data.augment=true")
         return val_tf, val_tf
-    train_tf = RandomResizedCropFlip(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
+    crop = EncodedRandomResizedCropFlip if decode == "gpu" else RandomResizedCropFlip
+    train_tf = crop(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
     if progressive:
         train_tf.set_size(_size_schedule(progressive)(0))
         train_tf.share_size()  # set_epoch changes it in the persistent workers too
@@ -208,7 +216,8 @@ def _size_schedule(progressive: Mapping | None) -> Callable[[int], int] | None:
 
 
 def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size, val_batch_size, crop_pct,
-                   min_scale, interpolation, augment, val_size=None, auto_augment=None, progressive=None) -> Loaders:
+                   min_scale, interpolation, augment, val_size=None, auto_augment=None, progressive=None,
+                   decode="cpu") -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`)."""
     if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
         raise FileNotFoundError(
@@ -216,8 +225,9 @@ def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, imag
             f"its .tar shards (python -m data.shards imagenet RAW_ROOT OUT_ROOT writes them); got root={root}"
         )
     train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size,
-                                        auto_augment, progressive)
-    train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed)
+                                        auto_augment, progressive, decode)
+    train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed,
+                                  collate_fn=collate_encoded if decode == "gpu" else collate)
     val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False)
     check_same_classes(train_set.classes, val_set.classes)
     common = dict(batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available(),

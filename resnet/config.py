@@ -189,6 +189,8 @@ class Runtime:
 
     def to_device(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         non_blocking = self.device.type == "cuda"
+        if hasattr(images, "decode"):  # data.decode=gpu: encoded JPEGs, decoded on the device (data.gpu_decode)
+            images = images.decode(self.device)
         images = images.to(self.device, non_blocking=non_blocking)
         labels = labels.to(self.device, non_blocking=non_blocking)
         return images, labels

@@ -20,14 +20,16 @@ from benchmarks.__main__ import main as run_benchmarks
 def test_every_benchmark_writes_its_json(tmp_path):
     run_benchmarks(["--quick", "--out-dir", str(tmp_path)])
 
-    for name in ("input_pipeline", "input_pipeline_110kB"):
+    for name in ("input_pipeline", "input_pipeline_110kB", "input_pipeline_photos"):
         pipeline = json.loads((tmp_path / f"bench_{name}.json").read_text())
         assert {"config", "env", "images_per_s", "rates", "ratios", "goals", "breakdown"} <= set(pipeline)
         for clock in input_pipeline.CLOCKS:
             assert set(pipeline["ratios"][clock]) == {label for label, *_ in input_pipeline.RATIOS}
             assert all(rate > 0 for rate in pipeline["images_per_s"][clock].values())
         assert "whole transform us" in pipeline["breakdown"]
-    assert pipeline["config"]["grain"] == 40
+        assert "decode (the crop's window only) us" in pipeline["breakdown"]
+    assert pipeline["config"]["photos"] and not json.loads((tmp_path / "bench_input_pipeline.json").read_text())[
+        "config"]["photos"]
 
     e2e = json.loads((tmp_path / "bench_end_to_end.json").read_text())
     assert {"config", "env", "commands", "images_per_s", "runs", "ratios", "goals", "ddp_overhead"} <= set(e2e)

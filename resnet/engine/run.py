@@ -138,6 +138,7 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
             auto_augment=data_cfg.get("auto_augment"),
             repeated_aug=data_cfg.get("repeated_aug") or 0,
             progressive=_plain(data_cfg.get("progressive_resize")),
+            decode=data_cfg.get("decode") or "cpu",
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None

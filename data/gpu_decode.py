@@ -139,11 +139,12 @@ def collate_encoded(samples: list[tuple[EncodedCrop | torch.Tensor, int] | BadIm
     return Batch(EncodedBatch(items, size), labels, len(bad), bad)
 
 
-def check_decode(decode: str) -> str:
-    """``data.decode``: a known value, and CUDA present for ``gpu``; else one line saying what to pass."""
+def check_decode(decode: str, device: torch.device | str | None = None) -> str:
+    """``data.decode``: a known value, and for ``gpu`` a CUDA ``device`` to decode on (None: only
+    the value is checked; the loaders do not care where batches are decoded); else one line."""
     if decode not in DECODES:
         raise ValueError(f"data.decode={decode} is not one of {', '.join(DECODES)}: pass data.decode=cpu or gpu")
-    if decode == "gpu" and not torch.cuda.is_available():
-        raise ValueError("data.decode=gpu decodes JPEGs with nvJPEG on a CUDA device and this machine has none: "
-                         "pass data.decode=cpu")
+    if decode == "gpu" and device is not None and torch.device(device).type != "cuda":
+        raise ValueError(f"data.decode=gpu decodes JPEGs with nvJPEG on a CUDA device and this run's device is "
+                         f"{torch.device(device).type}: pass data.decode=cpu")
     return decode

@@ -51,3 +51,27 @@ def test_every_benchmark_writes_its_json(tmp_path):
     # --quick measures none of end_to_end's ratios with a goal (10-crop cost is the one it has)
     assert {row["benchmark"] for row in summary} == set(RUNS) - {"end_to_end"}
     assert all({"ratio", "value", "goal", "met"} <= set(row) for row in summary)
+
+
+@pytest.mark.slow
+def test_the_gpu_benchmark_measures_everything_it_promises(tmp_path):
+    """Its smoke run on the CPU (--device cpu --quick): every measurement runs and lands in the JSON,
+    data.decode=gpu's batches decoded by the same torchvision call on CPU tensors."""
+    from benchmarks import gpu
+
+    result = gpu.main(["--device", "cpu", "--quick", "--out", str(tmp_path / "gpu.json")])
+    saved = json.loads((tmp_path / "gpu.json").read_text())
+    assert saved["train_images_per_s"].keys() == {f"{scheme} eager" for scheme in gpu.SCHEMES}
+    assert saved["train_time_ratio_to_symmetric"]["symmetric eager"] == 1.0
+    assert saved["loader"].keys() == {"decode=cpu", "decode=gpu"}
+    for row in saved["loader"].values():
+        assert row["images_per_s"] > 0 and row["cpu_cores_busy"] > 0  # the live workers' CPU time is counted
+    assert saved["eval_images_per_s"].keys() == {"1-crop", "10-crop"} and result["eval_10crop_cost"] > 1
+
+
+def test_the_gpu_benchmark_without_cuda_is_one_line(monkeypatch):
+    from benchmarks import gpu
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(SystemExit, match=r"^python -m benchmarks.gpu measures a CUDA device .* --device cpu --quick"):
+        gpu.main([])

@@ -19,7 +19,11 @@ from data.gpu_decode import (
     nvjpeg_reads,
 )
 from data.transforms import RandomResizedCropFlip
+from resnet.config import ConfigError
+from resnet.engine.run import train
+from tests.compose import compose_config
 from tests.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.test_train import tiny_overrides
 
 
 def test_workers_send_bytes_with_the_boxes_and_flips_of_the_cpu_path():
@@ -73,20 +77,20 @@ def test_an_all_bad_batch_is_empty_and_the_loop_can_check_it():
     assert batch.images.shape[0] == 0 and len(batch.labels) == 0 and batch.skipped == 2
 
 
-def test_a_machine_without_cuda_gets_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ValueError, match=r"^data.decode=gpu decodes .* pass data.decode=cpu$"):
-        check_decode("gpu")
+def test_a_run_without_a_cuda_device_gets_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^data.decode=gpu decodes .* device is cpu: pass data.decode=cpu$"):
+        check_decode("gpu", "cpu")
     with pytest.raises(ValueError, match="pass data.decode=cpu or gpu"):
         check_decode("nvjpeg")
-    make_folder(tmp_path / "train", {"a": 2})
-    make_folder(tmp_path / "val", {"a": 1})
-    with pytest.raises(ValueError, match="pass data.decode=cpu"):
-        build_loaders("imagefolder", str(tmp_path), batch_size=2, workers=0, decode="gpu")
+    assert check_decode("gpu", "cuda:1") == "gpu" and check_decode("gpu") == "gpu"
+    make_folder(tmp_path / "train", {"a": 4, "b": 4})
+    make_folder(tmp_path / "val", {"a": 1, "b": 1})
+    with pytest.raises(ConfigError, match=r"^data.decode=gpu decodes .* pass data.decode=cpu$"):
+        train(compose_config("train", *tiny_overrides(tmp_path, tmp_path / "run", "data.decode=gpu")))
+    assert not (tmp_path / "run" / "last.pt").exists()
 
 
-def test_the_loaders_send_encoded_training_batches_and_decoded_val_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr("data.loader.check_decode", lambda decode: decode)  # past the CUDA check: none used here
+def test_the_loaders_send_encoded_training_batches_and_decoded_val_batches(tmp_path):
     make_folder(tmp_path / "train", {"a": 4, "b": 4}, size=(80, 60))
     make_folder(tmp_path / "val", {"a": 2, "b": 2}, size=(80, 60))
     loaders = build_loaders("imagefolder", str(tmp_path), batch_size=4, workers=0, image_size=32, decode="gpu")

@@ -120,8 +120,10 @@ def train(cfg: DictConfig) -> dict:
 
 def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int):
     from data import build_loaders  # imported here so that composing configs stays fast
+    from data.gpu_decode import check_decode
 
     try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
+        check_decode(data_cfg.get("decode") or "cpu", env.device)  # decode=gpu needs a CUDA device to decode on
         loaders = build_loaders(
             data_cfg.name,
             data_cfg.get("root"),

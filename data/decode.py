@@ -7,11 +7,12 @@ called: ImageNet has PNG data under ``.JPEG`` names. Formats torchvision cannot 
 :data:`DECODE_ERRORS`.
 
 Speed (``python -m benchmarks.input_pipeline``: one core, 500x375 q90 JPEGs -> 224 px).
-The training transform runs at ~750 images/s, 2.1x torchvision's classic PIL pipeline and
-0.77x a bare ``decode_jpeg``, which is three quarters of its time (~980 of ~1,290 us per
-image; the antialiased resize of the crop is most of the rest, ~200 us). What made it
-1.24x faster than ``decode_image`` + ``TF.resized_crop`` + PIL header + torchvision's
-``get_params`` (-300 us an image, measured one step at a time):
+The training transform runs at 877 images/s on 63 kB files (509 on 111 kB, 850 on real
+photographs of 49 kB): 2.5-2.9x torchvision's classic PIL pipeline, 0.84-0.96x a bare decode
+of the whole file. It decodes only the crop's window of a JPEG (:mod:`data.roi`; 1.16-1.25x
+faster than decoding the whole file, the same pixels), then resizes it (~220 us an image).
+Earlier steps, measured one at a time (-300 us an image against ``decode_image`` +
+``TF.resized_crop`` + PIL header + torchvision's ``get_params``):
 
 * :func:`resize_box` (-85 us) copies the crop box out as [h, w, 3] rows before resizing.
   ATen's uint8 antialiased kernel reads and writes 3-channel pixels in place only in a
@@ -25,10 +26,10 @@ image; the antialiased resize of the crop is most of the rest, ~200 us). What ma
   Tiny ops cost several times their isolated time right after a decode has filled the caches.
 * :func:`decode_resized_crop` decodes a JPEG at 1/4 or 1/8 scale (libjpeg's DCT scaling,
   through PIL's ``Image.draft``) when the crop box still has at least the output resolution
-  at that scale: 41% of the crops of 1600x1200 photos at 224 px (0.97x a bare full decode,
-  1.6x classic), 53% of 500x375 ones at 64 px (1.09x). Never 1/2: PIL's decoder is
-  ~25% slower than torchvision's, which eats that gain (measured: none at 112 px, 5% at
-  64 px). At 224 px no crop of a 500x375 image qualifies, so a full decode is the floor.
+  at that scale: 41% of the crops of 1600x1200 photos at 224 px, 53% of 500x375 ones at 64 px
+  (within a few levels of the exact crop; tests/test_data.py). Never 1/2: PIL's 1/2 decode of
+  a crop >= 2x the output takes 2,302 us where the window decode takes 1,819 (500x375, 160 px).
+  Every other JPEG crop decodes its window (:mod:`data.roi`), anything else the whole file.
 """
 
 from __future__ import annotations

@@ -113,29 +113,36 @@ SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 STANDALONE_MARKERS = frozenset(range(0xD0, 0xD9)) | {0x01}  # RSTn, SOI, TEM: no length field
 
 
+def jpeg_frame(data: bytes) -> tuple[int, int, int, int] | None:
+    """A JPEG's start-of-frame segment: (marker, width, height, components), read in a few
+    microseconds without decoding; None for anything else (or a JPEG with its height in a DNL
+    segment, or a broken header)."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos, end = 2, len(data) - 10
+    while pos < end and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+        elif marker in STANDALONE_MARKERS:
+            pos += 2
+        elif marker in SOF_MARKERS:
+            height, width = struct.unpack_from(">HH", data, pos + 5)
+            return (marker, width, height, data[pos + 9]) if height and width else None
+        else:
+            pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
+    return None
+
+
 def image_size(data: bytes) -> tuple[int, int]:
     """(width, height) of an image file, as PIL's header reports it, without decoding.
 
-    For a JPEG, read from its start-of-frame segment: a few microseconds, against ~20 for
-    ``Image.open``. Anything else (PNG, BMP, a JPEG with its height in a DNL segment, a
-    broken file) goes to PIL, which raises for a file it cannot identify.
+    For a JPEG, read from its start-of-frame segment (:func:`jpeg_frame`): a few microseconds,
+    against ~20 for ``Image.open``. Anything else (PNG, BMP, a JPEG with its height in a DNL
+    segment, a broken file) goes to PIL, which raises for a file it cannot identify.
     """
-    if data[:2] == b"\xff\xd8":
-        pos, end = 2, len(data) - 9
-        while pos < end and data[pos] == 0xFF:
-            marker = data[pos + 1]
-            if marker == 0xFF:  # fill byte
-                pos += 1
-            elif marker in STANDALONE_MARKERS:
-                pos += 2
-            elif marker in SOF_MARKERS:
-                height, width = struct.unpack_from(">HH", data, pos + 5)
-                if height and width:
-                    return width, height
-                break
-            else:
-                pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
-    return open_header(data).size
+    frame = jpeg_frame(data)
+    return frame[1:3] if frame is not None else open_header(data).size
 
 
 def resize_box(

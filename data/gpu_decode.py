@@ -20,7 +20,6 @@ path by a few levels; augmentation statistics do not.
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
 import torch
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch.utils.data import default_collate
 
 from .batch import BadImage, Batch
-from .decode import SOF_MARKERS, STANDALONE_MARKERS
+from .decode import jpeg_frame
 from .transforms import RandomResizedCropFlip
 
 DECODES = ("cpu", "gpu")
@@ -93,22 +92,11 @@ def crop_resize_flip(images: list[torch.Tensor], crops: list[EncodedCrop], inter
 
 
 def nvjpeg_reads(data: bytes) -> bool:
-    """Whether ``data`` is a JPEG that nvJPEG decodes to RGB: one (grey) or three components.
-    CMYK/YCCK JPEGs (four) and anything else are decoded on the CPU."""
-    if data[:2] != b"\xff\xd8":
-        return False
-    pos, end = 2, len(data) - 10
-    while pos < end and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-        elif marker in STANDALONE_MARKERS:
-            pos += 2
-        elif marker in SOF_MARKERS:
-            return marker in (0xC0, 0xC1, 0xC2) and data[pos + 9] in (1, 3)  # baseline, extended, progressive
-        else:
-            pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
-    return False
+    """Whether ``data`` is a JPEG that nvJPEG decodes to RGB: baseline, extended or progressive
+    Huffman, one (grey) or three components. CMYK/YCCK JPEGs (four), lossless and arithmetic-coded
+    ones and anything else are decoded on the CPU."""
+    frame = jpeg_frame(data)
+    return frame is not None and frame[0] in (0xC0, 0xC1, 0xC2) and frame[3] in (1, 3)
 
 
 class EncodedRandomResizedCropFlip(RandomResizedCropFlip):

@@ -26,6 +26,24 @@ def pytest_collection_modifyitems(config, items):
     """Slow tests first: pytest-xdist hands tests out in this order, and a long test started
     last would leave the other workers idle at the end (longest-first keeps them all busy)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    _tag_xdist_groups(config, items)
+
+
+def _tag_xdist_groups(config, items) -> None:
+    """pytest-xdist's ``--dist loadgroup`` sends the tests of one ``xdist_group`` to one worker by
+    tagging their ids ``<id>@<group>``, which it does by assigning ``item._nodeid``. pytest 9
+    reads ids from ``item._id``, so the tag is lost: the groups split across workers and the
+    fixtures they share (the launch tests' reference runs, Keras models) were computed on each.
+    Tag them where pytest reads the id; a no-op wherever xdist's own tag took."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
+        return
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        group = "_".join(sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks}))
+        if group and not item.nodeid.endswith("@" + group) and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 @pytest.fixture(scope="module")

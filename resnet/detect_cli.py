@@ -56,7 +56,7 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
         raise ConfigError(str(err)) from None
     loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
     meta = loaded.model.meta
-    protocol = _protocol(cfg, meta, loaded.origin)
+    protocol = single_crop_protocol(cfg, meta, loaded.origin)
     try:
         data = build_eval_loader(
             cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size, data_workers(cfg.data),
@@ -121,7 +121,7 @@ def _check_config(cfg: DictConfig) -> Path | None:
     return None if cfg.out is None else out_file(cfg.out, ".json", "out=ranking.json")
 
 
-def _protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
+def single_crop_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
     """eval.py's protocol for these weights, single centre crop."""
     single = copy.deepcopy(cfg)
     with open_dict(single):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -106,3 +108,92 @@ def test_bad_methods_and_empty_samples_are_one_line():
     with pytest.raises(ValueError, match="no image to re-estimate"):
         reestimate_bn(trained_like(), [], identity)
     assert distill(trained_like(), trained_like(seed=1), [], identity) == 0
+
+
+# --- python -m resnet.regrid ----------------------------------------------------------------------
+
+
+def regrid_command(*overrides: str) -> dict:
+    from resnet.regrid import run
+    from tests.compose import compose_config
+
+    return run(compose_config("regrid", *overrides))
+
+
+@pytest.fixture(scope="module")
+def torchvision_file(tmp_path_factory):
+    """Imported weights: torchvision's own ResNet-18 (random weights, 3 classes), saved as a state dict,
+    and an image folder with a training split."""
+    import torchvision
+
+    from tests.imagegen import make_folder
+
+    root = tmp_path_factory.mktemp("regrid")
+    make_folder(root / "train", {"a": 6, "b": 6, "c": 6}, size=(72, 64))
+    make_folder(root / "val", {"a": 2, "b": 2, "c": 2}, size=(72, 64))
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18(num_classes=3).state_dict(), root / "resnet18.pth")
+    return root
+
+
+def folder(root, *extra: str) -> list[str]:
+    return [f"weights=torchvision:{root / 'resnet18.pth'}", "model=resnet18", "data=imagefolder",
+            f"data.root={root}", "data.num_classes=3", "data.workers=0", "device=cpu", "crop=64", "resize=72",
+            *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["bn", "distill"])
+def test_the_command_regrids_imported_weights_and_records_where_they_came_from(torchvision_file, tmp_path, method):
+    from resnet.checkpoint import load_checkpoint, load_model
+
+    out = tmp_path / "sub" / "regridded.pt"
+    report = regrid_command(*folder(torchvision_file, "+padding=asymmetric", f"method={method}", "images=12",
+                                    "batch_size=4", f"out={out}"))  # fmt: skip
+    assert report["images"] == 12 and report["from_padding"] == "symmetric" and report["to_padding"] == "asymmetric"
+    saved = load_checkpoint(out)
+    assert saved["meta"]["padding_name"] == "asymmetric" and saved["meta"]["arch"] == "resnet18"
+    assert saved["regrid"]["method"] == method and saved["regrid"]["from"].startswith("torchvision:")
+    assert saved["regrid"]["split"] == "train" and saved["regrid"]["seconds"] >= 0
+    model = load_model(out)  # runs natively under the new grid
+    assert model.meta.padding_name == "asymmetric"
+    source = torch.load(torchvision_file / "resnet18.pth")
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, source[k])}
+    assert changed and all(k.endswith(STATS) for k in changed) == (method == "bn")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ((), "say which grid to move the weights to: +padding=<preset>"),
+        (("+padding=symmetric",), "is already under symmetric: pass the grid to move to"),
+        (("+padding=asymmetric", "method=finetune"), "method=finetune is not one of bn, distill"),
+        (("+padding=asymmetric", "images=0"), "images must be a positive number"),
+        (("+padding=asymmetric", "lr=-1"), "lr must be a positive number"),
+    ],
+)
+def test_bad_command_values_are_one_line(torchvision_file, tmp_path, extra, message):
+    from resnet.config import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        regrid_command(*folder(torchvision_file, f"out={tmp_path / 'x.pt'}", *extra))
+    assert "\n" not in str(caught.value) and not (tmp_path / "x.pt").exists()
+
+
+def test_out_must_be_a_pt_file(torchvision_file, tmp_path):
+    from resnet.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"out=.*x.json must name a .pt file, e.g. out=regridded.pt"):
+        regrid_command(*folder(torchvision_file, "+padding=asymmetric", f"out={tmp_path / 'x.json'}"))
+
+
+def test_the_command_line_prints_one_line_for_a_bad_value(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    args = [sys.executable, "-m", "resnet.regrid", f"weights={tmp_path / 'none.pt'}", "+padding=symmetric",
+            f"out={tmp_path / 'o.pt'}"]  # fmt: skip
+    proc = subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "none.pt" in proc.stderr

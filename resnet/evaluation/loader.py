@@ -143,20 +143,25 @@ def build_eval_loader(
     val_labels: str | None = None,
     devkit: str | None = None,
     real_labels: str | None = None,
+    split: str = "val",
 ) -> EvalData:
     """The evaluation split of dataset ``name``, this process's shard of it.
 
     ``val_labels`` / ``devkit``: for a flat ILSVRC2012 ``val/`` (no class folders), its labels
     (:func:`data.ilsvrc.read_val_labels`); found under ``root`` when not given. ``real_labels``:
-    ImageNet-ReaL's ``real.json`` (None: timm's copy)."""
+    ImageNet-ReaL's ``real.json`` (None: timm's copy). ``split="train"``: the training split
+    through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`)."""
     if name not in DATASETS + TEST_SETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS + TEST_SETS)}")
+    if split not in ("val", "train") or (split == "train" and name in TEST_SETS):
+        raise ValueError(f"data={name} has no {split} split to read here; use its training set's dataset "
+                         "(data=imagenet, imagefolder, imagenet_shards or fashion_mnist)")
     labels = note = None
     if name == "fashion_mnist":
         from data.fashion_mnist import load_fashion_mnist  # see data/__init__.py: not imported there
         from data.in_memory import TensorImages
 
-        dataset = TensorImages(*load_fashion_mnist("test"))
+        dataset = TensorImages(*load_fashion_mnist("test" if split == "val" else "train"))
         num_classes, in_chans, workers, collate_fn = 10, 1, 0, pass_batch
         native = dataset.images.shape[-1]
         device_resize = None if protocol.resize == native else protocol.resize
@@ -165,7 +170,7 @@ def build_eval_loader(
             transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
         else:
             transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
-        val_dir = eval_dir(name, root)
+        val_dir = eval_dir(name, root) if split == "val" else train_dir_of(name, root)
         if name in TEST_SETS:
             found = open_test_set(name, root, transform, real_labels)
             dataset, labels, note = found.dataset, found.labels, found.note
@@ -175,6 +180,8 @@ def build_eval_loader(
             loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
                                 pin_memory=torch.cuda.is_available())
             return EvalData(loader, len(shards.classes), 3, shards.total, None)
+        elif split == "train":
+            dataset = ImageFolder(val_dir, transform)
         elif is_flat(val_dir):
             dataset = flat_val(root, val_dir, transform, val_labels, devkit)
         else:
@@ -213,6 +220,14 @@ def eval_dir(name: str, root: str | None) -> Path:
     if root is None or not (Path(root) / "val").is_dir():
         raise FileNotFoundError(f"{name} evaluation needs data.root=/path/to/{name} holding {layout}; got root={root}")
     return Path(root) / "val"
+
+
+def train_dir_of(name: str, root: str | None) -> Path:
+    """``root/train`` of an image-folder or shard dataset, or one line saying what to pass."""
+    if root is None or not (Path(root) / "train").is_dir():
+        raise FileNotFoundError(f"{name} needs data.root=/path/to/{name} holding train/ (its training images); "
+                                f"got root={root}")
+    return Path(root) / "train"
 
 
 def is_flat(val_dir: Path) -> bool:

@@ -28,7 +28,6 @@ The command (``configs/detect.yaml``) reads weights and images as ``eval.py`` do
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
@@ -38,7 +37,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from .config import ConfigError, Runtime, register_configs
+from .config import Runtime, register_configs
 from .evaluation.loop import evaluate
 from .inspect import pad_table
 from .model import build_model, with_padding
@@ -242,20 +241,10 @@ def run(cfg: DictConfig) -> DetectionReport:
 
 @hydra.main(config_path="../configs", config_name="detect", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from .weights import WeightsError
+    from .cli import one_line_errors
 
-    try:
+    with one_line_errors("resnet.detect"):
         run(cfg)
-    except ConfigError as err:  # a bad config value or data layout: one line, no traceback, status 2
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except WeightsError as err:  # a bad or missing weights= value: one line, no traceback
-        raise SystemExit(f"resnet.detect: {err}") from None
-    except RuntimeError as err:  # a loader worker died (data.dataloader)
-        if "DataLoader worker" not in str(err):
-            raise
-        print(f"error: {err}: lower data.workers or batch_size, then run again", file=sys.stderr)
-        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -193,22 +193,15 @@ def run(cfg) -> dict:
 
 
 def main() -> None:
-    import sys
-
     import hydra
 
-    from .config import ConfigError, register_configs
-    from .weights import WeightsError
+    from .cli import one_line_errors
+    from .config import register_configs
 
     @hydra.main(config_path="../configs", config_name="regrid", version_base="1.3")
     def entry(cfg) -> None:
-        try:
+        with one_line_errors("resnet.regrid"):
             run(cfg)
-        except ConfigError as err:  # a bad config value or data layout: one line, no traceback, status 2
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
-        except WeightsError as err:  # a bad or missing weights= value: one line, no traceback
-            raise SystemExit(f"resnet.regrid: {err}") from None
 
     register_configs()  # model=<arch> and padding=<preset>, generated from the tables
     entry()

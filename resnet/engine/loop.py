@@ -43,6 +43,7 @@ class StepContext:
     checkpoint_every: int = 0  # batches between mid-epoch checkpoints (0: epoch ends only)
     stop: StopRequest | None = None  # set by a preemption signal (resnet.engine.preempt)
     progress: bool = True
+    before_step: Callable[[int], None] | None = None  # called with the optimizer step about to be taken (grid=)
 
     @property
     def env(self) -> DistEnv:
@@ -157,6 +158,8 @@ def train_one_epoch(
             else:
                 images, labels = ctx.runtime.to_device(images, labels)
                 images = ctx.normalize(ctx.runtime.memory_format(images))
+                if ctx.before_step is not None:
+                    ctx.before_step(steps_before + stats.steps)
                 if ctx.augment is not None:
                     images, labels = ctx.augment(images, labels)
                 with ctx.runtime.autocast():

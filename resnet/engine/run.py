@@ -22,6 +22,8 @@ from ..diagnose import error_line
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..evaluation.tencrop import flip_pair
+from ..grid import draw, grid_paddings, make_grid, set_grid
+from ..model import with_padding
 from ..report.console import format_table
 from ..report.rows import git_commit, library_versions
 from .lock import own_run_dir
@@ -100,6 +102,14 @@ def _check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"random_erasing={cfg.random_erasing} is a probability: between 0 and 1, e.g. 0.25")
     if cfg.ema_decay and not 0 < cfg.ema_decay < 1:
         raise ConfigError(f"ema_decay={cfg.ema_decay} must be in (0, 1), e.g. ema_decay=0.9999, or 0 for no EMA")
+    if cfg.get("grid"):
+        if cfg.get("padding") is not None:
+            raise ConfigError("grid= and +padding= both choose the padding: drop +padding (the model is built "
+                              "under the grid's first preset)")
+        try:
+            grid_paddings(list(cfg.grid))
+        except ValueError as err:
+            raise ConfigError(str(err).splitlines()[0]) from None
     if OmegaConf.is_missing(cfg.data, "num_classes"):
         raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")
 
@@ -158,6 +168,9 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     seed_everything(cfg.seed + env.rank)
     runtime = runtime_for(cfg, env)
     model = build_run_model(cfg)
+    grid = list(cfg.grid) if cfg.get("grid") else None
+    if grid:  # one model for several presets: built under the first, each step's drawn (resnet/grid.py)
+        model = make_grid(with_padding(model, grid[0]), grid)
     meta = model.meta
     loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed))
     model = runtime.place(model)
@@ -244,6 +257,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
         max_steps=cfg.max_steps_per_epoch,
         checkpoint_every=cfg.checkpoint_every,
         stop=stop,
+        before_step=(lambda step: set_grid(model, draw(cfg.seed, step, len(grid)))) if grid else None,
     )
     config = OmegaConf.to_container(cfg, resolve=True)
     logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=meta.padding_name, resumed_epoch=start_epoch)
@@ -263,6 +277,8 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
                 extra["ema"] = ema.module.state_dict()
             if epoch_partial is not None:
                 extra["epoch_partial"] = epoch_partial
+            if grid:
+                extra["grid"] = grid  # the presets these weights were trained for; meta: the first
             try:
                 save_checkpoint(
                     checkpoint, model, optimizer=optimizer.state_dict(), scheduler=scheduler_state(scheduler),
@@ -306,6 +322,10 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
                    "skipped_steps": stats.skipped_steps, "empty_steps": stats.empty_steps,
                    "unused_images": stats.unused_images, "epoch_seconds": stats.seconds}
             if last or (epoch + 1) % cfg.eval_every == 0:
+                if grid:  # validated under the grid's first preset, the one its meta records
+                    set_grid(model, 0)
+                    if ema is not None:
+                        set_grid(ema.module, 0)
                 val = evaluate(model, loaders.val, runtime, ctx.normalize, desc="val", **val_protocol).metrics()
                 row.update({f"val_{k}": v for k, v in val.items()})
                 if ema is not None:
@@ -341,6 +361,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
         "arch": meta.arch,
         "padding_name": meta.padding_name,
         "padding": meta.padding.as_dict(),
+        "grid": grid,  # None, or the presets trained for (validated under the first)
         "preprocessing": meta.preprocessing,
         "dataset": cfg.data.name,
         "epochs": last_epoch,

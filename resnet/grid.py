@@ -1,0 +1,118 @@
+"""Grid-robust models: one set of weights, trained and run under several padding schemes.
+
+:func:`make_grid` turns a model built under the first of a list of presets into one whose
+stride-2 sites (stem conv, stem pool, strided block convs) follow whichever preset
+:func:`set_grid` names. Switching changes one attribute per site: no layer is rebuilt, no
+weight is copied, the modules and parameters stay the same objects. Under each preset the
+outputs equal, bit for bit, those of a model built under that preset with the same weights
+(tests/test_grid.py), since each site computes that preset's pads and calls the same op.
+
+Training draws each step's preset from the list (:func:`draw`: a function of the seed and the
+step, so every process agrees and a resumed run draws the same). The checkpoint records the
+list (``grid``); its meta records the first preset, so ``eval.py weights=<run>/last.pt`` runs
+it under that one and ``+padding=<another of the list>`` under another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .padding import BLUR_SITES, Padding, _pad_hw, conv_pad, make_max_pool, resolve_padding
+
+
+class GridConv2d(nn.Conv2d):
+    """A strided conv whose pads follow ``schemes[active]`` (conv schemes of :mod:`resnet.padding`)."""
+
+    def __init__(self, *args, schemes: Sequence[str], **kwargs) -> None:
+        super().__init__(*args, padding=0, **kwargs)
+        self.schemes = tuple(schemes)
+        self.active = 0
+
+    @classmethod
+    def like(cls, conv: nn.Conv2d, schemes: Sequence[str]) -> GridConv2d:
+        """A GridConv2d holding ``conv``'s own parameters (the same tensors)."""
+        with torch.device("meta"):
+            grid = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
+                       dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None, schemes=schemes)
+        grid.weight, grid.bias = conv.weight, conv.bias
+        return grid
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scheme = self.schemes[self.active]
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
+        pad_h, pad_w = conv_pad(scheme, x.shape[-2], kh, sh, dh), conv_pad(scheme, x.shape[-1], kw, sw, dw)
+        if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:  # the conv pads itself: no copy
+            return F.conv2d(x, self.weight, self.bias, self.stride, (pad_h[0], pad_w[0]), self.dilation, self.groups)
+        x = F.pad(x, _pad_hw(pad_h, pad_w))
+        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, schemes={self.schemes}"
+
+
+class GridMaxPool2d(nn.Module):
+    """The stem max pool of each preset (no parameters), ``variants[active]`` applied."""
+
+    def __init__(self, schemes: Sequence[str], value: str) -> None:
+        super().__init__()
+        self.variants = nn.ModuleList(make_max_pool(scheme, value) for scheme in schemes)
+        self.active = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.variants[self.active](x)
+
+
+def grid_paddings(presets: Sequence[str]) -> list[Padding]:
+    """The presets' Paddings, checked: at least two, all different, no blurred site, one pool pad value."""
+    paddings = [resolve_padding(name) for name in presets]
+    if len(paddings) < 2 or len({p.name for p in paddings}) < len(paddings):
+        raise ValueError(f"grid={list(presets)} needs two or more different presets, e.g. grid=[symmetric,asymmetric]")
+    if any(getattr(p, site) for p in paddings for site in BLUR_SITES):
+        raise ValueError("grid training switches the padding of strided sites; blurred sites have none to switch")
+    if len({p.stem_pool_value for p in paddings}) > 1:
+        raise ValueError(f"grid={list(presets)} mixes stem pool pad values (-inf and zero); keep presets of one")
+    return paddings
+
+
+def make_grid(model: nn.Module, presets: Sequence[str]) -> nn.Module:
+    """Make ``model`` (built under ``presets[0]``, pads not frozen) switchable between ``presets``,
+    in place; returns it. Sites where every preset agrees are left as they are."""
+    paddings = grid_paddings(presets)
+    if model.meta.padding != paddings[0]:
+        raise ValueError(f"the model is built under {model.meta.padding_name}; build it under {presets[0]}, the "
+                         "grid's first preset")
+    sites = {"stem_conv": [p.stem_conv for p in paddings], "block_conv": [p.block_conv for p in paddings],
+             "stem_pool": [p.stem_pool for p in paddings]}  # fmt: skip
+    if len(set(sites["stem_conv"])) > 1:
+        model.conv1 = GridConv2d.like(model.conv1, sites["stem_conv"])
+    if len(set(sites["stem_pool"])) > 1 and not isinstance(model.maxpool, nn.Identity):
+        model.maxpool = GridMaxPool2d(sites["stem_pool"], paddings[0].stem_pool_value)
+    if len(set(sites["block_conv"])) > 1:
+        for name, module in list(model.named_modules()):
+            if name.startswith("layer") and _strided(module):
+                parent, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent), child, GridConv2d.like(module, sites["block_conv"]))
+    model.grid = tuple(presets)
+    return model
+
+
+def _strided(module: nn.Module) -> bool:
+    """A conv whose padding the block_conv site decides: stride > 1 and kernel > 1."""
+    return isinstance(module, nn.Conv2d) and max(module.stride) > 1 and max(module.kernel_size) > 1
+
+
+def set_grid(model: nn.Module, preset: int | str) -> None:
+    """Run ``model`` (made by :func:`make_grid`) under ``preset``: its index in the grid, or its name."""
+    index = preset if isinstance(preset, int) else model.grid.index(preset)
+    for module in model.modules():
+        if isinstance(module, (GridConv2d, GridMaxPool2d)):
+            module.active = index
+
+
+def draw(seed: int, step: int, count: int) -> int:
+    """The preset index of optimizer step ``step``: uniform, a function of (seed, step) alone."""
+    return int(torch.randint(count, (), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)))

@@ -1,0 +1,95 @@
+"""Grid-robust models (resnet/grid.py): switching is an attribute, and exact under every preset."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from resnet import build_model, with_padding
+from resnet.grid import GridConv2d, draw, make_grid, set_grid
+
+PRESETS = ["symmetric", "asymmetric", "tf_same", "tf_slim", "caffe"]
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50_v2"])
+def test_under_each_preset_the_outputs_are_those_of_a_model_built_under_it(arch):
+    torch.manual_seed(0)
+    model = make_grid(build_model(arch, num_classes=7, padding=PRESETS[0]).eval(), PRESETS)
+    params = {name: id(p) for name, p in model.named_parameters()}
+    modules = {name: id(m) for name, m in model.named_modules()}
+    for size in (64, 57):  # even: SAME is asymmetric; odd: it is symmetric
+        x = torch.randn(2, 3, size, size)
+        for preset in reversed(PRESETS):
+            set_grid(model, preset)
+            reference = with_padding(model, preset)  # a plain model under that preset, the same tensors
+            assert type(reference.conv1) is not GridConv2d
+            with torch.no_grad():
+                assert torch.equal(model(x), reference.eval()(x)), (preset, size)
+    assert {name: id(p) for name, p in model.named_parameters()} == params  # nothing rebuilt or copied
+    assert {name: id(m) for name, m in model.named_modules()} == modules
+
+
+def test_the_state_dict_keys_are_the_plain_models():
+    plain = build_model("resnet18", padding="symmetric")
+    grid = make_grid(build_model("resnet18", padding="symmetric"), ["symmetric", "tf_same"])
+    assert grid.state_dict().keys() == plain.state_dict().keys()
+    assert grid.grid == ("symmetric", "tf_same")
+
+
+def test_the_draw_is_seeded_per_step_and_uses_every_preset():
+    draws = [draw(3, step, 3) for step in range(300)]
+    assert draws == [draw(3, step, 3) for step in range(300)]  # a function of (seed, step): resumes agree
+    assert draws != [draw(4, step, 3) for step in range(300)]
+    assert {d: draws.count(d) for d in range(3)}.keys() == {0, 1, 2} and min(map(draws.count, range(3))) > 70
+
+
+@pytest.mark.parametrize(
+    "presets, message",
+    [
+        (["symmetric"], "needs two or more different presets"),
+        (["symmetric", "symmetric"], "needs two or more different presets"),
+        (["symmetric", "keras"], "mixes stem pool pad values"),
+        (["asymmetric", "symmetric"], "the model is built under symmetric; build it under asymmetric"),
+        (["symmetric", "sideways"], "unknown padding preset 'sideways'"),
+    ],
+)
+def test_bad_grids_are_one_line(presets, message):
+    with pytest.raises(ValueError, match=message):
+        make_grid(build_model("resnet_tiny", padding="symmetric"), presets)
+
+
+# --- train.py grid=[...] -------------------------------------------------------------------------
+
+
+def test_a_grid_run_switches_per_step_records_its_presets_and_resumes_exactly(tiny_folder, tmp_path, monkeypatch):
+    import resnet.engine.run as engine_run
+    from resnet.checkpoint import load_checkpoint, load_model
+    from tests.test_faults import assert_same_training
+    from tests.test_train import run_in_process
+
+    seen = []
+    monkeypatch.setattr(engine_run, "set_grid", lambda model, preset: seen.append(preset) or set_grid(model, preset))
+    grid = ("grid=[symmetric,tf_same]", "epochs=2", "seed=5", "data.image_size=32")
+    results = run_in_process(tiny_folder, tmp_path / "straight", *grid)
+    assert results["grid"] == ["symmetric", "tf_same"] and results["padding_name"] == "symmetric"
+    drawn = [p for p in seen if p is not None]
+    assert set(drawn) == {0, 1} and len(drawn) >= 12  # 6 steps an epoch, both presets drawn; 0 before validation
+    saved = load_checkpoint(tmp_path / "straight" / "last.pt")
+    assert saved["grid"] == ["symmetric", "tf_same"] and saved["meta"]["padding_name"] == "symmetric"
+    model = load_model(tmp_path / "straight" / "last.pt")  # a plain model under the first preset
+    assert model.meta.padding_name == "symmetric" and not any(isinstance(m, GridConv2d) for m in model.modules())
+    assert with_padding(model, "tf_same").meta.padding_name == "tf_same"  # eval.py +padding=tf_same
+
+    run_in_process(tiny_folder, tmp_path / "resumed", *grid, "stop_after=1")
+    run_in_process(tiny_folder, tmp_path / "resumed", *grid, "resume=true")
+    assert_same_training(saved, load_checkpoint(tmp_path / "resumed" / "last.pt"))
+
+
+def test_grid_and_padding_together_are_one_line(tiny_folder, tmp_path):
+    from resnet.config import ConfigError
+    from tests.test_train import run_in_process
+
+    with pytest.raises(ConfigError, match="grid= and \\+padding= both choose the padding: drop \\+padding"):
+        run_in_process(tiny_folder, tmp_path, "grid=[symmetric,asymmetric]", "+padding=symmetric")
+    with pytest.raises(ConfigError, match="needs two or more different presets"):
+        run_in_process(tiny_folder, tmp_path, "grid=[symmetric]")

@@ -3,11 +3,12 @@
     python -m benchmarks.model_step                      # batch 8 at 224, ~2-4 min on 2 cores
     python -m benchmarks.model_step --batch 32 --threads 16 --out results/bench_16c.json
 
-Six ResNet-50s with identical weights, channels_last, measured side by side in
+Seven ResNet-50s with identical weights, channels_last, measured side by side in
 one process: torchvision's; ours under ``symmetric`` and ``asymmetric`` (TF 'SAME'
 stem, docs/padding.md), the latter also frozen at the input size (every pad static, as
 exported); timm's, and timm's with its stem conv and pool swapped for its
-TF-'SAME' layers (``Conv2dSame``, ``MaxPool2dSame``). Each repeat times every model
+TF-'SAME' layers (``Conv2dSame``, ``MaxPool2dSame``); and ours grid-robust (:mod:`resnet.grid`),
+switching between ``symmetric`` and ``asymmetric`` every step. Each repeat times every model
 in turn (rotating the order, so drift and thermal effects spread evenly), and each
 ratio is the median over repeats of the same-repeat ratio. Goal: every ratio <= 1.02.
 
@@ -35,6 +36,7 @@ from torch import nn
 
 from benchmarks import save_result
 from resnet import build_model
+from resnet.grid import make_grid, set_grid
 
 GOAL = 1.02  # largest acceptable time ratio
 CLOCKS = ("wall", "cpu")  # time.perf_counter, time.process_time
@@ -44,6 +46,7 @@ RATIOS = (
     ("ours asymmetric / symmetric", "ours_asymmetric", "ours_symmetric"),
     ("ours asym. frozen / symmetric", "ours_asymmetric_frozen", "ours_symmetric"),
     ("timm same / symmetric", "timm_same", "timm_symmetric"),
+    ("ours grid / symmetric", "ours_grid", "ours_symmetric"),
 )
 
 
@@ -79,6 +82,8 @@ def make_models(size: int) -> dict[str, nn.Module]:
         "ours_asymmetric_frozen": build_model("resnet50", padding="asymmetric", input_size=size),
         "timm_symmetric": timm.create_model("resnet50"),
         "timm_same": timm_same_stem(timm.create_model("resnet50")),
+        # grid-robust (resnet.grid): switchable between symmetric and asymmetric, alternating every step
+        "ours_grid": make_grid(build_model("resnet50", padding="symmetric"), ["symmetric", "asymmetric"]),
     }
     state = reference.state_dict()  # all five share torchvision's key names
     for model in models.values():
@@ -90,7 +95,7 @@ def check_equal(models: dict[str, nn.Module], x: torch.Tensor) -> None:
     """Same weights, same grid -> same logits: the benchmark compares like with like."""
     with torch.inference_mode():
         logits = {name: model.eval()(x) for name, model in models.items()}
-    pairs = [("ours_symmetric", "torchvision"), ("timm_symmetric", "torchvision")]
+    pairs = [("ours_symmetric", "torchvision"), ("timm_symmetric", "torchvision"), ("ours_grid", "torchvision")]
     pairs += [("ours_asymmetric", "timm_same"), ("ours_asymmetric_frozen", "timm_same")]
     for a, b in pairs:
         if not torch.allclose(logits[a], logits[b], atol=1e-3, rtol=1e-3):
@@ -107,6 +112,10 @@ def make_steps(models: dict[str, nn.Module], x: torch.Tensor, y: torch.Tensor, m
         with torch.inference_mode():
             model(x)
 
+    def switching(model: nn.Module, step: Callable[[], None]) -> Callable[[], None]:
+        calls = iter(range(10**9))
+        return lambda: (set_grid(model, next(calls) % len(model.grid)), step())[1]
+
     steps = {}
     for name, model in models.items():
         if mode == "train":
@@ -115,6 +124,8 @@ def make_steps(models: dict[str, nn.Module], x: torch.Tensor, y: torch.Tensor, m
         else:
             model.eval()
             steps[name] = lambda model=model: infer_step(model)
+        if hasattr(model, "grid"):  # a grid model runs each step under the next preset
+            steps[name] = switching(model, steps[name])
     return steps
 
 

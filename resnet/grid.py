@@ -5,7 +5,8 @@ stride-2 sites (stem conv, stem pool, strided block convs) follow whichever pres
 :func:`set_grid` names. Switching changes one attribute per site: no layer is rebuilt, no
 weight is copied, the modules and parameters stay the same objects. Under each preset the
 outputs equal, bit for bit, those of a model built under that preset with the same weights
-(tests/test_grid.py), since each site computes that preset's pads and calls the same op.
+(tests/test_grid.py), since each site pads as that preset does and calls the same op
+(:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`).
 
 Training draws each step's preset from the list (:func:`draw`: a function of the seed and the
 step, so every process agrees and a resumed run draws the same). The checkpoint records the
@@ -18,19 +19,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .padding import BLUR_SITES, Padding, _pad_hw, conv_pad, make_max_pool, resolve_padding
+from .padding import BLUR_SITES, Padding, conv_pad, conv_with_pads, make_max_pool, resolve_padding, same_pad
 
 
 class GridConv2d(nn.Conv2d):
-    """A strided conv whose pads follow ``schemes[active]`` (conv schemes of :mod:`resnet.padding`)."""
+    """A strided conv whose pads follow ``schemes[active]`` (conv schemes of :mod:`resnet.padding`).
+
+    Pads that do not depend on the input size (every scheme but SAME) are fixed when the layer
+    is built; SAME's follow each input, as in :class:`resnet.padding.SameConv2d`."""
 
     def __init__(self, *args, schemes: Sequence[str], **kwargs) -> None:
         super().__init__(*args, padding=0, **kwargs)
         self.schemes = tuple(schemes)
         self.active = 0
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
+        self.fixed_pads = tuple(
+            None if scheme == "same" else (conv_pad(scheme, None, kh, sh, dh), conv_pad(scheme, None, kw, sw, dw))
+            for scheme in self.schemes
+        )
 
     @classmethod
     def like(cls, conv: nn.Conv2d, schemes: Sequence[str]) -> GridConv2d:
@@ -42,13 +50,11 @@ class GridConv2d(nn.Conv2d):
         return grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scheme = self.schemes[self.active]
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
-        pad_h, pad_w = conv_pad(scheme, x.shape[-2], kh, sh, dh), conv_pad(scheme, x.shape[-1], kw, sw, dw)
-        if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:  # the conv pads itself: no copy
-            return F.conv2d(x, self.weight, self.bias, self.stride, (pad_h[0], pad_w[0]), self.dilation, self.groups)
-        x = F.pad(x, _pad_hw(pad_h, pad_w))
-        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        pads = self.fixed_pads[self.active]
+        if pads is None:  # SAME: from this input's size
+            (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
+            pads = same_pad(x.shape[-2], kh, sh, dh), same_pad(x.shape[-1], kw, sw, dw)
+        return conv_with_pads(self, x, *pads)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, schemes={self.schemes}"

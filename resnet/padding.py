@@ -280,13 +280,16 @@ class SameConv2d(nn.Conv2d):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pad_h, pad_w = self.pad_for(x.shape[-2], x.shape[-1])
-        if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:
-            return F.conv2d(
-                x, self.weight, self.bias, self.stride, (pad_h[0], pad_w[0]), self.dilation, self.groups
-            )
-        x = F.pad(x, _pad_hw(pad_h, pad_w))
-        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        return conv_with_pads(self, x, *self.pad_for(x.shape[-2], x.shape[-1]))
+
+
+def conv_with_pads(conv: nn.Conv2d, x: torch.Tensor, pad_h: tuple[int, int], pad_w: tuple[int, int]) -> torch.Tensor:
+    """``conv``'s weights applied to ``x`` padded (before, after) by ``pad_h`` and ``pad_w``:
+    where the pads are symmetric the conv pads itself, so no copy of the input is made."""
+    if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:
+        return F.conv2d(x, conv.weight, conv.bias, conv.stride, (pad_h[0], pad_w[0]), conv.dilation, conv.groups)
+    x = F.pad(x, _pad_hw(pad_h, pad_w))
+    return F.conv2d(x, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
 
 
 class PadMaxPool2d(nn.MaxPool2d):

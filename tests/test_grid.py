@@ -67,13 +67,21 @@ def test_a_grid_run_switches_per_step_records_its_presets_and_resumes_exactly(ti
     from tests.test_faults import assert_same_training
     from tests.test_train import run_in_process
 
-    seen = []
-    monkeypatch.setattr(engine_run, "set_grid", lambda model, preset: seen.append(preset) or set_grid(model, preset))
+    drawn, applied = [], []
+
+    def recorded_draw(seed: int, step: int, count: int) -> int:
+        drawn.append((seed, step, draw(seed, step, count)))
+        return drawn[-1][2]
+
+    monkeypatch.setattr(engine_run, "draw", recorded_draw)
+    monkeypatch.setattr(engine_run, "set_grid", lambda model, preset: applied.append(preset) or set_grid(model, preset))
     grid = ("grid=[symmetric,tf_same]", "epochs=2", "seed=5", "data.image_size=32")
     results = run_in_process(tiny_folder, tmp_path / "straight", *grid)
     assert results["grid"] == ["symmetric", "tf_same"] and results["padding_name"] == "symmetric"
-    drawn = [p for p in seen if p is not None]
-    assert set(drawn) == {0, 1} and len(drawn) >= 12  # 6 steps an epoch, both presets drawn; 0 before validation
+    assert [(seed, step) for seed, step, _ in drawn] == [(5, step) for step in range(12)]  # 6 steps an epoch
+    assert {preset for *_, preset in drawn} == {0, 1}  # both presets trained
+    presets = [preset for *_, preset in drawn]  # each step ran under its draw, each validation under preset 0
+    assert applied == presets[:6] + [0] + presets[6:] + [0]
     saved = load_checkpoint(tmp_path / "straight" / "last.pt")
     assert saved["grid"] == ["symmetric", "tf_same"] and saved["meta"]["padding_name"] == "symmetric"
     model = load_model(tmp_path / "straight" / "last.pt")  # a plain model under the first preset

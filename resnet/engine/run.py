@@ -23,7 +23,6 @@ from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_paddings, make_grid, set_grid
-from ..model import with_padding
 from ..report.console import format_table
 from ..report.rows import git_commit, library_versions
 from .lock import own_run_dir
@@ -62,11 +61,15 @@ class LoaderWorkerDied(RunFailed):
 
 
 def build_run_model(cfg: DictConfig) -> nn.Module:
-    """The model of ``cfg.model`` under the configured padding; its meta records what the run
+    """The model of ``cfg.model`` under the configured padding (with ``grid=``: its first preset,
+    the sites made switchable between them, :mod:`resnet.grid`); its meta records what the run
     trains with: the data's preprocessing (where set) and its size, for evaluation."""
     recorded = {"preprocessing": cfg.data.get("preprocessing"),
                 "eval_size": cfg.data.get("val_size") or cfg.data.get("image_size")}
-    return instantiate(cfg.model, padding=padding_from_config(cfg), **{k: v for k, v in recorded.items() if v})
+    grid = list(cfg.grid) if cfg.get("grid") else None
+    padding = grid[0] if grid else padding_from_config(cfg)
+    model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
+    return make_grid(model, grid) if grid else model
 
 
 def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:
@@ -168,9 +171,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     seed_everything(cfg.seed + env.rank)
     runtime = runtime_for(cfg, env)
     model = build_run_model(cfg)
-    grid = list(cfg.grid) if cfg.get("grid") else None
-    if grid:  # one model for several presets: built under the first, each step's drawn (resnet/grid.py)
-        model = make_grid(with_padding(model, grid[0]), grid)
+    grid = list(model.grid) if hasattr(model, "grid") else None  # grid=: each step's preset drawn (resnet/grid.py)
     meta = model.meta
     loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed))
     model = runtime.place(model)

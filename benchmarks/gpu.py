@@ -41,6 +41,7 @@ import torchvision
 
 from benchmarks import save_result
 from benchmarks.input_pipeline import write_jpegs
+from data import Normalize
 from resnet import build_model
 from resnet.evaluation.tencrop import average_crops, centre_crop, ten_crop
 
@@ -173,14 +174,13 @@ def eval_contenders(args, device) -> dict[str, Callable[[], int]]:
     images = torch.randint(0, 256, (args.batch, 3, resize, resize), dtype=torch.uint8, device=device)
     torch.manual_seed(0)
     model = build_model(args.arch, padding="symmetric").to(device, memory_format=torch.channels_last).eval()
-    mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
-    std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
+    normalize = Normalize(model.meta.preprocessing).to(device)  # uint8 -> float, as the eval loop does
 
     def run(crops: int) -> int:
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16):
             for _ in range(args.steps):
                 views = centre_crop(images, args.size) if crops == 1 else ten_crop(images, args.size).flatten(0, 1)
-                x = ((views.float() - mean) / std).contiguous(memory_format=torch.channels_last)
+                x = normalize(views).contiguous(memory_format=torch.channels_last)
                 logits = model(x)
                 if crops > 1:
                     logits = average_crops(logits.float(), crops)

@@ -95,8 +95,12 @@ def nvjpeg_reads(data: bytes) -> bool:
     """Whether ``data`` is a JPEG that nvJPEG decodes to RGB: baseline, extended or progressive
     Huffman, one (grey) or three components. CMYK/YCCK JPEGs (four), lossless and arithmetic-coded
     ones and anything else are decoded on the CPU."""
+    return _nvjpeg_frame(data) is not None
+
+
+def _nvjpeg_frame(data: bytes) -> tuple[int, int, int, int] | None:
     frame = jpeg_frame(data)
-    return frame is not None and frame[0] in (0xC0, 0xC1, 0xC2) and frame[3] in (1, 3)
+    return frame if frame is not None and frame[0] in (0xC0, 0xC1, 0xC2) and frame[3] in (1, 3) else None
 
 
 class EncodedRandomResizedCropFlip(RandomResizedCropFlip):
@@ -104,11 +108,10 @@ class EncodedRandomResizedCropFlip(RandomResizedCropFlip):
     the same random draws (the same boxes for the same seeds), then the bytes instead of pixels."""
 
     def __call__(self, data: bytes) -> EncodedCrop | torch.Tensor:
-        if not nvjpeg_reads(data):
+        frame = _nvjpeg_frame(data)  # the frame header, read once: whether nvJPEG reads it, and its size
+        if frame is None:
             return super().__call__(data)  # decoded here, on the CPU, as without data.decode=gpu
-        from .decode import image_size
-
-        width, height = image_size(data)
+        _, width, height, _ = frame
         box, flip = self.sample(height, width)
         return EncodedCrop(torch.frombuffer(bytearray(data), dtype=torch.uint8), box, flip, self.size)
 

@@ -18,11 +18,14 @@ remedies, each on a small sample of images and little compute:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import copy
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .model import with_padding
 
 Normalize = Callable[[torch.Tensor], torch.Tensor]
 
@@ -97,30 +100,25 @@ def regrid(
     model: nn.Module,
     padding,
     method: str,
-    batches: Iterable[torch.Tensor] | Callable[[], Iterable[torch.Tensor]],
+    batches: Sequence[torch.Tensor],
     normalize: Normalize,
     epochs: int = 1,
     lr: float = 1e-3,
 ) -> tuple[nn.Module, dict]:
     """``model``'s weights adapted to ``padding`` (a preset name, mapping or Padding) by
-    ``method`` (:data:`METHODS`) on ``batches`` (or a function that returns a fresh iterable
-    of them, needed for ``epochs`` > 1); ``model`` itself is not changed. Returns the new model
-    (eval mode; its meta records the new scheme) and what was done: method, images, passes."""
-    import copy
-
-    from .model import with_padding
-
+    ``method`` (:data:`METHODS`) on ``batches`` (uint8 images, read ``epochs`` times by
+    ``distill``); ``model`` itself is not changed. Returns the new model (eval mode; its meta
+    records the new scheme) and what was done: method, schemes, images per stage."""
     if method not in METHODS:
         raise ValueError(f"method={method} is not one of {', '.join(METHODS)}")
     source = model.eval()
     student = with_padding(copy.deepcopy(source), padding).eval()  # its own tensors: the source stays as it was
-    fresh = batches if callable(batches) else (lambda: batches)
     report = {"method": method, "from_padding": source.meta.padding_name, "to_padding": student.meta.padding_name}
-    report["bn_images"] = reestimate_bn(student, fresh(), normalize)
+    report["bn_images"] = reestimate_bn(student, batches, normalize)
     report["distill_images"] = 0
     if method == "distill":
         for _ in range(epochs):
-            report["distill_images"] += distill(student, source, fresh(), normalize, lr=lr)
+            report["distill_images"] += distill(student, source, batches, normalize, lr=lr)
     return student.eval(), report
 
 
@@ -140,6 +138,7 @@ def run(cfg) -> dict:
     from .evaluation.loader import build_eval_loader
     from .evaluation.run import check_fit, weights_spec
     from .padding import resolve_padding
+    from .report.console import format_table
     from .weights import load_weights
 
     spec = weights_spec(cfg)
@@ -185,10 +184,9 @@ def run(cfg) -> dict:
     report |= {"from": spec.text, "images": sum(x.shape[0] for x in images), "skipped_images": skipped,
                "seconds": round(time.perf_counter() - start, 2), "dataset": cfg.data.name, "split": "train"}
     save_checkpoint(out, model.cpu(), regrid=report)
-    rows = [("weights", spec.text), ("grid", f"{report['from_padding']} -> {report['to_padding']}"),
-            ("method", cfg.method), ("images", report["images"]), ("seconds", report["seconds"]), ("written", out)]
-    width = max(len(k) for k, _ in rows)
-    print("\n" + "\n".join(f"{k:<{width}}  {v}" for k, v in rows), flush=True)
+    summary = {"weights": spec.text, "grid": f"{report['from_padding']} -> {report['to_padding']}",
+               "method": cfg.method, "images": report["images"], "seconds": report["seconds"], "written": str(out)}
+    print("\n" + format_table([summary]), flush=True)
     return report
 
 

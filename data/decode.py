@@ -10,7 +10,8 @@ Speed (``python -m benchmarks.input_pipeline``: one core, 500x375 q90 JPEGs -> 2
 The training transform runs at 877 images/s on 63 kB files (509 on 111 kB, 850 on real
 photographs of 49 kB): 2.5-2.9x torchvision's classic PIL pipeline, 0.84-0.96x a bare decode
 of the whole file. It decodes only the crop's window of a JPEG (:mod:`data.roi`; 1.16-1.25x
-faster than decoding the whole file, the same pixels), then resizes it (~220 us an image).
+faster than decoding the whole file, the same pixels), then resizes it (250-280 us an image: the
+breakdown's window decode against its whole crop step).
 Earlier steps, measured one at a time (-300 us an image against ``decode_image`` +
 ``TF.resized_crop`` + PIL header + torchvision's ``get_params``):
 
@@ -27,8 +28,9 @@ Earlier steps, measured one at a time (-300 us an image against ``decode_image``
 * :func:`decode_resized_crop` decodes a JPEG at 1/4 or 1/8 scale (libjpeg's DCT scaling,
   through PIL's ``Image.draft``) when the crop box still has at least the output resolution
   at that scale: 41% of the crops of 1600x1200 photos at 224 px, 53% of 500x375 ones at 64 px
-  (within a few levels of the exact crop; tests/test_data.py). Never 1/2: PIL's 1/2 decode of
-  a crop >= 2x the output takes 2,302 us where the window decode takes 1,819 (500x375, 160 px).
+  (within a few levels of the exact crop; tests/test_data.py). Never 1/2: PIL's 1/2 decode and
+  resize of a crop >= 2x the output takes 1.14-1.33x the time of the window decode and resize
+  (``python -m benchmarks.decode_alternatives``, 500x375 files at 160 px).
   Every other JPEG crop decodes its window (:mod:`data.roi`), anything else the whole file.
 """
 

@@ -31,11 +31,14 @@ def _load():
     pid = os.getpid()
     if pid not in _STATE:
         _STATE.clear()
-        _STATE[pid] = _make()
+        _STATE[pid] = make_decoder()
     return _STATE[pid]
 
 
-def _make():
+def make_decoder(options: str = ""):
+    """(library, one-thread CPU decoder, decode parameters), or None where the library is missing.
+    ``options``: nvImageCodec decoder options (``benchmarks.decode_alternatives`` tries libjpeg-turbo's
+    fast ones); the default decodes exactly as torchvision does."""
     os.environ.setdefault("PYNVIMGCODEC_VERBOSITY", "0")  # a bad file is counted by the loader, not logged here
     try:
         module = _import_quietly()
@@ -45,6 +48,7 @@ def _make():
         device_id=module.NVIMGCODEC_DEVICE_CPU_ONLY,
         max_num_cpu_threads=1,  # one loader worker decodes one image at a time
         backends=[module.Backend(module.CPU_ONLY)],
+        options=options,
     )
     params = module.DecodeParams(
         apply_exif_orientation=False,  # as torchvision's decode_image: pixels in stored order
@@ -75,10 +79,11 @@ def available() -> bool:
     return _load() is not None
 
 
-def decode_region(data: bytes, box: tuple[int, int, int, int]) -> torch.Tensor | None:
+def decode_region(data: bytes, box: tuple[int, int, int, int], decoder=None) -> torch.Tensor | None:
     """JPEG bytes -> the box (top, left, height, width) as RGB uint8 [height, width, 3], contiguous;
-    None where the library is missing or could not decode the file."""
-    loaded = _load()
+    None where the library is missing or could not decode the file. ``decoder``: a
+    :func:`make_decoder` result (default: this process's exact one)."""
+    loaded = decoder or _load()
     if loaded is None:
         return None
     module, decoder, params = loaded

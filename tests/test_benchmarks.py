@@ -47,6 +47,10 @@ def test_every_benchmark_writes_its_json(tmp_path):
     assert set(shards["ratios"]) == {"shards / folders train", "shards / folders read only"}
     assert all(rate > 0 for rate in shards["images_per_s_per_worker"].values())
 
+    alternatives = json.loads((tmp_path / "bench_decode_alternatives.json").read_text())
+    assert {"whole decode", "window decode", "window decode, fast"} <= set(alternatives["us_per_image"])
+    assert 0 < alternatives["crop_bottom_fraction_mean"] <= 1 and alternatives["fast_pixels_off"]["max"] > 0
+
     summary = json.loads((tmp_path / "bench_summary.json").read_text())
     # --quick measures none of end_to_end's ratios with a goal (10-crop cost is the one it has)
     assert {row["benchmark"] for row in summary} == set(RUNS) - {"end_to_end"}

@@ -103,6 +103,19 @@ def test_launches_without_the_needed_variables_are_one_line(env, message, monkey
         join_job(compose_config("train", "device=cpu"))
 
 
+def test_an_srun_step_with_more_tasks_than_gpus_is_one_line_before_joining(monkeypatch):
+    # 4 tasks on this node (SRUN_TASK: 4 per node) but 2 GPUs: refused while choosing the device,
+    # before the process group would wait for the other tasks.
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SUBMITIT_EXECUTOR", "SLURM_GPUS_ON_NODE", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in SRUN_TASK.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ConfigError, match=r"4 processes on this node but 2 GPU\(s\).*--ntasks-per-node=2"):
+        join_job(compose_config("train", "device=auto"))
+
+
 @pytest.mark.slow
 def test_a_multi_task_batch_script_running_python_fails_in_one_line_not_a_hang():
     # `python train.py` in an 8-task sbatch script, without srun: one line, exit 2, at once.

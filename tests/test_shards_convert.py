@@ -149,6 +149,23 @@ def test_webdataset_reads_the_shards(folder, tmp_path):
     assert got == contents(index) and len(got) == 12
 
 
+def test_timms_wds_reader_reads_the_shards(folder, tmp_path):
+    # timm's own reader (create_dataset("wds/...")), given the shards' brace pattern and count: the
+    # same images with the same labels, the label read from each sample's .cls member.
+    pytest.importorskip("webdataset")
+    from PIL import Image
+    from timm.data import create_dataset
+
+    index = convert_folder(folder, tmp_path, shard_size=5)
+    last = len(index.shards) - 1
+    split = f"train-{{000000..{last:06d}}}.tar|{index.count}"
+    dataset = create_dataset("wds/shards", root=str(tmp_path), split=split, is_training=False, batch_size=1)
+    got = sorted((label, image.tobytes()) for image, label in dataset)
+    expected = sorted((label, Image.open(io.BytesIO(data)).convert("RGB").tobytes())
+                      for label, data in contents(index).values())
+    assert got == expected and len(got) == 12
+
+
 def test_shards_are_deterministic(folder, tmp_path):
     first = convert_folder(folder, tmp_path / "first", shard_size=5)
     again = convert_folder(folder, tmp_path / "again", shard_size=5)

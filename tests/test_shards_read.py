@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import signal
 import tarfile
@@ -29,6 +30,7 @@ from resnet.evaluation.run import evaluate_weights
 from tests.compose import compose_config
 from tests.imagegen import make_folder
 from tests.test_eval import checkpoint  # noqa: F401  (a fixture: a tiny 3-class model)
+from tests.test_train import PY, run_slurm_tasks
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -146,14 +148,30 @@ def shard_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def same_weights(a: Path, b: Path) -> bool:
+    a, b = load_checkpoint(a / "last.pt"), load_checkpoint(b / "last.pt")
+    return a["step"] == b["step"] and all(torch.equal(t, b["model"][k]) for k, t in a["model"].items())
+
+
 @pytest.mark.slow
-def test_training_on_shards_preempted_mid_epoch_resumes_to_the_same_weights(data, tmp_path, monkeypatch):
-    # 6 steps an epoch; SIGUSR1 at the 4th: it saves after that step and stops. Two persistent
-    # loader workers: the resumed epoch's position must reach them (shared memory).
+def test_training_on_shards_resumed_at_an_epoch_end_or_preempted_mid_epoch_ends_with_the_same_weights(
+    data, tmp_path, monkeypatch
+):
+    # Two persistent loader workers and augmentation, 6 steps an epoch. First a run stopped after
+    # its first epoch (stop_after=1, a SLURM time limit's use) and resumed: the next epoch's
+    # reshuffled plan must be the one the uninterrupted run read.
     _, shards = data
     common = ("data.workers=2", "data.augment=true")
     straight = train(compose_config("train", *shard_overrides(shards, tmp_path / "straight", *common)))
     assert straight["n_val_images"] == 7 and straight["dataset"] == "imagenet_shards"
+    split = tmp_path / "split"
+    train(compose_config("train", *shard_overrides(shards, split, *common, "stop_after=1")))
+    assert load_checkpoint(split / "last.pt")["epoch"] == 1 and not same_weights(tmp_path / "straight", split)
+    train(compose_config("train", *shard_overrides(shards, split, *common, "resume=true")))
+    assert same_weights(tmp_path / "straight", split)
+
+    # Then SIGUSR1 at the 4th step: it saves after that step and stops; the resumed epoch's
+    # position must reach the workers (shared memory).
 
     real = engine_run._loss_and_augment
     calls = []
@@ -177,9 +195,28 @@ def test_training_on_shards_preempted_mid_epoch_resumes_to_the_same_weights(data
     assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 4
     monkeypatch.setattr(engine_run, "_loss_and_augment", real)
     train(compose_config("train", *shard_overrides(shards, run_dir, *common, "resume=true")))
-    a, b = load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt")
-    assert a["step"] == b["step"] == 12
-    assert all(torch.equal(t, b["model"][k]) for k, t in a["model"].items())
+    assert load_checkpoint(run_dir / "last.pt")["step"] == 12 and same_weights(tmp_path / "straight", run_dir)
+
+
+@pytest.mark.slow
+def test_two_processes_train_on_shards_and_validate_every_image_once(data, tmp_path):
+    # Two SLURM tasks (gloo): each rank reads its own share of the shards, the 7 val images are
+    # counted once over both ranks, and rank 0 alone writes; the distributed validation equals
+    # one process evaluating the same weights.
+    _, shards = data
+    run_dir = tmp_path / "two"
+    args = [o for o in shard_overrides(shards, run_dir, "epochs=1", "batch_size=2") if not o.startswith("run_dir")]
+    for proc in run_slurm_tasks([PY, "train.py", *args, f"hydra.run.dir={run_dir}"], job_id=os.getpid() + 1):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert (results["world_size"], results["global_batch"], results["n_val_images"]) == (2, 4, 7)
+    assert len(load_checkpoint(run_dir / "last.pt")["rng"]) == 2
+    with open(run_dir / "metrics.csv", newline="") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["1"]  # one writer: one header, one row
+    alone = evaluate_weights(compose_config(
+        "eval", *eval_overrides(run_dir / "last.pt", "imagenet_shards", shards, tmp_path / "r.jsonl")))
+    assert alone["n_images"] == 7
+    assert (alone["top1_err"], alone["top5_err"]) == (results["top1_err"], results["top5_err"])
 
 
 def eval_overrides(weights: Path, data_name: str, root: Path, results: Path, *extra: str) -> list[str]:

@@ -180,6 +180,23 @@ def test_shards_are_deterministic(folder, tmp_path):
     assert contents(reseeded) == contents(again)
 
 
+def test_a_shard_changed_under_the_conversion_fails_its_count_check_and_gets_no_index(folder, tmp_path, monkeypatch):
+    # Another conversion into the same folder (here: shard 1 overwritten with shard 0 once written):
+    # the final check of every shard against its plan stops it, and no index describes the folder.
+    real = shards_write.write_shard
+
+    def overwritten(path, planned, pool, bar):
+        failed = real(path, planned, pool, bar)
+        if path.name == "train-000001.tar":
+            path.write_bytes((path.parent / "train-000000.tar").read_bytes())
+        return failed
+
+    monkeypatch.setattr(shards_write, "write_shard", overwritten)
+    with pytest.raises(ShardError, match=r"train-000001\.tar does not hold the samples just written to it"):
+        convert_folder(folder, tmp_path, shard_size=5)
+    assert not (tmp_path / shards_write.INDEX_NAME).exists()
+
+
 def test_interrupted_conversion_resumes(folder, tmp_path, monkeypatch, capsys):
     whole = convert_folder(folder, tmp_path / "whole", shard_size=3)
     assert len(whole.shards) == 4

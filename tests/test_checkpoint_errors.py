@@ -278,6 +278,31 @@ def test_importer_files_cut_short_or_of_another_architecture_are_one_line(good, 
     one_line(raised, resnet18, "does not fit resnet34", "missing key", "pass model=resnet18")
 
 
+def _cut(path: Path) -> Path:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _damaged_timm_and_keras_files(tmp_path: Path) -> list[tuple[str, Path]]:
+    from safetensors.torch import save_file
+
+    tensors = {"conv1.weight": torch.randn(64, 3, 7, 7), "fc.weight": torch.randn(3, 512)}
+    save_file(tensors, tmp_path / "cut.safetensors")
+    torch.save(tensors, tmp_path / "cut.pth")
+    (tmp_path / "text.h5").write_text("not an HDF5 file\n")
+    (tmp_path / "cut.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))  # an HDF5 signature, then nothing
+    return [("timm", _cut(tmp_path / "cut.safetensors")), ("timm", _cut(tmp_path / "cut.pth")),
+            ("keras", tmp_path / "text.h5"), ("keras", tmp_path / "cut.weights.h5")]  # fmt: skip
+
+
+def test_damaged_timm_and_keras_files_are_one_line_naming_the_file(tmp_path):
+    for source, path in _damaged_timm_and_keras_files(tmp_path):
+        with pytest.raises(WeightsError) as raised:
+            load_published(parse_weights(f"{source}:{path}"))
+        one_line(raised, path, "damaged", "copy it again")
+
+
 # --- random damage ---------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from resnet.evaluation.run import evaluate_weights
 from resnet.evaluation.tencrop import average_crops, crop_boxes, ten_crop
 from resnet.report.rows import ROW_KEYS, append_row, read_rows
 from resnet.weights import FORMS, WeightsError, WeightsSpec, WeightsUnavailable, load_weights, parse_weights
+from tests import procs
 from tests.builtin_data import require_fashion_mnist
 from tests.compose import compose_config
 from tests.imagegen import jpeg_bytes, make_folder, smooth_image
@@ -274,10 +275,8 @@ def test_odd_files_and_sizes_in_both_protocols(folder, checkpoint, tmp_path):
 def test_torchrun_two_processes_count_each_image_once(folder, checkpoint, tmp_path):
     args = folder_overrides(folder, checkpoint, tmp_path / "two.jsonl", "crops=10", "batch_size=20")
     one = run_eval(*folder_overrides(folder, checkpoint, tmp_path / "one.jsonl", "crops=10", "batch_size=20"))
-    proc = subprocess.run(
-        [TORCHRUN, "--standalone", "--nproc_per_node=2", "eval.py", *args, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    proc = procs.run([TORCHRUN, "--standalone", "--nproc_per_node=2", "eval.py", *args,
+                      f"hydra.run.dir={tmp_path / 'run'}"])  # a hang kills both processes and fails
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = read_rows(tmp_path / "two.jsonl")
     assert len(rows) == 1  # rank 0 alone writes

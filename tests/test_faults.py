@@ -11,18 +11,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import DistributedSampler
 
+from data.imagefolder import find_classes, find_images
 from resnet.checkpoint import CheckpointError, load_checkpoint
 from resnet.config import ConfigError, check_run_config
 from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss
 from resnet.weights import WeightsError
+from tests import procs
 from tests.compose import compose_config
 from tests.imagegen import make_folder
 from tests.test_eval import folder_overrides, run_eval
@@ -35,7 +39,6 @@ FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
 FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
 FAULT=worker:N  a DataLoader worker process SIGKILLs itself at the N-th image it reads (the OOM killer)
-FAULT=unreadable:N  every image of the N-th batch this process collates is unreadable
 FAULT_RANK=R  only in the process of rank R (default 0; RANK or SLURM_PROCID)
 FAULT_ONCE=F  only if file F does not exist yet, and create it (once over restarts)
 """
@@ -114,18 +117,6 @@ elif KIND == "worker":
         return real_getitem(self, index)
 
     ImageFiles.__getitem__ = getitem
-elif KIND == "unreadable":
-    import data.loader
-    from data.batch import BadImage
-
-    real_collate = data.loader.collate
-
-    def collate(samples):
-        if due():
-            samples = [BadImage(f"image {i} of this batch", "injected: unreadable") for i in range(len(samples))]
-        return real_collate(samples)
-
-    data.loader.collate = collate
 elif KIND == "eval":
     real_evaluate = engine_run.evaluate
 
@@ -159,18 +150,9 @@ def overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
 
 
 def launch(args: list[str], fault: str = "none:0", timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
-    """Run to the end; past ``timeout`` the whole process group (torchrun's workers too) is
-    killed and the test fails: a hang is a failure, never a stuck suite."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FAULT": fault, **env}
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(map(str, args[:4]))} ... hung for {timeout} s\n{out[-2000:]}\n{err[-3000:]}")
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+    """Run to the end with ``fault`` injected (the wrapper's $FAULT); a hang fails the test
+    (tests/procs.py kills the whole process group, torchrun's workers too)."""
+    return procs.run(args, {"FAULT": fault, **env}, timeout)
 
 
 def train_script(*args: str) -> subprocess.CompletedProcess:
@@ -300,19 +282,28 @@ def test_a_stop_signal_outside_slurm_saves_and_says_how_to_resume(tiny_folder, w
 
 
 @pytest.mark.slow
-def test_a_rank_whose_whole_batch_is_unreadable_does_not_hang_ddp(tiny_folder, wrapper, tmp_path):
-    # 2 processes x batch 2; every image of rank 1's second batch is unreadable. Both processes skip
-    # that step together (rank 0's two readable images are counted as unused), and the run ends.
-    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", str(wrapper), str(REPO / "train.py"),
-            *overrides(tiny_folder, tmp_path, "epochs=1", "batch_size=2")]  # fmt: skip
-    proc = launch(args, "unreadable:2", timeout=120, FAULT_RANK="1")
+def test_a_rank_fed_only_corrupt_files_does_not_hang_ddp(tiny_folder, tmp_path):
+    # 2 processes x batch 2, one loader worker each. Every file rank 1 reads in epoch 0 is damaged on
+    # disk (empty, cut short, not an image): each of its 6 batches is empty. Both processes skip
+    # every step together (rank 0's readable images are counted as unused), validate and end.
+    root = tmp_path / "data"
+    shutil.copytree(tiny_folder, root)
+    classes = find_classes(root / "train")
+    files = [Path(path) for path, _ in find_images(root / "train", classes)]
+    share = DistributedSampler(range(len(files)), num_replicas=2, rank=1, shuffle=True, seed=0)  # seed=0: train.yaml's
+    damage = [lambda b: b"", lambda b: b[: len(b) // 3], lambda b: b"not a JPEG at all"]
+    for n, index in enumerate(share):
+        files[index].write_bytes(damage[n % 3](files[index].read_bytes()))
+    run_dir = tmp_path / "run"
+    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py",
+            *overrides(root, run_dir, "epochs=1", "batch_size=2", "data.workers=1")]  # fmt: skip
+    proc = launch(args, timeout=120)
     assert_status(proc, 0)
-    [row] = read_csv(tmp_path / "metrics.csv")
-    assert (row["skipped_images"], row["empty_steps"], row["unused_images"]) == ("2", "1", "2")
-    assert "injected: unreadable" in row["skipped_examples"]
-    assert "1 steps skipped on every process" in proc.stdout
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert results["world_size"] == 2 and results["n_val_images"] == 7
+    [row] = read_csv(run_dir / "metrics.csv")
+    assert (row["skipped_images"], row["empty_steps"], row["unused_images"]) == ("12", "6", "12")
+    assert "6 steps skipped on every process" in proc.stdout
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["world_size"] == 2 and results["n_val_images"] == 7 and results["skipped_images"] == 12
 
 
 @pytest.mark.slow

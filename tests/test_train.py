@@ -14,6 +14,7 @@ import torch
 
 from resnet.checkpoint import load_checkpoint, load_model
 from resnet.engine.run import train
+from tests import procs
 from tests.compose import compose_config
 from tests.conftest import make_tiny_folder
 from tests.imagegen import make_folder
@@ -50,9 +51,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def run_script(args: list[str], env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        args, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-    )
+    proc = procs.run(args, env, timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -212,17 +211,8 @@ def slurm_task_env(rank: int, job_id: int, **extra: str) -> dict[str, str]:
 
 
 def run_slurm_tasks(args: list[str], job_id: int, timeout: int = 240) -> list[subprocess.CompletedProcess]:
-    """Start the two tasks as srun would, wait for both; neither may hang."""
-    procs = [
-        subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, **slurm_task_env(rank, job_id)})
-        for rank in range(2)
-    ]  # fmt: skip
-    done = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
-        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
-    return done
+    """Start the two tasks as srun would, wait for both; past ``timeout`` both are killed and the test fails."""
+    return procs.wait_all([procs.start(args, slurm_task_env(rank, job_id)) for rank in range(2)], timeout)
 
 
 @pytest.mark.xdist_group("one_process")  # its reference run is computed once

@@ -1,0 +1,45 @@
+"""Starting the project's commands as the tests' subprocesses, so that a hang fails a test and
+never stalls the suite: each command runs in its own session (process group), and past its
+deadline the whole group (torchrun's workers, every stand-in srun task) is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.Popen:
+    return subprocess.Popen([str(a) for a in args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                            start_new_session=True)  # fmt: skip
+
+
+def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[subprocess.CompletedProcess]:
+    """Wait for every process under one deadline; past it kill every group and fail the test."""
+    deadline = time.monotonic() + timeout
+    done = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"{' '.join(proc.args[:4])} ... hung for {timeout} s\n{out[-2000:]}\n{err[-3000:]}")
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
+def run(args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 240,
+        cwd: Path = REPO) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run one command (and everything it starts) to its end, or fail the test at ``timeout``."""
+    return wait_all([start(args, env, cwd)], timeout)[0]

@@ -394,18 +394,20 @@ def test_pickled_code_is_refused_by_train_and_eval(tiny_folder, tmp_path):
     assert marker.exists()
 
 
-def test_resuming_another_architecture_optimizer_or_a_damaged_file_is_one_line(tiny_folder, tmp_path):
+def test_resuming_another_architecture_optimizer_schedule_or_a_damaged_file_is_one_line(tiny_folder, tmp_path):
     run_in_process(tiny_folder, tmp_path / "tiny", "epochs=1")
     last = tmp_path / "tiny" / "last.pt"
     line = config_error(tiny_folder, tmp_path / "small", f"resume={last}", "model=resnet_small")
     assert f"{last} holds resnet_tiny weights, not resnet_small" in line and "pass model=resnet_tiny" in line
     line = config_error(tiny_folder, tmp_path / "adamw", f"resume={last}", "optim=adamw")
-    assert "was trained with optim.name=sgd, this run has adamw" in line
+    assert "was trained with optim.name=sgd, this run has adamw" in line and "pass the optim= it" in line
+    line = config_error(tiny_folder, tmp_path / "cosine", f"resume={last}", "sched=cosine")
+    assert "was trained with sched.name=onecycle, this run has cosine" in line and "pass the sched= it" in line
     half = tmp_path / "half.pt"
     half.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     line = config_error(tiny_folder, tmp_path / "half", f"resume={half}")
     assert line.startswith(f"{half} is cut short or damaged")
-    for run in ("small", "adamw", "half"):  # refused before anything was written
+    for run in ("small", "adamw", "cosine", "half"):  # refused before anything was written
         assert not list((tmp_path / run).glob("*.csv")) + list((tmp_path / run).glob("*.pt"))
 
 

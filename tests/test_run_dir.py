@@ -5,10 +5,12 @@ from __future__ import annotations
 import builtins
 import errno
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -36,7 +38,12 @@ def test_a_live_run_keeps_its_dir_and_a_killed_one_is_taken_over(tiny_folder, tm
         with pytest.raises(RunDirBusy) as busy:  # what train.py prints as its one error line
             run_in_process(tiny_folder, run_dir, "epochs=1")
         message = str(busy.value)
-        assert f"{run_dir} is in use by another run (host {socket.gethostname()}, pid {holder.pid}, started " in message
+        when = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
+        holder_is = rf"host {re.escape(socket.gethostname())}, pid {holder.pid}, started {when}\)"
+        started = re.search(rf"{re.escape(str(run_dir))} is in use by another run \({holder_is}", message)
+        assert started, message
+        age = datetime.now() - datetime.strptime(started[1], "%Y-%m-%d %H:%M:%S")
+        assert timedelta(0) <= age < timedelta(minutes=5), message  # the holder's start, in local time
         assert "pass another hydra.run.dir=<dir>" in message and "\n" not in message
         assert sorted(p.name for p in run_dir.iterdir()) == [LOCK_NAME]  # the refused run wrote nothing
     finally:

@@ -1,11 +1,15 @@
 """The built-in demo: the padding question end to end on Fashion-MNIST, on a CPU.
 
 ``python -m resnet.demo`` trains the default model (``python train.py``'s config) once
-under each scheme (``symmetric`` and ``asymmetric`` by default), evaluates every
-checkpoint under every scheme, and prints the "trained with x evaluated with" table of
-top-1 and top-5 errors. It writes, under ``--out`` (default ``results/demo``):
-``eval.jsonl`` (one row per evaluation), ``cross.md`` / ``cross.csv`` / ``cross.png``
-(the matrix) and ``tensornets.md`` / ``.csv`` / ``.png`` (per-scheme errors).
+under each scheme (``symmetric`` and ``asymmetric`` by default) and once on the grid of
+them all (``train.py grid=[...]``: one grid-robust model), evaluates every checkpoint under
+every scheme, and prints the "trained with x evaluated with" table of top-1 and top-5 errors.
+Then it re-grids the model trained under the last scheme to the first
+(:mod:`resnet.regrid`, each method of :data:`REGRID`) and prints what each method recovered
+with the images and seconds it used. It writes, under ``--out`` (default ``results/demo``):
+``eval.jsonl`` (one row per evaluation), ``cross.md`` / ``cross.csv`` / ``cross.png`` (the
+matrix), ``tensornets.md`` / ``.csv`` / ``.png`` (per-scheme errors) and ``regrid.md`` /
+``.csv`` / ``.png`` (the re-gridding table).
 """
 
 from __future__ import annotations
@@ -19,10 +23,21 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from .config import padding_overrides, register_configs
+from .grid import grid_name
 from .padding import resolve_padding
+from .report.charts import plot_regrid
 from .report.console import format_table
 from .report.rows import read_rows
+from .report.tables import to_markdown, write_csv
 from .tables import write_tables
+
+# Each re-gridding method the demo runs, as python -m resnet.regrid overrides. bn: the BatchNorm
+# statistics of 5,000 training images; distill: then two passes over 15,000 of them, towards the
+# source model's predictions under its own grid (no labels read).
+REGRID = {
+    "bn": ("method=bn", "images=5000"),
+    "distill": ("method=distill", "images=15000", "epochs=2", "lr=0.02"),
+}
 
 
 def config_dir() -> Path:
@@ -36,31 +51,37 @@ def config_dir() -> Path:
     return path
 
 
+def _compose(name: str, overrides: list[str]):
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides)
+
+
 def train_under(scheme: str, run_dir: Path, overrides: list[str]) -> dict:
     from .engine.run import train
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*padding_overrides(scheme), f"run_dir={run_dir}", *overrides])
-    return train(cfg)
+    return train(_compose("train", [*padding_overrides(scheme), f"run_dir={run_dir}", *overrides]))
+
+
+def train_on_grid(schemes: list[str], run_dir: Path, overrides: list[str]) -> dict:
+    from .engine.run import train
+
+    return train(_compose("train", [f"grid=[{','.join(schemes)}]", f"run_dir={run_dir}", *overrides]))
 
 
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, overrides: list[str]) -> dict:
     from .evaluation.run import evaluate_weights
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(
-            config_name="eval",
-            overrides=[
-                f"weights={checkpoint}",
-                "data=fashion_mnist",
-                *padding_overrides(scheme),
-                f"results_file={results_file.resolve()}",
-                *overrides,
-            ],
-        )
-    return evaluate_weights(cfg)
+    return evaluate_weights(_compose("eval", [
+        f"weights={checkpoint}", "data=fashion_mnist", *padding_overrides(scheme),
+        f"results_file={results_file.resolve()}", *overrides,
+    ]))  # fmt: skip
+
+
+def regrid_to(checkpoint: Path, scheme: str, out: Path, method: tuple[str, ...]) -> dict:
+    from .regrid import run
+
+    return run(_compose("regrid", [f"weights={checkpoint}", *padding_overrides(scheme), f"out={out}", *method]))
 
 
 def _scheme_name(name: str) -> str:
@@ -71,16 +92,44 @@ def _scheme_name(name: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def matrix_rows(rows: list[dict], schemes: list[str]) -> list[dict]:
-    """One line per training scheme: top-1 and top-5 error under every evaluation scheme."""
+def _dir_name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")  # no ( ) [ ] in a path
+
+
+def matrix_rows(rows: list[dict], trained: list[str], evaluated: list[str]) -> list[dict]:
+    """One line per trained model: top-1 and top-5 error under every evaluation scheme."""
     table = []
-    for trained in schemes:
-        line: dict = {"trained with \\ evaluated with": trained}
+    for label in trained:
+        line: dict = {"trained with \\ evaluated with": label}
         for metric, short in (("top1_err", "top-1"), ("top5_err", "top-5")):
-            for evaluated in schemes:
-                hits = [r for r in rows if r["trained_padding"] == trained and r["padding_name"] == evaluated]
-                line[f"{short} err % ({evaluated})"] = hits[-1][metric] if hits else float("nan")
+            for scheme in evaluated:
+                hits = [r for r in rows if r["trained_padding"] == label and r["padding_name"] == scheme]
+                line[f"{short} err % ({scheme})"] = hits[-1][metric] if hits else float("nan")
         table.append(line)
+    return table
+
+
+def regrid_table(rows: list[dict], source: str, target: str, runs: dict[str, dict]) -> list[dict]:
+    """The source-trained weights under ``target``: as they are, then after each method; the
+    native error (under ``source``) on top for comparison."""
+    def row_of(trained: str, evaluated: str) -> dict:
+        return [r for r in rows if r["trained_padding"] == trained and r["padding_name"] == evaluated][-1]
+
+    native, moved = row_of(source, source), row_of(source, target)
+    table = [
+        {"weights": f"trained under {source}", "evaluated with": source, "method": "none (native grid)",
+         "images": 0, "seconds": 0.0, "top-1 err %": native["top1_err"], "top-5 err %": native["top5_err"]},
+        {"weights": f"trained under {source}", "evaluated with": target, "method": "none",
+         "images": 0, "seconds": 0.0, "top-1 err %": moved["top1_err"], "top-5 err %": moved["top5_err"]},
+    ]
+    for method, run in runs.items():
+        passes = run["distill_images"] // max(run["images"], 1)
+        table.append({
+            "weights": f"re-gridded to {target}", "evaluated with": target,
+            "method": method if not passes else f"{method}, {passes} pass{'es' if passes > 1 else ''}",
+            "images": run["images"],
+            "seconds": run["seconds"], "top-1 err %": run["eval"]["top1_err"], "top-5 err %": run["eval"]["top5_err"],
+        })  # fmt: skip
     return table
 
 
@@ -88,9 +137,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schemes", nargs="+", default=["symmetric", "asymmetric"], type=_scheme_name,
                         help="presets, or blurred ones such as 'symmetric+blur(block_conv)'")
+    parser.add_argument("--no-grid", dest="grid", action="store_false",
+                        help="leave out the grid-robust model (trained on every scheme)")
+    parser.add_argument("--no-regrid", dest="regrid", action="store_false",
+                        help="leave out re-gridding the last scheme's model to the first scheme")
+    parser.add_argument("--regrid-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for every re-gridding method, e.g. images=512 (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
     parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. epochs=2")
     args = parser.parse_args(argv)
+    with_grid = args.grid and len(args.schemes) > 1 and not any("+blur" in s for s in args.schemes)
+    with_regrid = args.regrid and len(args.schemes) > 1
 
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -99,19 +156,46 @@ def main(argv: list[str] | None = None) -> None:
     checkpoints = {}
     for scheme in args.schemes:
         print(f"\n=== training under {scheme} ===", flush=True)
-        run_dir = args.out / f"train_{re.sub(r'[^A-Za-z0-9_.-]+', '_', scheme).strip('_')}"  # no ( ) in a path
+        run_dir = args.out / f"train_{_dir_name(scheme)}"
         train_under(scheme, run_dir, args.overrides)
         checkpoints[scheme] = run_dir / "last.pt"
+    if with_grid:
+        label = grid_name(args.schemes)
+        print(f"\n=== training on the grid {label} (each step under one of them, drawn per step) ===", flush=True)
+        run_dir = args.out / "train_grid"
+        train_on_grid(args.schemes, run_dir, args.overrides)
+        checkpoints[label] = run_dir / "last.pt"
     for trained, checkpoint in checkpoints.items():
         for evaluated in args.schemes:
             print(f"\n=== trained with {trained}, evaluated with {evaluated} ===", flush=True)
             evaluate_under(checkpoint, evaluated, results_file, [])
 
+    regrid_runs: dict[str, dict] = {}
+    source, target = args.schemes[-1], args.schemes[0]
+    if with_regrid:
+        for method, overrides in REGRID.items():
+            print(f"\n=== re-gridding the {source}-trained model to {target}: {method} ===", flush=True)
+            out = args.out / f"regrid_{method}.pt"
+            run = regrid_to(checkpoints[source], target, out, [*overrides, *args.regrid_set])
+            run["eval"] = evaluate_under(out, target, args.out / "regrid_eval.jsonl", [])
+            regrid_runs[method] = run
+
     rows = read_rows(results_file)
     write_tables(results_file, args.out, schemes=args.schemes)
     print("\nFashion-MNIST test set (10,000 images): error % of each trained model under each scheme\n")
-    print(format_table(matrix_rows(rows, args.schemes)))
-    print(f"\ntables and charts: {args.out}/cross.md, cross.png, tensornets.md, tensornets.png")
+    print(format_table(matrix_rows(rows, list(checkpoints), args.schemes)))
+    files = "cross.md, cross.png, tensornets.md, tensornets.png"
+    if regrid_runs:
+        table = regrid_table(rows, source, target, regrid_runs)
+        columns = list(table[0])
+        (args.out / "regrid.md").write_text(to_markdown(columns, table) + "\n")
+        write_csv(args.out / "regrid.csv", columns, table)
+        plot_regrid(table, args.out / "regrid.png")
+        print(f"\nThe {source}-trained model under {target}, re-gridded on training images (seconds: the method "
+              "alone, on this machine)\n")
+        print(format_table(table))
+        files += ", regrid.md, regrid.png"
+    print(f"\ntables and charts: {args.out}/ {files}")
     print(f"demo wall time: {time.perf_counter() - start:.0f} s")
 
 

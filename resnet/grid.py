@@ -11,7 +11,8 @@ outputs equal, bit for bit, those of a model built under that preset with the sa
 Training draws each step's preset from the list (:func:`draw`: a function of the seed and the
 step, so every process agrees and a resumed run draws the same). The checkpoint records the
 list (``grid``); its meta records the first preset, so ``eval.py weights=<run>/last.pt`` runs
-it under that one and ``+padding=<another of the list>`` under another.
+it under that one and ``+padding=<another of the list>`` under another; either way the result
+row's ``trained_padding`` is :func:`grid_name` of the list.
 """
 
 from __future__ import annotations
@@ -117,6 +118,17 @@ def set_grid(model: nn.Module, preset: int | str) -> None:
     for module in model.modules():
         if isinstance(module, (GridConv2d, GridMaxPool2d)):
             module.active = index
+
+
+def grid_name(presets: Sequence[str]) -> str:
+    """How result rows name weights trained for several presets: ``grid[symmetric,asymmetric]``,
+    the ``train.py grid=`` value that made them."""
+    return f"grid[{','.join(presets)}]"
+
+
+def grid_members(name: str) -> tuple[str, ...]:
+    """The presets of a :func:`grid_name` (``()`` for any other name)."""
+    return tuple(name[5:-1].split(",")) if name.startswith("grid[") and name.endswith("]") else ()
 
 
 def draw(seed: int, step: int, count: int) -> int:

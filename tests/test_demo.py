@@ -1,26 +1,45 @@
-"""The built-in demo's plumbing, on a few steps: train under two schemes, 2x2 evaluation, tables."""
+"""The built-in demo's plumbing, on a few steps: train under two schemes and on their grid, 3x2
+evaluation, re-gridding by each method, tables."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
 
+from resnet.checkpoint import load_checkpoint
 from resnet.demo import main
 from tests.builtin_data import require_fashion_mnist
 
 
 @pytest.mark.slow
-def test_demo_trains_twice_evaluates_four_times_and_writes_tables(tmp_path, capsys):
+def test_demo_trains_three_models_evaluates_each_under_both_schemes_regrids_and_writes_tables(tmp_path, capsys):
     require_fashion_mnist()
     # resnet_tiny for the default resnet_small: the same plumbing at a quarter of the convolutions
-    # (six passes over the 10,000 test images dominate the test's time).
-    main(["--out", str(tmp_path), "epochs=1", "max_steps_per_epoch=4", "batch_size=64", "model=resnet_tiny"])
+    # (the passes over the 10,000 test images dominate the test's time); re-gridding on 64 images.
+    main(["--out", str(tmp_path), "--regrid-set", "images=64", "--regrid-set", "epochs=1",
+          "epochs=1", "max_steps_per_epoch=4", "batch_size=64", "model=resnet_tiny"])
     rows = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
     pairs = {(r["trained_padding"], r["padding_name"]) for r in rows}
-    assert pairs == {(a, b) for a in ("symmetric", "asymmetric") for b in ("symmetric", "asymmetric")}
+    trained = ("symmetric", "asymmetric", "grid[symmetric,asymmetric]")
+    assert pairs == {(a, b) for a in trained for b in ("symmetric", "asymmetric")}
     assert all(r["n_images"] == 10000 and r["dataset"] == "fashion_mnist" and r["arch"] == "resnet_tiny" for r in rows)
-    for name in ("cross.md", "cross.csv", "cross.png", "tensornets.md", "tensornets.png"):
+    assert load_checkpoint(tmp_path / "train_grid" / "last.pt")["grid"] == ["symmetric", "asymmetric"]
+    for name in ("cross.md", "cross.csv", "cross.png", "tensornets.md", "tensornets.png", "regrid.md", "regrid.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+    # The re-gridding table: the asymmetric-trained weights on their grid, under symmetric as they are,
+    # then after each method (evaluated under symmetric, from the checkpoint each method wrote).
+    with open(tmp_path / "regrid.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["method"], r["evaluated with"], r["images"]) for r in table] == [
+        ("none (native grid)", "asymmetric", "0"), ("none", "symmetric", "0"),
+        ("bn", "symmetric", "64"), ("distill, 1 pass", "symmetric", "64")]
+    own = {(r["trained_padding"], r["padding_name"]): r["top1_err"] for r in rows}
+    assert float(table[0]["top-1 err %"]) == own["asymmetric", "asymmetric"]
+    assert float(table[1]["top-1 err %"]) == own["asymmetric", "symmetric"]
+    for method in ("bn", "distill"):
+        assert load_checkpoint(tmp_path / f"regrid_{method}.pt")["meta"]["padding_name"] == "symmetric"
     out = capsys.readouterr().out
     assert "trained with \\ evaluated with" in out and "top-5 err % (asymmetric)" in out
+    assert "grid[symmetric,asymmetric]" in out and "re-gridded to symmetric" in out

@@ -128,7 +128,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     from data import Normalize  # imported here so that composing configs stays fast
 
     loaded = _load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env, cfg.ema)
-    model, trained_padding = loaded.model, loaded.model.meta.padding_name
+    model, trained_padding = loaded.model, loaded.trained_for or loaded.model.meta.padding_name
     model = padded_as_configured(cfg, model)
     meta = model.meta
     protocol = resolve_protocol(cfg, meta, loaded.origin)

@@ -100,3 +100,30 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_regrid(table: Sequence[dict], path: Path) -> None:
+    """The re-gridding table (``python -m resnet.demo``) as bars of top-1 error: the weights on
+    their own grid, moved to the other grid as they are, then after each method (with the images
+    and seconds it used); a dashed line at the native error."""
+    plt = pyplot()
+    labels = [
+        f"{row['method']}, under {row['evaluated with']}"
+        + (f"\n{row['images']:,} images, {row['seconds']:.0f} s" if row["images"] else "")
+        for row in table
+    ]
+    errors = [row["top-1 err %"] for row in table]
+    colours = ["tab:green", "tab:red"] + ["tab:blue"] * (len(table) - 2)
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * len(table)))
+    bars = ax.barh(range(len(table)), errors, 0.6, color=colours[: len(table)])
+    ax.bar_label(bars, [f"{e:.2f}" for e in errors], padding=3, fontsize=8)
+    ax.axvline(errors[0], color="tab:green", linestyle="--", linewidth=1, label="native grid")
+    ax.set_yticks(range(len(table)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("top-1 error (%)")
+    ax.set_title(f"{table[0]['weights']} weights moved to {table[-1]['evaluated with']}: re-gridding", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.margins(x=0.12)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

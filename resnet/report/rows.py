@@ -25,7 +25,7 @@ ROW_KEYS = (
     "weights",  # the weights= value as given: a path, torchvision:<Enum>.<TAG>, timm:<name>, keras:<file>
     "weights_source",  # checkpoint | torchvision | timm | keras | fbtorch | tensornets
     "ema",  # true: a checkpoint's EMA weights (eval.py ema=true), not the weights themselves
-    "trained_padding",  # preset the weights were trained with / natively use ("custom" if none)
+    "trained_padding",  # preset the weights were trained with / natively use ("custom" if none; grid[a,b]: several)
     "padding_name",  # preset evaluated under, "<preset>+blur(<sites>)" with blurred sites ("custom" for a per-site mix)
     "padding",  # {stem_conv, stem_pool, stem_pool_value, block_conv} evaluated under, and *_blur: true where on
     "input_size",  # side of the square the network sees (px); equals crop

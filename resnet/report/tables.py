@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..archs import ARCHS
+from ..grid import grid_members
 from ..padding import PRESETS
 from .published import tensornets_reference
 from .rows import latest_rows, protocol_label, scheme_label, weights_label
@@ -214,8 +215,9 @@ class CrossMatrix:
         return self.cells.get((trained, evaluated))
 
     def matched(self, trained: str, evaluated: str) -> bool:
-        """Trained and evaluated with the same scheme: the diagonal."""
-        return self.trained_scheme[trained] == evaluated
+        """Trained and evaluated with the same scheme (the diagonal), or with one of a grid's."""
+        scheme = self.trained_scheme[trained]
+        return scheme == evaluated or evaluated in grid_members(scheme)
 
 
 def cross_matrices(

@@ -8,6 +8,7 @@ the run validated at come from the config train.py records in it. The file is re
 from __future__ import annotations
 
 from ..checkpoint import load_checkpoint, model_from_checkpoint
+from ..grid import grid_name
 from .common import LoadedWeights, OriginProtocol, WeightsSpec, WeightsUnavailable
 
 FORMS = ("/path/to/last.pt or checkpoint:/path/to/last.pt",)
@@ -37,4 +38,5 @@ def load(spec: WeightsSpec, arch: str | None, download: bool, ema: bool = False)
         crop=data.get("val_size") or data.get("image_size"), crop_pct=data.get("crop_pct"),
         interpolation=data.get("interpolation"),
     )
-    return LoadedWeights(model, origin)
+    grid = checkpoint.get("grid")  # train.py grid=[...]: trained under each of these presets
+    return LoadedWeights(model, origin, trained_for=grid_name(grid) if grid else None)

@@ -72,6 +72,7 @@ class WeightsSpec:
 class LoadedWeights:
     model: ResNet  # eval mode, on the CPU, under the weights' native padding
     origin: OriginProtocol  # how the weights' publisher (or the training run) evaluates them
+    trained_for: str | None = None  # what they were trained under when not the meta's preset (grid[a,b])
 
 
 # --- files -------------------------------------------------------------------------

@@ -159,6 +159,20 @@ def test_cross_matrix_cells(written):
     assert [m.arch for m in everything] == ["resnet50", "resnet50", "resnet50_v1", "resnet50_v2", "resnet_tiny"]
 
 
+def test_grid_trained_weights_are_their_own_row_matched_under_each_of_their_presets():
+    # Rows of a train.py grid=[symmetric,asymmetric] checkpoint, as eval.py writes them: its own
+    # row, after the single-scheme ones, and both of its presets outlined as its own grids.
+    tiny = [r for r in read_rows(FIXTURE) if r["arch"] == "resnet_tiny" and r["weights_source"] == "checkpoint"]
+    grid = [{**r, "weights": "runs/grid/last.pt", "trained_padding": "grid[symmetric,asymmetric]",
+             "padding_name": scheme, "top1_err": err}
+            for r, scheme, err in ((tiny[0], "symmetric", 8.5), (tiny[0], "asymmetric", 8.25))]  # fmt: skip
+    (matrix,) = cross_matrices([*tiny, *grid])
+    assert matrix.trained[-1] == "grid[symmetric,asymmetric]"
+    assert matrix.cell("grid[symmetric,asymmetric]", "asymmetric") == 8.25
+    assert [matrix.matched("grid[symmetric,asymmetric]", s) for s in matrix.evaluated[:3]] == [True, True, False]
+    assert "| grid[symmetric,asymmetric] | **8.500** | **8.250** |" in cross_markdown([matrix])
+
+
 def test_cli_prints_markdown(tmp_path, capsys):
     main([str(FIXTURE), "--out", str(tmp_path), "--schemes", "symmetric", "tf_same"])
     printed = capsys.readouterr().out

@@ -10,7 +10,7 @@ remedies, each on a small sample of images and little compute:
   Nothing else changes.
 * :func:`distill` (``method=distill``): BN re-estimation, then a short fine-tune of every weight
   towards the source model's predictions under its own grid (the teacher; KL divergence of the
-  softened outputs): no labels needed.
+  softened outputs, a one-cycle LR): no labels needed.
 
 >>> model = with_padding(trained, "symmetric")        # the same tensors, the new grid
 >>> used = reestimate_bn(model, batches, normalize)   # images used
@@ -66,31 +66,44 @@ def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: 
 def distill(
     student: nn.Module,
     teacher: nn.Module,
-    batches: Iterable[torch.Tensor],
+    batches: Sequence[torch.Tensor],
     normalize: Normalize,
     lr: float = 1e-3,
     temperature: float = 2.0,
+    epochs: int = 1,
+    seed: int = 0,
 ) -> int:
-    """One pass of fine-tuning ``student`` towards ``teacher``'s softened predictions on
-    ``batches`` (uint8 images), SGD with momentum, BatchNorm statistics held where they are
-    (both models in eval mode: run :func:`reestimate_bn` first); return the images used.
-    The teacher is not changed."""
+    """``epochs`` passes of fine-tuning ``student`` towards ``teacher``'s softened predictions on
+    the images of ``batches`` (uint8), reshuffled each pass (seeded): SGD with momentum 0.9, the
+    LR one-cycle (linear up to ``lr`` over the first 15% of steps, then down towards 0), BatchNorm
+    statistics held where they are (both models in eval mode: run :func:`reestimate_bn` first).
+    The teacher sees each image once: its predictions are computed before the first step and
+    reused. Returns the images used (images x passes); the teacher is not changed."""
     teacher.eval()
     student.eval()  # BN uses its (re-estimated) running statistics, and keeps them
+    if not batches:
+        return 0
+    images = torch.cat(list(batches))
+    with torch.no_grad():
+        targets = torch.cat([F.softmax(teacher(normalize(x)) / temperature, dim=1) for x in batches])
+    size, count = batches[0].shape[0], images.shape[0]
+    steps = epochs * -(-count // size)
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
-    seen = 0
-    for images in batches:
-        x = normalize(images)
-        with torch.no_grad():
-            target = F.softmax(teacher(x) / temperature, dim=1)
-        log_probs = F.log_softmax(student(x) / temperature, dim=1)
-        loss = F.kl_div(log_probs, target, reduction="batchmean") * temperature**2
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        seen += images.shape[0]
-    return seen
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=lr, total_steps=max(steps, 2), pct_start=0.15, anneal_strategy="linear",
+        cycle_momentum=False,
+    )  # fmt: skip
+    order = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for chosen in torch.randperm(count, generator=order).split(size):
+            log_probs = F.log_softmax(student(normalize(images[chosen])) / temperature, dim=1)
+            loss = F.kl_div(log_probs, targets[chosen], reduction="batchmean") * temperature**2
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    return count * epochs
 
 
 METHODS = ("bn", "distill")
@@ -117,8 +130,7 @@ def regrid(
     report["bn_images"] = reestimate_bn(student, batches, normalize)
     report["distill_images"] = 0
     if method == "distill":
-        for _ in range(epochs):
-            report["distill_images"] += distill(student, source, batches, normalize, lr=lr)
+        report["distill_images"] = distill(student, source, batches, normalize, lr=lr, epochs=epochs)
     return student.eval(), report
 
 

@@ -102,6 +102,23 @@ def test_distillation_moves_the_weights_towards_the_teacher_and_leaves_it_alone(
     assert gap(student) < gap(stats_after_bn)
 
 
+def test_distillation_asks_the_teacher_once_per_image_and_its_seeded_passes_repeat_exactly():
+    data = batches(count=3)
+    calls = []
+    teacher = trained_like()
+    teacher.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    students = []
+    for _ in range(2):
+        student = with_padding(trained_like(), "symmetric")
+        assert distill(student, teacher, data, identity, lr=0.05, epochs=3, seed=7) == 72
+        students.append(student.state_dict())
+    assert calls == [8, 8, 8] * 2  # every image once per distillation, whatever the passes
+    assert all(torch.equal(v, students[1][k]) for k, v in students[0].items())
+    other = with_padding(trained_like(), "symmetric")
+    distill(other, teacher, data, identity, lr=0.05, epochs=3, seed=8)  # another order of the same images
+    assert not all(torch.equal(v, students[0][k]) for k, v in other.state_dict().items())
+
+
 def test_bad_methods_and_empty_samples_are_one_line():
     with pytest.raises(ValueError, match="method=finetune is not one of bn, distill"):
         regrid(trained_like(), "symmetric", "finetune", batches(), identity)

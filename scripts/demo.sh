@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set everything up (fast when already prepared), then run the main job, the built-in
-# demo: train the default model on Fashion-MNIST under `symmetric` and `asymmetric`
-# padding, evaluate each under both, print the 2x2 table of top-1 / top-5 errors and
-# write it (Markdown, CSV, PNG) to results/demo/. Extra arguments go to train.py.
+# demo: train the default model on Fashion-MNIST under `symmetric`, under `asymmetric`
+# and on both (grid-robust), evaluate each under both schemes, re-grid the asymmetric
+# model to symmetric by each method, print the 3x2 table of top-1 / top-5 errors and the
+# re-gridding table, and write them (Markdown, CSV, PNG) to results/demo/. Extra
+# arguments go to python -m resnet.demo (train.py overrides, --no-grid, --no-regrid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -178,6 +178,24 @@ def test_the_command_regrids_imported_weights_and_records_where_they_came_from(t
     assert changed and all(k.endswith(STATS) for k in changed) == (method == "bn")
 
 
+def test_the_command_regrids_timm_weights(torchvision_file, tmp_path):
+    # timm's resnet18 (random weights) saved as safetensors: read by the timm importer, re-gridded.
+    import timm
+    from safetensors.torch import save_file
+
+    from resnet.checkpoint import load_checkpoint
+
+    torch.manual_seed(0)
+    save_file(timm.create_model("resnet18", num_classes=3).state_dict(), tmp_path / "resnet18.safetensors")
+    out = tmp_path / "regridded.pt"
+    args = [o for o in folder(torchvision_file) if not o.startswith("weights=")]
+    report = regrid_command(f"weights=timm:{tmp_path / 'resnet18.safetensors'}", *args, "+padding=asymmetric",
+                            "method=bn", "images=8", "batch_size=4", f"out={out}")  # fmt: skip
+    assert (report["from_padding"], report["to_padding"], report["images"]) == ("symmetric", "asymmetric", 8)
+    saved = load_checkpoint(out)
+    assert saved["meta"]["padding_name"] == "asymmetric" and saved["regrid"]["from"].startswith("timm:")
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

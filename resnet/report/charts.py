@@ -89,7 +89,8 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=9,
                         path_effects=outline)
             if m.matched(m.trained[i], m.evaluated[j]):
-                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+                ax.add_patch(plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="red",
+                                           linewidth=2.5))  # inset: neighbouring outlines stay apart
         ax.set_xticks(range(len(m.evaluated)), m.evaluated, rotation=20, ha="right", fontsize=8)
         ax.set_yticks(range(len(m.trained)), [t.replace(" (", "\n(") for t in m.trained], fontsize=8)
         ax.set_xlabel("evaluated with")
@@ -121,7 +122,8 @@ def plot_regrid(table: Sequence[dict], path: Path) -> None:
     ax.set_yticks(range(len(table)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("top-1 error (%)")
-    ax.set_title(f"{table[0]['weights']} weights moved to {table[-1]['evaluated with']}: re-gridding", fontsize=9)
+    source, target = table[0]["evaluated with"], table[-1]["evaluated with"]
+    ax.set_title(f"{source}-trained weights run under {target}: top-1 error before and after re-gridding", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.margins(x=0.12)
     fig.tight_layout()

@@ -4,6 +4,7 @@ deadline the whole group (torchrun's workers, every stand-in srun task) is kille
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,20 +24,28 @@ def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = RE
 
 
 def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[subprocess.CompletedProcess]:
-    """Wait for every process under one deadline; past it kill every group and fail the test."""
+    """Wait for every process under one deadline; past it (or on any error, Ctrl-C included) kill
+    every group, children whose leader has already exited too, and fail the test."""
     deadline = time.monotonic() + timeout
     done = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            pytest.fail(f"{' '.join(proc.args[:4])} ... hung for {timeout} s\n{out[-2000:]}\n{err[-3000:]}")
-        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    try:
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                _kill_groups(procs)
+                out, err = proc.communicate(timeout=30)
+                pytest.fail(f"{' '.join(proc.args[:4])} ... hung for {timeout} s\n{out[-2000:]}\n{err[-3000:]}")
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        _kill_groups(procs)  # whatever is left of each group: workers that outlived their launcher
     return done
+
+
+def _kill_groups(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member runs
 
 
 def run(args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 240,

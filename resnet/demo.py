@@ -23,8 +23,9 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from .cli import one_line_errors
 from .config import padding_overrides, register_configs
-from .grid import grid_name
+from .grid import grid_name, grid_paddings
 from .padding import resolve_padding
 from .report.charts import plot_regrid
 from .report.console import format_table
@@ -148,13 +149,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
     parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. epochs=2")
     args = parser.parse_args(argv)
-    with_grid = args.grid and len(args.schemes) > 1 and not any("+blur" in s for s in args.schemes)
+    if len(set(args.schemes)) < len(args.schemes):
+        parser.error(f"--schemes {' '.join(args.schemes)} names a scheme twice: give each once")
+    with_grid = args.grid and len(args.schemes) > 1
+    if with_grid:
+        try:  # checked before any training: blurred sites, mixed pool pad values
+            grid_paddings(args.schemes)
+        except ValueError as err:
+            parser.error(f"{err}; or pass --no-grid")
     with_regrid = args.regrid and len(args.schemes) > 1
+    with one_line_errors("resnet.demo"):
+        run(args, with_grid, with_regrid)
+
+
+def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
+    """Train, evaluate, re-grid and write the tables (:func:`main` has checked the arguments)."""
 
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     results_file = args.out / "eval.jsonl"
     results_file.unlink(missing_ok=True)  # the demo's tables hold this run only
+    (args.out / "regrid_eval.jsonl").unlink(missing_ok=True)
     checkpoints = {}
     for scheme in args.schemes:
         print(f"\n=== training under {scheme} ===", flush=True)

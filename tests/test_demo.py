@@ -43,3 +43,19 @@ def test_demo_trains_three_models_evaluates_each_under_both_schemes_regrids_and_
     out = capsys.readouterr().out
     assert "trained with \\ evaluated with" in out and "top-5 err % (asymmetric)" in out
     assert "grid[symmetric,asymmetric]" in out and "re-gridded to symmetric" in out
+
+
+@pytest.mark.parametrize(
+    ("schemes", "message"),
+    [
+        (["symmetric", "symmetric"], "names a scheme twice"),
+        (["symmetric", "keras"], "mixes stem pool pad values (-inf and zero); keep presets of one; or pass --no-grid"),
+        (["symmetric+blur(block_conv)", "asymmetric"], "blurred sites have none to switch; or pass --no-grid"),
+    ],
+)
+def test_schemes_that_cannot_make_the_demo_are_one_line_before_any_training(schemes, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--out", str(tmp_path / "out"), "--schemes", *schemes])
+    assert exited.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # argparse: the usage, then "<prog>: error: ..."
+    assert ": error: " in line and message in line and not (tmp_path / "out").exists()

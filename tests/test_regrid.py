@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from resnet import build_model, with_padding
-from resnet.regrid import batch_norms, distill, reestimate_bn, regrid
+from resnet.regrid import batch_norms, distill, one_cycle, reestimate_bn, regrid
 
 STATS = ("running_mean", "running_var", "num_batches_tracked")
 
@@ -117,6 +117,15 @@ def test_distillation_asks_the_teacher_once_per_image_and_its_seeded_passes_repe
     other = with_padding(trained_like(), "symmetric")
     distill(other, teacher, data, identity, lr=0.05, epochs=3, seed=8)  # another order of the same images
     assert not all(torch.equal(v, students[0][k]) for k, v in other.state_dict().items())
+
+
+@pytest.mark.parametrize("steps", [1, 2, 7, 20, 333])
+def test_the_distillation_schedule_peaks_once_and_every_step_learns(steps):
+    factors = [one_cycle(steps)(i) for i in range(steps)]
+    peak = factors.index(1.0)
+    assert max(factors) == 1.0 and peak == max(1, round(0.15 * steps)) - 1
+    assert factors[:peak + 1] == sorted(factors[:peak + 1]) and factors[peak:] == sorted(factors[peak:], reverse=True)
+    assert min(factors) > 0  # the last step too
 
 
 def test_bad_methods_and_empty_samples_are_one_line():

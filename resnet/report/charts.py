@@ -123,7 +123,7 @@ def plot_regrid(table: Sequence[dict], path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("top-1 error (%)")
     source, target = table[0]["evaluated with"], table[-1]["evaluated with"]
-    ax.set_title(f"{source}-trained weights run under {target}: top-1 error before and after re-gridding", fontsize=9)
+    ax.set_title(f"{source}-trained weights under {target}:\nbefore and after re-gridding", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.margins(x=0.12)
     fig.tight_layout()

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .padding import BLUR_SITES, Padding, conv_pad, conv_with_pads, make_max_pool, resolve_padding, same_pad
+from .padding import BLUR_SITES, Padding, conv_pad, conv_with_pads, make_max_pool, resolve_padding, same_pads
 
 
 class GridConv2d(nn.Conv2d):
@@ -53,8 +53,7 @@ class GridConv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pads = self.fixed_pads[self.active]
         if pads is None:  # SAME: from this input's size
-            (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
-            pads = same_pad(x.shape[-2], kh, sh, dh), same_pad(x.shape[-1], kw, sw, dw)
+            pads = same_pads(self, x.shape[-2], x.shape[-1])
         return conv_with_pads(self, x, *pads)
 
     def extra_repr(self) -> str:
@@ -104,6 +103,8 @@ def make_grid(model: nn.Module, presets: Sequence[str]) -> nn.Module:
                 parent, _, child = name.rpartition(".")
                 setattr(model.get_submodule(parent), child, GridConv2d.like(module, sites["block_conv"]))
     model.grid = tuple(presets)
+    # the switchable sites, found once here: set_grid runs before every training step
+    model.grid_sites = tuple(m for m in model.modules() if isinstance(m, (GridConv2d, GridMaxPool2d)))
     return model
 
 
@@ -115,9 +116,8 @@ def _strided(module: nn.Module) -> bool:
 def set_grid(model: nn.Module, preset: int | str) -> None:
     """Run ``model`` (made by :func:`make_grid`) under ``preset``: its index in the grid, or its name."""
     index = preset if isinstance(preset, int) else model.grid.index(preset)
-    for module in model.modules():
-        if isinstance(module, (GridConv2d, GridMaxPool2d)):
-            module.active = index
+    for site in model.grid_sites:
+        site.active = index
 
 
 def grid_name(presets: Sequence[str]) -> str:

@@ -274,13 +274,18 @@ class SameConv2d(nn.Conv2d):
         super().__init__(*args, padding=0, **kwargs)
 
     def pad_for(self, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int]]:
-        return (
-            same_pad(h, self.kernel_size[0], self.stride[0], self.dilation[0]),
-            same_pad(w, self.kernel_size[1], self.stride[1], self.dilation[1]),
-        )
+        return same_pads(self, h, w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return conv_with_pads(self, x, *self.pad_for(x.shape[-2], x.shape[-1]))
+
+
+def same_pads(conv: nn.Conv2d, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """SAME's (before, after) pads of ``conv`` for an h x w input, per dimension."""
+    return (
+        same_pad(h, conv.kernel_size[0], conv.stride[0], conv.dilation[0]),
+        same_pad(w, conv.kernel_size[1], conv.stride[1], conv.dilation[1]),
+    )
 
 
 def conv_with_pads(conv: nn.Conv2d, x: torch.Tensor, pad_h: tuple[int, int], pad_w: tuple[int, int]) -> torch.Tensor:

@@ -10,7 +10,6 @@ Every run appends one row to results/eval.jsonl (results_file=...). configs/eval
 lists every option.
 """
 
-import sys
 
 import hydra
 from omegaconf import DictConfig
@@ -20,22 +19,11 @@ from resnet.config import register_configs
 
 @hydra.main(config_path="configs", config_name="eval", version_base="1.3")
 def main(cfg: DictConfig) -> float:
-    from resnet.config import ConfigError
+    from resnet.cli import one_line_errors
     from resnet.evaluation.run import evaluate_weights
-    from resnet.weights import WeightsError
 
-    try:
+    with one_line_errors("eval.py"):  # a bad value, bad weights, a dead loader worker: one line
         row = evaluate_weights(cfg)
-    except ConfigError as err:  # a bad config value or data layout: one line, no traceback, status 2
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except WeightsError as err:  # a bad or missing weights= value: one line, no traceback
-        raise SystemExit(f"eval.py: {err}") from None
-    except RuntimeError as err:  # a loader worker died (data.dataloader): nothing was written
-        if "DataLoader worker" not in str(err):
-            raise
-        print(f"error: {err}: lower data.workers or batch_size, then run again", file=sys.stderr)
-        raise SystemExit(1) from None
     return row["top1_err"]
 
 

@@ -26,7 +26,6 @@ import copy
 import importlib.util
 import json
 import os
-import sys
 import uuid
 from pathlib import Path
 
@@ -254,15 +253,11 @@ def run(cfg: DictConfig) -> Path:
 
 @hydra.main(config_path="../configs", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from .weights import WeightsError
+    from .cli import one_line_errors
 
     try:
-        run(cfg)
-    except ConfigError as err:  # a bad config value: one line, no traceback, status 2
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except WeightsError as err:  # a bad or missing weights= value: one line, no traceback
-        raise SystemExit(f"resnet.export: {err}") from None
+        with one_line_errors("resnet.export"):  # a bad value or bad weights: one line
+            run(cfg)
     except OnnxMismatch as err:  # the file was not written
         raise SystemExit(f"resnet.export: {err}; {cfg.out} was not written") from None
 

@@ -19,7 +19,6 @@ the list needs but was not given) becomes a row naming what fills it: the flag, 
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,11 +171,10 @@ def _log_to_wandb(cfg: DictConfig, rows: list[dict], all_rows: list[dict], missi
 
 @hydra.main(config_path="../configs", config_name="seed_table", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    try:
+    from .cli import one_line_errors
+
+    with one_line_errors("resnet.seed_table"):  # a bad value or data layout: one line, status 2
         run(cfg)
-    except ConfigError as err:  # a bad value or data layout: one line, status 2
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

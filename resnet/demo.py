@@ -59,17 +59,12 @@ def _compose(name: str, overrides: list[str]):
         return compose(config_name=name, overrides=overrides)
 
 
-def train_under(scheme: str, run_dir: Path, overrides: list[str]) -> dict:
+def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
+    """One of the demo's models: ``padding`` are the overrides choosing its scheme (``+padding=...``)
+    or its grid (``grid=[...]``)."""
     from .engine.run import train
 
-    return train(_compose("train", ["+experiment=demo", *padding_overrides(scheme), f"run_dir={run_dir}", *overrides]))
-
-
-def train_on_grid(schemes: list[str], run_dir: Path, overrides: list[str]) -> dict:
-    from .engine.run import train
-
-    grid = f"grid=[{','.join(schemes)}]"
-    return train(_compose("train", ["+experiment=demo", grid, f"run_dir={run_dir}", *overrides]))
+    return train(_compose("train", ["+experiment=demo", *padding, f"run_dir={run_dir}", *overrides]))
 
 
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, overrides: list[str]) -> dict:
@@ -99,6 +94,12 @@ def _dir_name(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")  # no ( ) [ ] in a path
 
 
+def latest(rows: list[dict], trained: str, evaluated: str) -> dict | None:
+    """The last row of the weights trained under ``trained`` evaluated under ``evaluated``."""
+    hits = [r for r in rows if r["trained_padding"] == trained and r["padding_name"] == evaluated]
+    return hits[-1] if hits else None
+
+
 def matrix_rows(rows: list[dict], trained: list[str], evaluated: list[str]) -> list[dict]:
     """One line per trained model: top-1 and top-5 error under every evaluation scheme."""
     table = []
@@ -106,8 +107,8 @@ def matrix_rows(rows: list[dict], trained: list[str], evaluated: list[str]) -> l
         line: dict = {"trained with \\ evaluated with": label}
         for metric, short in (("top1_err", "top-1"), ("top5_err", "top-5")):
             for scheme in evaluated:
-                hits = [r for r in rows if r["trained_padding"] == label and r["padding_name"] == scheme]
-                line[f"{short} err % ({scheme})"] = hits[-1][metric] if hits else float("nan")
+                row = latest(rows, label, scheme)
+                line[f"{short} err % ({scheme})"] = row[metric] if row else float("nan")
         table.append(line)
     return table
 
@@ -115,10 +116,7 @@ def matrix_rows(rows: list[dict], trained: list[str], evaluated: list[str]) -> l
 def regrid_table(rows: list[dict], source: str, target: str, runs: dict[str, dict]) -> list[dict]:
     """The source-trained weights under ``target``: as they are, then after each method; the
     native error (under ``source``) on top for comparison."""
-    def row_of(trained: str, evaluated: str) -> dict:
-        return [r for r in rows if r["trained_padding"] == trained and r["padding_name"] == evaluated][-1]
-
-    native, moved = row_of(source, source), row_of(source, target)
+    native, moved = latest(rows, source, source), latest(rows, source, target)
     table = [
         {"weights": f"trained under {source}", "evaluated with": source, "method": "none (native grid)",
          "images": 0, "seconds": 0.0, "top-1 err %": native["top1_err"], "top-5 err %": native["top5_err"]},
@@ -174,13 +172,13 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     for scheme in args.schemes:
         print(f"\n=== training under {scheme} ===", flush=True)
         run_dir = args.out / f"train_{_dir_name(scheme)}"
-        train_under(scheme, run_dir, args.overrides)
+        train_demo(padding_overrides(scheme), run_dir, args.overrides)
         checkpoints[scheme] = run_dir / "last.pt"
     if with_grid:
         label = grid_name(args.schemes)
         print(f"\n=== training on the grid {label} (each step under one of them, drawn per step) ===", flush=True)
         run_dir = args.out / "train_grid"
-        train_on_grid(args.schemes, run_dir, args.overrides)
+        train_demo([f"grid=[{','.join(args.schemes)}]"], run_dir, args.overrides)
         checkpoints[label] = run_dir / "last.pt"
     for trained, checkpoint in checkpoints.items():
         for evaluated in args.schemes:

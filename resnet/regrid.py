@@ -68,7 +68,7 @@ def distill(
     teacher: nn.Module,
     batches: Sequence[torch.Tensor],
     normalize: Normalize,
-    lr: float = 1e-3,
+    lr: float = 0.01,
     temperature: float = 2.0,
     epochs: int = 1,
     seed: int = 0,
@@ -129,7 +129,7 @@ def regrid(
     batches: Sequence[torch.Tensor],
     normalize: Normalize,
     epochs: int = 1,
-    lr: float = 1e-3,
+    lr: float = 0.01,
 ) -> tuple[nn.Module, dict]:
     """``model``'s weights adapted to ``padding`` (a preset name, mapping or Padding) by
     ``method`` (:data:`METHODS`) on ``batches`` (uint8 images, read ``epochs`` times by
@@ -141,9 +141,8 @@ def regrid(
     student = with_padding(copy.deepcopy(source), padding).eval()  # its own tensors: the source stays as it was
     report = {"method": method, "from_padding": source.meta.padding_name, "to_padding": student.meta.padding_name}
     report["bn_images"] = reestimate_bn(student, batches, normalize)
-    report["distill_images"] = 0
-    if method == "distill":
-        report["distill_images"] = distill(student, source, batches, normalize, lr=lr, epochs=epochs)
+    distilled = distill(student, source, batches, normalize, lr, epochs=epochs) if method == "distill" else 0
+    report["distill_images"] = distilled
     return student.eval(), report
 
 

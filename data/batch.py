@@ -32,10 +32,15 @@ class BadImage(NamedTuple):
     reason: str
 
 
+def split_bad(samples: list) -> tuple[list, list[str]]:
+    """(the good samples, "path (reason)" of each :class:`BadImage`)."""
+    good = [s for s in samples if not isinstance(s, BadImage)]
+    return good, [f"{s.path} ({s.reason})" for s in samples if isinstance(s, BadImage)]
+
+
 def collate(samples: list[tuple[torch.Tensor, int] | BadImage]) -> Batch:
     """Stack the good ``(image, label)`` samples; count and list the bad ones."""
-    good = [s for s in samples if not isinstance(s, BadImage)]
-    bad = [f"{s.path} ({s.reason})" for s in samples if isinstance(s, BadImage)]
+    good, bad = split_bad(samples)
     if not good:
         return Batch(torch.empty(0, 3, 0, 0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), len(bad), bad)
     # default_collate stacks straight into shared memory inside a worker process (one copy less).

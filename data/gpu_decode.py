@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import default_collate
 
-from .batch import BadImage, Batch
+from .batch import BadImage, Batch, split_bad
 from .decode import jpeg_frame
 from .transforms import RandomResizedCropFlip
 
@@ -40,6 +40,7 @@ class EncodedCrop(NamedTuple):
     box: tuple[int, int, int, int]  # top, left, height, width, in full-resolution pixels
     flip: bool
     size: int  # output side
+    interpolation: str  # bilinear | bicubic: the resize the CPU path would use (data.interpolation)
 
 
 class EncodedBatch:
@@ -60,7 +61,7 @@ class EncodedBatch:
     def shape(self) -> tuple[int, int, int, int]:
         return (len(self.items), 3, self.size, self.size)
 
-    def decode(self, device: torch.device, interpolation: str = "bilinear") -> torch.Tensor:
+    def decode(self, device: torch.device) -> torch.Tensor:
         from torchvision.io import ImageReadMode, decode_jpeg
 
         encoded = [i for i, item in enumerate(self.items) if isinstance(item, EncodedCrop)]
@@ -70,21 +71,21 @@ class EncodedBatch:
             # one batched nvJPEG call on CUDA; the same call decodes on the CPU (the tests' path)
             images = decode_jpeg(datas, mode=ImageReadMode.RGB, device=device)
             crops = [self.items[i] for i in encoded]
-            out[encoded] = crop_resize_flip(images, crops, interpolation)
+            out[encoded] = crop_resize_flip(images, crops)
         for i, item in enumerate(self.items):
             if not isinstance(item, EncodedCrop):
                 out[i] = item.to(device, non_blocking=True)
         return out
 
 
-def crop_resize_flip(images: list[torch.Tensor], crops: list[EncodedCrop], interpolation: str = "bilinear"):
+def crop_resize_flip(images: list[torch.Tensor], crops: list[EncodedCrop]) -> torch.Tensor:
     """Decoded images [3, H, W] (any device) -> uint8 [N, 3, size, size]: each one's box, resized
-    antialiased in float32, rounded, flipped where asked."""
+    with its interpolation, antialiased, in float32, rounded, flipped where asked."""
     out = []
     for image, crop in zip(images, crops):
         top, left, height, width = crop.box
         window = image[:, top : top + height, left : left + width].unsqueeze(0).float()
-        resized = F.interpolate(window, size=(crop.size, crop.size), mode=interpolation, antialias=True,
+        resized = F.interpolate(window, size=(crop.size, crop.size), mode=crop.interpolation, antialias=True,
                                 align_corners=False)  # fmt: skip
         resized = resized.round_().clamp_(0, 255).to(torch.uint8)[0]
         out.append(resized.flip(-1) if crop.flip else resized)
@@ -113,7 +114,8 @@ class EncodedRandomResizedCropFlip(RandomResizedCropFlip):
             return super().__call__(data)  # decoded here, on the CPU, as without data.decode=gpu
         _, width, height, _ = frame
         box, flip = self.sample(height, width)
-        return EncodedCrop(torch.frombuffer(bytearray(data), dtype=torch.uint8), box, flip, self.size)
+        return EncodedCrop(torch.frombuffer(bytearray(data), dtype=torch.uint8), box, flip, self.size,
+                           self.interpolation)
 
     def __repr__(self) -> str:
         return super().__repr__().replace("RandomResizedCropFlip(", "EncodedRandomResizedCropFlip(decode=gpu, ", 1)
@@ -122,8 +124,7 @@ class EncodedRandomResizedCropFlip(RandomResizedCropFlip):
 def collate_encoded(samples: list[tuple[EncodedCrop | torch.Tensor, int] | BadImage]) -> Batch:
     """:func:`data.batch.collate` for :class:`EncodedRandomResizedCropFlip`: the images stay a list
     (an :class:`EncodedBatch`); unreadable files are dropped and counted the same way."""
-    good = [s for s in samples if not isinstance(s, BadImage)]
-    bad = [f"{s.path} ({s.reason})" for s in samples if isinstance(s, BadImage)]
+    good, bad = split_bad(samples)
     labels = default_collate([label for _, label in good]) if good else torch.empty(0, dtype=torch.int64)
     items = [image for image, _ in good]
     size = items[0].size if items and isinstance(items[0], EncodedCrop) else (items[0].shape[-1] if items else 0)

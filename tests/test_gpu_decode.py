@@ -48,11 +48,13 @@ def test_files_nvjpeg_does_not_read_are_decoded_by_the_worker():
     assert isinstance(sample, torch.Tensor) and sample.shape == (3, 32, 32)
 
 
-def test_decoding_a_batch_matches_the_cpu_path_within_rounding():
+@pytest.mark.parametrize(("interpolation", "levels"), [("bilinear", 1), ("bicubic", 2)])
+def test_decoding_a_batch_matches_the_cpu_path_within_rounding(interpolation, levels):
     """The same call the GPU makes, on CPU tensors: torchvision's decode, then the crop, antialiased
-    float resize, rounding and flip. The CPU path's uint8 kernel differs by at most 1 level."""
+    float resize with the configured interpolation, rounding and flip. The CPU path's uint8 kernel
+    (fixed-point weights) differs by at most 1 level for bilinear, 2 for bicubic's wider kernel."""
     torch.manual_seed(0)
-    transform = EncodedRandomResizedCropFlip(48)
+    transform = EncodedRandomResizedCropFlip(48, interpolation=interpolation)
     files = [jpeg_bytes(smooth_image(200 + 37 * i, 150 + 11 * i, seed=i), quality=90) for i in range(6)]
     files.append(jpeg_bytes(smooth_image(90, 70).convert("CMYK")))  # decoded by the worker
     items = [transform(data) for data in files]
@@ -63,9 +65,9 @@ def test_decoding_a_batch_matches_the_cpu_path_within_rounding():
     assert out.shape == (7, 3, 48, 48) and out.dtype == torch.uint8
     for data, item, image in zip(files, items, out):
         if isinstance(item, EncodedCrop):
-            expected = decode_resized_crop(data, None, item.box, 48, flip=item.flip, roi=False)
-            assert (image.int() - expected.int()).abs().max() <= 1
-            moved = decode_resized_crop(data, None, item.box, 48, flip=not item.flip, roi=False)
+            expected = decode_resized_crop(data, None, item.box, 48, interpolation, flip=item.flip, roi=False)
+            assert item.interpolation == interpolation and (image.int() - expected.int()).abs().max() <= levels
+            moved = decode_resized_crop(data, None, item.box, 48, interpolation, flip=not item.flip, roi=False)
             assert not torch.equal(image, moved)  # the flip is the one drawn
         else:
             assert torch.equal(image, item)

@@ -14,11 +14,13 @@ from torchvision.transforms import v2 as T
 
 from data import roi
 from data.dataloader import DataLoader
-from data.decode import DECODE_ERRORS, decode_resized_crop, decode_rgb
+from data.decode import DECODE_ERRORS, decode_resized_crop, decode_rgb, resize_rows
 from data.transforms import RandomResizedCropFlip
 from tests.imagegen import jpeg_bytes, smooth_image
 
-pytestmark = pytest.mark.skipif(not roi.available(), reason="nvidia-nvimgcodec-cu12 has no wheel for this platform")
+# The region decoder itself; the crop boxes, a truncated file and the library-missing fallback are
+# tested everywhere.
+needs_roi = pytest.mark.skipif(not roi.available(), reason="nvidia-nvimgcodec-cu12 has no wheel for this platform")
 
 KINDS = {
     "4:2:0": dict(quality=90),
@@ -49,6 +51,7 @@ def boxes(width: int, height: int, count: int, seed: int) -> list[tuple[int, int
     return drawn + edges
 
 
+@needs_roi
 @pytest.mark.parametrize("kind", [*KINDS, "grey", "cmyk"])
 @pytest.mark.parametrize("size", [(500, 375), (333, 251)])
 def test_region_equals_the_window_of_the_full_decode(kind, size):
@@ -60,6 +63,7 @@ def test_region_equals_the_window_of_the_full_decode(kind, size):
         assert torch.equal(region, full[top : top + height, left : left + width]), (kind, top, left, height, width)
 
 
+@needs_roi
 def test_the_training_transform_gives_the_same_crops_either_way():
     data = jpeg("4:2:0", 500, 375, seed=7)
     for (top, left, height, width), size, flip in zip(boxes(500, 375, 30, seed=1), [224, 64, 17] * 12, [0, 1] * 18):
@@ -69,6 +73,7 @@ def test_the_training_transform_gives_the_same_crops_either_way():
         assert torch.equal(with_roi, without), box
 
 
+@needs_roi
 @pytest.mark.parametrize(
     "damage",
     [
@@ -97,6 +102,16 @@ def test_a_truncated_file_is_an_error_not_a_grey_image():
         decode_resized_crop(data, None, (0, 0, 150, 200), 32)
 
 
+def test_without_the_library_every_crop_is_cut_from_the_full_decode(monkeypatch):
+    # Where nvImageCodec has no wheel (macOS, Windows) or fails to load: no region decode is tried.
+    monkeypatch.setattr(roi, "_STATE", {os.getpid(): None})
+    data = jpeg("4:2:0", 200, 150)
+    assert not roi.available() and roi.decode_region(data, (10, 20, 100, 120)) is None
+    box = (10, 20, 100, 120)
+    full = decode_rgb(data)[:, 10:110, 20:140].permute(1, 2, 0).contiguous()
+    assert torch.equal(decode_resized_crop(data, None, box, 32), resize_rows(full, 32))
+
+
 class DecodeAndReport(torch.utils.data.Dataset):
     """Decodes a region, then reports the process and the processes its decoder state belongs to."""
 
@@ -111,6 +126,7 @@ class DecodeAndReport(torch.utils.data.Dataset):
         return os.getpid(), sorted(roi._STATE)
 
 
+@needs_roi
 def test_each_loader_worker_makes_its_own_decoder():
     """A decoder made in the parent must not be used by forked workers (its threads stay behind)."""
     data = jpeg("4:2:0", 64, 48)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -31,8 +32,9 @@ input()
 
 def test_a_live_run_keeps_its_dir_and_a_killed_one_is_taken_over(tiny_folder, tmp_path):
     run_dir = tmp_path / "run"
+    zone = "Etc/GMT+5"  # not this machine's zone: the start time must be the holder's local time
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=REPO, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "TZ": zone})  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunDirBusy) as busy:  # what train.py prints as its one error line
@@ -42,8 +44,8 @@ def test_a_live_run_keeps_its_dir_and_a_killed_one_is_taken_over(tiny_folder, tm
         holder_is = rf"host {re.escape(socket.gethostname())}, pid {holder.pid}, started {when}\)"
         started = re.search(rf"{re.escape(str(run_dir))} is in use by another run \({holder_is}", message)
         assert started, message
-        age = datetime.now() - datetime.strptime(started[1], "%Y-%m-%d %H:%M:%S")
-        assert timedelta(0) <= age < timedelta(minutes=5), message  # the holder's start, in local time
+        age = datetime.now(ZoneInfo(zone)).replace(tzinfo=None) - datetime.strptime(started[1], "%Y-%m-%d %H:%M:%S")
+        assert timedelta(0) <= age < timedelta(minutes=5), message  # the holder's start, in its local time
         assert "pass another hydra.run.dir=<dir>" in message and "\n" not in message
         assert sorted(p.name for p in run_dir.iterdir()) == [LOCK_NAME]  # the refused run wrote nothing
     finally:

@@ -161,7 +161,7 @@ def run(cfg) -> dict:
     from .distributed import pick_device
     from .evaluation.loader import build_eval_loader
     from .evaluation.run import check_fit, weights_spec
-    from .padding import resolve_padding
+    from .padding import PRESETS, resolve_padding
     from .report.console import format_table
     from .weights import load_weights
 
@@ -189,8 +189,9 @@ def run(cfg) -> dict:
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if target == source.meta.padding:
+        others = [f"+padding={name}" for name in PRESETS if name != target.name][:2]
         raise ConfigError(f"{spec.text} is already under {target.name}: pass the grid to move to, "
-                          "e.g. +padding=symmetric or +padding=asymmetric")
+                          f"e.g. {' or '.join(others)}")
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
     try:
         data = build_eval_loader(cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size,

@@ -209,7 +209,7 @@ def test_the_command_regrids_timm_weights(torchvision_file, tmp_path):
     "extra, message",
     [
         ((), "say which grid to move the weights to: +padding=<preset>"),
-        (("+padding=symmetric",), "is already under symmetric: pass the grid to move to"),
+        (("+padding=symmetric",), "is already under symmetric: pass the grid to move to, e.g. +padding=asymmetric or"),
         (("+padding=asymmetric", "method=finetune"), "method=finetune is not one of bn, distill"),
         (("+padding=asymmetric", "images=0"), "images must be a positive number"),
         (("+padding=asymmetric", "lr=-1"), "lr must be a positive number"),

@@ -30,7 +30,6 @@ missing shard) are found by :func:`data.shards.check_shards` before training sta
 
 from __future__ import annotations
 
-import io
 import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -189,20 +188,27 @@ class ShardBatches(IterableDataset):
             start += count
 
     def _read(self, shard: int, members: list[int], epoch: int, first: int) -> Iterator[tuple | BadImage]:
+        """The ``members`` of one shard, decoded: one open, the headers listed, then each image's
+        bytes read where the listing says (no copy of the whole shard in memory). A shard that
+        cannot be read counts its remaining members as bad images."""
         info = self.index.shards[shard]
+        done = 0
         try:
-            raw = self.index.path(info).read_bytes()
-            listed = records(io.BytesIO(raw), info.name)
-            if len(listed) != info.count:
-                raise ShardError(f"{info.name} holds {len(listed)} samples, index.json says {info.count}")
+            with open(self.index.path(info), "rb") as f:
+                listed = records(f, info.name)
+                if len(listed) != info.count:
+                    raise ShardError(f"{info.name} holds {len(listed)} samples, index.json says {info.count}")
+                for offset, i in enumerate(members):
+                    record = listed[i]
+                    f.seek(record.offset)
+                    data = f.read(record.size)
+                    if len(data) != record.size:
+                        raise ShardError(f"{info.name} ends inside {record.key}.jpg")
+                    done += 1
+                    yield self._decode(data, record.label, f"{info.name}:{record.key}", first + offset, epoch)
         except (OSError, ShardError) as err:
-            for i in members:
+            for i in members[done:]:
                 yield BadImage(f"{info.name}#{i}", f"unreadable shard: {err}")
-            return
-        for offset, i in enumerate(members):
-            record = listed[i]
-            data = raw[record.offset : record.offset + record.size]
-            yield self._decode(data, record.label, f"{info.name}:{record.key}", first + offset, epoch)
 
     def _decode(self, data: bytes, label: int, name: str, position: int, epoch: int) -> tuple | BadImage:
         # In training the sample's augmentation depends on (seed, epoch, position) alone.

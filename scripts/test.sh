@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/get_slurm.sh  # a real SLURM for tests/test_slurm.py, where apt can install it
 .venv/bin/ruff check .
 # One pytest worker per core (at most 4): most tests start processes and wait on them. Tests that
 # share a costly module fixture carry @pytest.mark.xdist_group and run on one worker.

@@ -196,7 +196,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **loaders.order_depends_on}
     try:  # a missing path, a weights-only file, a file that would unpickle code: one line
         resume_path = find_resume(cfg.resume, run_dir)
-        state = load_training_state(resume_path, env.device) if resume_path is not None else None
+        state = load_training_state(resume_path, torch.device("cpu")) if resume_path is not None else None
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if state is not None:
@@ -206,6 +206,8 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
                 f"{resume_path} was saved mid-epoch with {state.get('layout')}; resuming there needs the same "
                 f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
             )
+        if partial is not None and state.get("epoch_partial_ranks"):  # older files: rank 0's totals alone
+            partial = state["epoch_partial_ranks"][env.rank]  # this rank's own loss sum and skipped images
         recorded = state.get("config") or {}
         for group in ("optim", "sched"):  # another optimizer's state would load, then fail at its first step
             was, now = (recorded.get(group) or {}).get("name"), cfg[group].name
@@ -271,13 +273,14 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
         worked), so every rank calls it, and every rank stops when it failed."""
         nonlocal kept
         rng = gather_objects(rng_state(), env)  # every rank's, on rank 0
+        partials = gather_objects(epoch_partial, env) if epoch_partial is not None else None  # likewise
         failed = None
         if env.is_main:
             extra = {"scaler": scaler.state_dict()} if scaler is not None else {}
             if ema is not None:
                 extra["ema"] = ema.module.state_dict()
-            if epoch_partial is not None:
-                extra["epoch_partial"] = epoch_partial
+            if partials is not None:
+                extra["epoch_partial"], extra["epoch_partial_ranks"] = partials[0], partials
             if grid:
                 extra["grid"] = grid  # the presets these weights were trained for; meta: the first
             try:

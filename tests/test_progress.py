@@ -7,9 +7,22 @@ import os
 import re
 
 import pytest
+import torch
+from torch import nn
 
-from resnet.config import ConfigError
+import resnet
+from data import Normalize
+from resnet.checkpoint import save_checkpoint
+from resnet.config import ConfigError, Runtime
+from resnet.engine.loop import StepContext, train_one_epoch
+from resnet.engine.run import train
+from resnet.evaluation.loop import evaluate
+from resnet.evaluation.run import evaluate_weights
 from resnet.report.progress import ENV, Progress, progress_mode
+from tests.compose import compose_config
+from tests.imagegen import make_folder
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 ELAPSED = r"\d+:\d\d:\d\d elapsed"
 ETA = rf"{ELAPSED}, ETA \d+:\d\d:\d\d"
@@ -133,3 +146,86 @@ def test_unknown_total_off_and_bar():
     with Progress(5, "x", mode="bar", file=drawn) as bar:
         bar.update(5)
     assert "\r" in drawn.getvalue()  # tqdm's redraws: what a log must not get
+
+
+# --- the loops ------------------------------------------------------------------------------
+
+
+def progress_lines(text: str, desc: str) -> list[str]:
+    """The plain progress lines of ``desc`` (not a bar's redraws, which splitlines also cuts at '\\r')."""
+    return [line for line in text.splitlines() if re.match(rf"{re.escape(desc)}: [\d,]+/[\d,]+ batches ", line)]
+
+
+def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, no_override):
+    """Lines come at the log_every steps, where the loop reads the loss anyway; an epoch that
+    ends on a batch without a step (all unreadable) still gets its last line, without a loss."""
+    torch.manual_seed(0)
+    runtime = Runtime.local()
+    model = resnet.build_model("resnet_tiny", num_classes=3)
+    batches = [(torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8), torch.randint(0, 3, (4,)))
+               for _ in range(4)]
+    batches.append((torch.zeros(0, 3, 32, 32, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    ctx = StepContext(runtime=runtime, normalize=Normalize("torch"), loss_fn=nn.CrossEntropyLoss(), log_every=2)
+    stats = train_one_epoch(model, batches, optimizer, scheduler, ctx, epoch=0, global_step=0)
+    assert stats.steps == 4 and stats.empty_steps == 1
+    captured = capsys.readouterr()
+    lines = progress_lines(captured.err, "train 0")
+    assert [line.split(" | ")[0] for line in lines] == [
+        "train 0: 2/5 batches (40%)", "train 0: 4/5 batches (80%)", "train 0: 5/5 batches (100%)"]
+    assert " | loss " in lines[1] and " | loss " not in lines[2]
+    assert "\r" not in captured.err and captured.out == ""
+
+
+def test_evaluate_prints_a_line_every_log_every_batches(capsys, no_override):
+    torch.manual_seed(0)
+    model = resnet.build_model("resnet_tiny", num_classes=3)
+    batches = [(torch.randint(0, 256, (3, 3, 28, 28), dtype=torch.uint8), torch.randint(0, 3, (3,)))
+               for _ in range(7)]
+    result = evaluate(model, batches, Runtime.local(), Normalize("torch"), desc="val EMA", log_every=3)
+    assert result.n_images == 21
+    captured = capsys.readouterr()
+    lines = progress_lines(captured.err, "val EMA")
+    assert [line.split(" | ")[0] for line in lines] == [
+        "val EMA: 3/7 batches (42%)", "val EMA: 6/7 batches (85%)", "val EMA: 7/7 batches (100%)"]
+    assert "\r" not in captured.err and captured.out == ""
+
+
+def test_train_py_prints_three_lines_an_epoch_to_a_pipe(tiny_folder, tmp_path, capsys, no_override):
+    """train.py's run with log_every=2 on 6 batches an epoch: a line at steps 2, 4 and 6 of
+    each epoch and one per validation (2 batches < 50); stdout keeps only the epoch rows."""
+    train(compose_config(
+        "train", "model=resnet_tiny", "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3",
+        "data.image_size=32", "data.workers=0", "batch_size=4", "epochs=2", "log_every=2", "device=cpu",
+        f"run_dir={tmp_path}",
+    ))
+    captured = capsys.readouterr()
+    for epoch in (0, 1):
+        lines = progress_lines(captured.err, f"train {epoch}")
+        assert [line.split(" | ")[0] for line in lines] == [
+            f"train {epoch}: 2/6 batches (33%)", f"train {epoch}: 4/6 batches (66%)",
+            f"train {epoch}: 6/6 batches (100%)"], captured.err
+        pattern = rf"train {epoch}: 2/6 batches \(33%\) \| loss \d+\.\d{{3}} \| lr [\d.e-]+ \| img/s [\d,]+ \| {ETA}"
+        assert re.fullmatch(pattern, lines[0]), lines[0]
+    assert [line.split(" | ")[0] for line in progress_lines(captured.err, "val")] == ["val: 2/2 batches (100%)"] * 2
+    assert "\r" not in captured.err + captured.out
+    assert not any(re.search(r"\d+/\d+ batches", line) for line in captured.out.splitlines())
+
+
+def test_eval_py_prints_its_line_to_a_pipe_and_a_bar_when_asked(tmp_path, capsys, monkeypatch, no_override):
+    make_folder(tmp_path / "data" / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
+    torch.manual_seed(0)
+    weights = save_checkpoint(tmp_path / "last.pt", resnet.build_model("resnet_tiny", num_classes=3))
+    overrides = [f"weights={weights}", "data=imagefolder", f"data.root={tmp_path / 'data'}", "data.num_classes=3",
+                 "data.workers=0", "batch_size=2", "device=cpu", f"results_file={tmp_path / 'eval.jsonl'}"]
+    evaluate_weights(compose_config("eval", *overrides))
+    captured = capsys.readouterr()
+    [line] = progress_lines(captured.err, "eval")  # 4 batches, fewer than log_every's 50: the last line only
+    assert re.fullmatch(rf"eval: 4/4 batches \(100%\) \| img/s [\d,]+ \| {ELAPSED}", line), line
+    assert "\r" not in captured.err + captured.out and "top1_err" in captured.out
+
+    monkeypatch.setenv(ENV, "bar")  # forced: tqdm's bar, on the same non-terminal stream
+    evaluate_weights(compose_config("eval", *overrides))
+    captured = capsys.readouterr()
+    assert "\r" in captured.err and not progress_lines(captured.err, "eval")

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from ..config import Runtime
 from ..distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objects
+from ..report.progress import Progress
 from .preempt import StopRequest
 
 
@@ -126,8 +126,7 @@ def train_one_epoch(
     first = stats.batches
     steps_before = global_step - stats.steps  # optimizer steps before this epoch
     end = first + len(loader) if ctx.max_steps is None else min(first + len(loader), ctx.max_steps)
-    bar = tqdm(total=end, initial=first, desc=f"train {epoch}", disable=not (ctx.progress and ctx.env.is_main),
-               leave=False)
+    bar = Progress(end, f"train {epoch}", initial=first, unit="batches", enabled=ctx.progress and ctx.env.is_main)
     loss_sum = torch.full((), stats.loss_sum, device=ctx.env.device)
     lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
     start = window_start = time.perf_counter()
@@ -150,6 +149,7 @@ def train_one_epoch(
                 break
             i = stats.batches
             stats.batches += 1
+            bar.update(1)  # counted before a line may be printed for it
             stats.skipped_images += skipped
             stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
             if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
@@ -187,9 +187,8 @@ def train_one_epoch(
                         record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr,
                                   "images_per_s": rate}
                         stats.history.append(record)
-                        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.3g}", img_s=f"{rate:.0f}")
+                        bar.log({"loss": f"{record['loss']:.3f}", "lr": f"{lr:.3g}", "img/s": f"{rate:,.0f}"})
                         window_start, window_images = now, 0
-            bar.update(1)
             if checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
                     and stats.batches < end:
                 save()

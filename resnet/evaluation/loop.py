@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from data.testsets import LabelSpace
 
 from ..config import Runtime
 from ..distributed import all_reduce_sum
+from ..report.progress import Progress
 from .tencrop import average_crops
 
 View = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (images, sizes or None) -> network input
@@ -119,6 +119,7 @@ def evaluate(
     labels_as: LabelSpace | None = None,
     desc: str = "eval",
     progress: bool = True,
+    log_every: int = 50,
     keep_scores: bool = False,
 ) -> Evaluation:
     """Top-1 / top-5 error and loss of ``model`` over every image of ``loader``, all processes together.
@@ -126,7 +127,8 @@ def evaluate(
     ``view`` makes the network input from a batch on the device (``crops`` inputs per image);
     ``num_classes``: the data's classes, to drop a background class; ``labels_as``: how a test
     set's labels meet the logits (:func:`score_labels`); ``keep_scores``: keep
-    this process's scores in the result (detection compares them between schemes).
+    this process's scores in the result (detection compares them between schemes); ``progress``:
+    a bar on rank 0, or a plain line every ``log_every`` batches (:mod:`resnet.report.progress`).
     """
     model.eval()
     env = runtime.env
@@ -135,14 +137,15 @@ def evaluate(
     examples: list[str] = []
     kept: list[torch.Tensor] = []
     start = time.perf_counter()
-    bar = tqdm(loader, desc=desc, disable=not (progress and env.is_main), leave=False)
-    for batch in bar:
+    bar = Progress(_length(loader), desc, unit="batches", every=log_every, enabled=progress and env.is_main)
+    for batch in loader:
         images, labels = batch[0], batch[1]
         skipped = int(batch[2]) if len(batch) > 2 else 0
         sums[4] += skipped
         if len(batch) > 3:
             examples += list(batch[3])[: max(5 - len(examples), 0)]
         if labels.numel() == 0:  # every image of the batch was unreadable
+            bar.update(1)
             continue
         images, labels = runtime.to_device(images, labels)
         sizes = batch[4].to(env.device) if len(batch) > 4 else None
@@ -156,9 +159,10 @@ def evaluate(
         sums[3] += labels.shape[0]
         if keep_scores:
             kept.append(scores.cpu())
-    bar.close()
+        bar.update(1, images=labels.shape[0] * env.world_size)  # a line's images/s: on the host, no sync
     sums = all_reduce_sum(sums, env)
     n = int(sums[3].item())
+    bar.close()  # after the device has finished: the last line's rate is the real one
     seconds = time.perf_counter() - start
     return Evaluation(
         top1_err=100.0 * (1 - sums[0].item() / n) if n else math.nan,
@@ -170,3 +174,11 @@ def evaluate(
         skipped_examples=examples,
         scores=torch.cat(kept) if keep_scores and kept else None,
     )
+
+
+def _length(loader: Iterable) -> int | None:
+    """Batches in ``loader``, or None when it cannot say (an iterable dataset without a length)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None

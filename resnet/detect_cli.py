@@ -22,7 +22,6 @@ import torch
 from omegaconf import DictConfig, open_dict
 from torch import nn
 from torch.utils.data import IterableDataset
-from tqdm import tqdm
 
 from data.dataloader import DataLoader
 
@@ -33,6 +32,7 @@ from .evaluation.loader import EvalData, EvalProtocol, build_eval_loader, eval_d
 from .evaluation.run import check_fit, resolve_protocol, weights_spec
 from .evaluation.tencrop import protocol_view
 from .model import ModelMeta
+from .report.progress import Progress
 from .weights import OriginProtocol, load_weights
 
 
@@ -91,7 +91,7 @@ def read_images(
                             num_workers=loader.num_workers, collate_fn=loader.collate_fn)
     view = protocol_view(protocol, data.device_resize)  # crop (and resize in-memory data) as the eval loop does
     batches, skipped, taken = [], 0, 0
-    with tqdm(total=wanted, desc="read images", unit="img", leave=False) as bar:
+    with Progress(wanted, "read images", unit="img", every=max(wanted // 10, 1)) as bar:  # lines: every 10%
         for batch in loader:
             skipped += int(batch[2]) if len(batch) > 2 else 0
             labels = batch[1][: wanted - taken]

@@ -12,6 +12,8 @@ from torch import nn
 
 import resnet
 from data import Normalize
+from data.shards import convert
+from data.shards.write import Sample
 from resnet.checkpoint import save_checkpoint
 from resnet.config import ConfigError, Runtime
 from resnet.engine.loop import StepContext, train_one_epoch
@@ -151,9 +153,9 @@ def test_unknown_total_off_and_bar():
 # --- the loops ------------------------------------------------------------------------------
 
 
-def progress_lines(text: str, desc: str) -> list[str]:
+def progress_lines(text: str, desc: str, unit: str = "batches") -> list[str]:
     """The plain progress lines of ``desc`` (not a bar's redraws, which splitlines also cuts at '\\r')."""
-    return [line for line in text.splitlines() if re.match(rf"{re.escape(desc)}: [\d,]+/[\d,]+ batches ", line)]
+    return [line for line in text.splitlines() if re.match(rf"{re.escape(desc)}: [\d,]+/[\d,]+ {unit} ", line)]
 
 
 def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, no_override):
@@ -229,3 +231,18 @@ def test_eval_py_prints_its_line_to_a_pipe_and_a_bar_when_asked(tmp_path, capsys
     evaluate_weights(compose_config("eval", *overrides))
     captured = capsys.readouterr()
     assert "\r" in captured.err and not progress_lines(captured.err, "eval")
+
+
+def test_shard_conversion_prints_a_line_every_percent(tmp_path, capsys, no_override):
+    """A conversion of ImageNet runs for hours in a batch job: 100 lines, not a bar's redraws."""
+    (tmp_path / "src").mkdir()
+    samples = []
+    for i in range(250):
+        (tmp_path / "src" / f"{i}.JPEG").write_bytes(b"not decoded, only copied %d" % i)
+        samples.append(Sample(f"img{i:03d}", i % 2, str(tmp_path / "src" / f"{i}.JPEG")))
+    convert(samples, ["a", "b"], tmp_path / "out", "train", shard_size=64)
+    captured = capsys.readouterr()
+    lines = progress_lines(captured.err, "train shards", "img")
+    assert len(lines) == 125 and lines[0].startswith("train shards: 2/250 img (0%) | ")  # every 250 // 100 images
+    assert lines[-1].startswith("train shards: 250/250 img (100%) | ") and "\r" not in captured.err
+    assert captured.out.startswith("train: 250 images in 4 shards") and captured.out.count("\n") == 1

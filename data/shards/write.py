@@ -39,7 +39,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from tqdm import tqdm
+from resnet.report.progress import Progress
 
 from .index import (
     DEFAULT_SHARD_SIZE,
@@ -158,8 +158,9 @@ def convert(
     progress: bool = True,
 ) -> ShardIndex:
     """Write ``samples`` as ``<out_dir>/<split>-NNNNNN.tar`` shards and their ``index.json``,
-    keeping the shards a previous run completed (module docstring). ``progress``: draw a
-    bar over the images and print a summary line."""
+    keeping the shards a previous run completed (module docstring). ``progress``: show progress
+    over the images (a bar on a terminal, else a line every 1%: :mod:`resnet.report.progress`)
+    and print a summary line."""
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1 image, not {shard_size}")
     if not SPLIT_NAME.fullmatch(split):
@@ -181,7 +182,8 @@ def convert(
     failed: dict[str, str] = {}  # key -> "path (reason)"
     resumed = 0
     with (
-        tqdm(total=len(samples), unit="img", desc=f"{split} shards", disable=not progress) as bar,
+        Progress(len(samples), f"{split} shards", unit="img", every=max(len(samples) // 100, 1), enabled=progress,
+                 leave=True) as bar,  # lines: every 1%
         ThreadPoolExecutor(READ_THREADS) as pool,
     ):
         for name, planned in zip(names, plan):
@@ -208,7 +210,7 @@ def convert(
     return index
 
 
-def write_shard(path: Path, samples: Sequence[Sample], pool: Executor, bar: tqdm) -> dict[str, str]:
+def write_shard(path: Path, samples: Sequence[Sample], pool: Executor, bar: Progress) -> dict[str, str]:
     """Write one shard through ``<path>.tmp``; returns ``{key: "path (reason)"}`` of the
     images that could not be read."""
     failed = {}

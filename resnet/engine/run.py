@@ -165,6 +165,19 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
     return loaders
 
 
+def wrap_for_training(model: nn.Module, env: DistEnv, use_compile: bool) -> nn.Module:
+    """The module the training steps call: DDP around the model, then ``torch.compile`` around
+    DDP, so that dynamo splits the graph at DDP's bucket boundaries and each bucket's all-reduce
+    overlaps the rest of the backward (DDP around a compiled model waits for the whole backward).
+    ``gradient_as_bucket_view``: the gradients live in DDP's buckets, saving a copy and its memory.
+    Checkpoints and evaluation use ``model`` itself."""
+    wrapped = model
+    if env.distributed:
+        device_ids = [env.device.index] if env.device.type == "cuda" else None
+        wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+    return torch.compile(wrapped) if use_compile else wrapped
+
+
 def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.ExitStack) -> dict:
     from data import Normalize
     wall_start = time.perf_counter()
@@ -238,12 +251,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
             where = f"epoch {start_epoch}" + (f", batch {partial['batches']}" if partial else "")
             print(f"resumed from {resume_path} after {where} (step {global_step})")
 
-    train_model: nn.Module = model
-    if cfg.compile:
-        train_model = torch.compile(train_model)
-    if env.distributed:
-        device_ids = [env.device.index] if env.device.type == "cuda" else None
-        train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=device_ids)
+    train_model = wrap_for_training(model, env, cfg.compile)
 
     stop = StopRequest(env).install()
     ctx = StepContext(

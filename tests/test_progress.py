@@ -227,6 +227,10 @@ def test_eval_py_prints_its_line_to_a_pipe_and_a_bar_when_asked(tmp_path, capsys
     assert re.fullmatch(rf"eval: 4/4 batches \(100%\) \| img/s [\d,]+ \| {ELAPSED}", line), line
     assert "\r" not in captured.err + captured.out and "top1_err" in captured.out
 
+    evaluate_weights(compose_config("eval", *overrides, "log_every=3"))  # eval.py's own log_every
+    lines = progress_lines(capsys.readouterr().err, "eval")
+    assert [line.split(" batches")[0] for line in lines] == ["eval: 3/4", "eval: 4/4"]
+
     monkeypatch.setenv(ENV, "bar")  # forced: tqdm's bar, on the same non-terminal stream
     evaluate_weights(compose_config("eval", *overrides))
     captured = capsys.readouterr()

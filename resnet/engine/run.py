@@ -308,6 +308,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     ema_val: dict = {}
     # eval_flip: each val image and its mirror image, softmax averaged (FFCV's test-time flip)
     val_protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if cfg.get("eval_flip") else {}
+    val_protocol["log_every"] = cfg.log_every  # a progress line every log_every batches in a log
     train_rate = 0.0
     last_epoch = cfg.epochs if not cfg.stop_after else min(cfg.epochs, start_epoch + cfg.stop_after)
     try:

@@ -158,6 +158,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         num_classes=data.num_classes,
         labels_as=data.labels,
         desc="eval 10-crop" if protocol.crops == 10 else "eval",
+        log_every=cfg.get("log_every", 50),
     )
     if result.n_images == 0:
         raise RuntimeError(f"no image of the {data.size} could be evaluated")

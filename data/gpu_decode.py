@@ -9,9 +9,11 @@ run's boxes do not depend on where it decodes. The main process then decodes the
 one nvJPEG call and crops, resizes (antialiased) and flips on the GPU
 (:func:`crop_resize_flip`).
 
-Files nvJPEG does not read (CMYK JPEGs, PNG data under a .JPEG name, anything not a JPEG) are
-decoded by the worker on the CPU as before and travel as pixels beside the encoded ones.
-Validation stays on the CPU path: exact, the publisher's preprocessing.
+Files nvJPEG does not read (CMYK JPEGs, PNG data under a .JPEG name, anything not a JPEG), and
+progressive JPEGs, which it reads only one by one with its Huffman decoding on the main
+process's CPU (:func:`nvjpeg_reads`), are decoded by the worker on the CPU as before and travel
+as pixels beside the encoded ones. Validation stays on the CPU path: exact, the publisher's
+preprocessing. What can go wrong on the GPU and what guards it: docs/gpu.md.
 
 Pixels: the GPU's IDCT and upsampling are not libjpeg-turbo's, and the resize runs in float32
 (rounded to uint8) where the CPU path uses ATen's uint8 kernel, so images differ from the CPU
@@ -93,15 +95,18 @@ def crop_resize_flip(images: list[torch.Tensor], crops: list[EncodedCrop]) -> to
 
 
 def nvjpeg_reads(data: bytes) -> bool:
-    """Whether ``data`` is a JPEG that nvJPEG decodes to RGB: baseline, extended or progressive
-    Huffman, one (grey) or three components. CMYK/YCCK JPEGs (four), lossless and arithmetic-coded
-    ones and anything else are decoded on the CPU."""
+    """Whether ``data`` is a JPEG that the GPU decodes here: baseline or extended sequential
+    Huffman (SOF0, SOF1), one (grey) or three components. Progressive JPEGs (SOF2) nvJPEG reads,
+    but not in its batched decode: torchvision decodes them one by one, their Huffman decoding on
+    the main process's CPU, while the workers have idle cores for exactly that; they go to the
+    workers. CMYK/YCCK JPEGs (four components), lossless and arithmetic-coded ones and anything
+    else are decoded on the CPU too."""
     return _nvjpeg_frame(data) is not None
 
 
 def _nvjpeg_frame(data: bytes) -> tuple[int, int, int, int] | None:
     frame = jpeg_frame(data)
-    return frame if frame is not None and frame[0] in (0xC0, 0xC1, 0xC2) and frame[3] in (1, 3) else None
+    return frame if frame is not None and frame[0] in (0xC0, 0xC1) and frame[3] in (1, 3) else None
 
 
 class EncodedRandomResizedCropFlip(RandomResizedCropFlip):

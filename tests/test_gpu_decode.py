@@ -40,12 +40,23 @@ def test_workers_send_bytes_with_the_boxes_and_flips_of_the_cpu_path():
 
 def test_files_nvjpeg_does_not_read_are_decoded_by_the_worker():
     image = smooth_image(120, 90)
-    assert nvjpeg_reads(jpeg_bytes(image, quality=90)) and nvjpeg_reads(jpeg_bytes(image, progressive=True))
-    assert nvjpeg_reads(jpeg_bytes(image.convert("L")))
+    assert nvjpeg_reads(jpeg_bytes(image, quality=90)) and nvjpeg_reads(jpeg_bytes(image.convert("L")))
     for other in (jpeg_bytes(image.convert("CMYK")), jpeg_bytes(image, format="PNG"), b"", b"\xff\xd8\xff"):
         assert not nvjpeg_reads(other)
     sample = EncodedRandomResizedCropFlip(32)(jpeg_bytes(image.convert("CMYK")))
     assert isinstance(sample, torch.Tensor) and sample.shape == (3, 32, 32)
+
+
+def test_progressive_jpegs_are_decoded_by_the_workers():
+    """nvJPEG decodes progressive JPEGs (SOF2) one by one, their Huffman decoding on the main
+    process's CPU: the workers decode them instead, to the CPU path's pixels, bit for bit."""
+    data = jpeg_bytes(smooth_image(120, 90, seed=3), progressive=True, quality=90)
+    assert data[:2] == b"\xff\xd8" and b"\xff\xc2" in data and not nvjpeg_reads(data)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        sample = EncodedRandomResizedCropFlip(32)(data)
+        torch.manual_seed(seed)
+        assert isinstance(sample, torch.Tensor) and torch.equal(sample, RandomResizedCropFlip(32)(data))
 
 
 @pytest.mark.parametrize(("interpolation", "levels"), [("bilinear", 1), ("bicubic", 2)])

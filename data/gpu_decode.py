@@ -139,12 +139,50 @@ def _shared_uint8(numel: int) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (numel,), (1,))
 
 
+_SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
 def _decode_jpegs(views: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Decode the JPEG bytes with one batched ``decode_jpeg`` call on ``device``: nvJPEG on CUDA,
-    libjpeg-turbo on the CPU (the tests' path)."""
+    libjpeg-turbo on the CPU (the tests' path).
+
+    On CUDA the call runs on a side stream of its own, never on the training stream. torchvision
+    0.29's ``decode_jpegs_cuda`` allocates its outputs with the caller's current stream and writes
+    them from a private stream that waits on nothing (torchvision #9606; and nvJPEG's hardware
+    engine does not order its writes after work queued on the stream it is given, torchcodec
+    #1634). Called with the training stream current, the caching allocator may hand it a block
+    freed a moment ago by the step, whose queued backward kernels still read it, and the decode
+    overwrites it: wrong gradients or NaNs, now and then. Here:
+
+    * the outputs come from the side stream's own pool, where no kernel ever runs; a block goes
+      back to that pool only through :meth:`torch.Tensor.record_stream` below, i.e. once the
+      training stream has *finished* (an event the allocator polls, not stream order) everything
+      queued before the images were freed, the crop/resize included. So the decoder only ever
+      writes memory that no queued work touches, whether or not it honours stream order;
+    * the side stream first waits for the training stream (a decoder that submits its work on
+      the current stream, as later versions may, is then ordered after the step), and the
+      training stream waits for the side stream (torchvision makes the side stream wait for its
+      decode) before it crops, resizes and trains on the images.
+
+    The crop/resize deliberately runs on the training stream, not on the side stream: images
+    freed after use on the stream that allocated them are reusable at once for that stream, and
+    the next batch's decode, which waits for nothing, could then be given a block a queued resize
+    still reads."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
-    return decode_jpeg(views, mode=ImageReadMode.RGB, device=device)
+    if device.type != "cuda":
+        return decode_jpeg(views, mode=ImageReadMode.RGB, device=device)
+    current = torch.cuda.current_stream(device)
+    side = _SIDE_STREAMS.get(device)
+    if side is None:
+        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device=device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        images = decode_jpeg(views, mode=ImageReadMode.RGB, device=device)
+    current.wait_stream(side)
+    for image in images:
+        image.record_stream(current)  # its block is not reused before the training stream is past it
+    return images
 
 
 def crop_resize_flip(images: list[torch.Tensor], boxes: list[tuple[int, int, int, int]], flips: list[bool],

@@ -1,9 +1,11 @@
 """data.decode=gpu, the parts that run without a GPU: what the workers send (bytes, the same boxes
 and flips as the CPU path), how batches carry them (a few tensors, pinned), the decode + crop +
-resize + flip on CPU tensors against the CPU path, and the one-line refusals."""
+resize + flip on CPU tensors against the CPU path, the streams the CUDA decode runs on (with fake
+streams), and the one-line refusals. docs/gpu.md maps each guarded fault to its test here."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.reduction
 
 import pytest
@@ -15,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from data import build_loaders
+from data import build_loaders, gpu_decode
 from data.batch import BadImage
 from data.decode import decode_resized_crop
 from data.gpu_decode import (
@@ -191,6 +193,67 @@ def test_the_pin_memory_thread_pins_a_batch_as_two_tensors(monkeypatch):
     assert any(t is moved.images.data for t in pinned) and any(t is moved.images.pixels for t in pinned)
     assert any(t is moved.labels for t in pinned) and len(pinned) == 3
     assert torch.equal(moved.images.decode("cpu"), batch.images.decode("cpu"))
+
+
+# --- the CUDA decode's streams (issue 27, item 2), with fakes -------------------------------
+
+
+def test_the_cuda_decode_runs_on_a_side_stream_ordered_both_ways_with_the_training_stream(monkeypatch):
+    """torchvision's CUDA decode allocates its outputs on the current stream and writes them from a
+    stream of its own that waits on nothing. The decode must run with a side stream current,
+    after that stream waited for the training stream; the training stream must wait for the side
+    stream before it uses the images, and each image must be recorded on the training stream so
+    its memory is not handed to the next decode while the training stream may still read it."""
+    events: list[str] = []
+
+    class FakeStream:
+        def __init__(self, name: str):
+            self.name = name
+
+        def wait_stream(self, other: FakeStream) -> None:
+            events.append(f"{self.name}.wait_stream({other.name})")
+
+    current = [FakeStream("training")]
+    created: list[FakeStream] = []
+
+    def new_stream(device=None, **kwargs):
+        created.append(FakeStream("side"))
+        return created[-1]
+
+    @contextlib.contextmanager
+    def stream(s):
+        current.append(s)
+        yield
+        current.pop()
+
+    real_decode = torchvision.io.decode_jpeg
+
+    def fake_decode(inputs, mode, device):
+        assert torch.device(device).type == "cuda" and isinstance(inputs, list)  # one batched call
+        events.append(f"decode_jpeg with {current[-1].name} current")
+        return real_decode(inputs, mode=mode, device="cpu")
+
+    monkeypatch.setattr(torch.cuda, "Stream", new_stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
+    monkeypatch.setattr(torch.cuda, "stream", stream)
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", fake_decode)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: events.append(f"record_stream({s.name})"))
+    monkeypatch.setattr(gpu_decode, "_SIDE_STREAMS", {}, raising=False)
+    transform = EncodedRandomResizedCropFlip(16)
+    batch = collate_encoded([(transform(jpeg_bytes(smooth_image(64, 48, seed=i), quality=90)), 0) for i in range(3)])
+    out = batch.images.decode(torch.device("cuda"))
+    expected = [
+        "side.wait_stream(training)",
+        "decode_jpeg with side current",
+        "training.wait_stream(side)",
+        *["record_stream(training)"] * 3,
+    ]
+    assert events == expected
+    events.clear()
+    batch.images.decode(torch.device("cuda"))
+    assert events == expected and len(created) == 1  # one dedicated side stream per device, not one a batch
+    monkeypatch.undo()
+    assert torch.equal(out, batch.images.decode(torch.device("cpu")))
 
 
 # --- the crop/resize/flip of a batch (issue 27, item 7) -------------------------------------

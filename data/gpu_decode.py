@@ -197,7 +197,7 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: list[tuple[int, int, int
     pixels. Then a handful for the batch: one cat, round, clamp, to uint8, and the flips as one
     flip of the batch and one select. Rounding, clamping and flipping act pixel by pixel, so
     doing them on the batch gives the pixels of doing them image by image (the tests compare the
-    two bit for bit), with ~2N+6 kernels instead of ~6.5N. The price is memory: the batch in
+    two bit for bit), with ~2N+6 kernels instead of ~5.5N. The price is memory: the batch in
     float32 until rounded (N x 3 x size x size x 4 bytes, 154 MB for 256 x 224^2; twice that for
     a moment, the resized images and their cat), where the loop held one image's at a time."""
     resized = []

@@ -85,7 +85,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 # A requeued job waits out the job credentials' lifetime before it runs again (default 120 s).
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=5
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
@@ -98,6 +98,8 @@ MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+# Look for runnable jobs every second or two (defaults: 30 and 60 s): a requeued job starts at once.
+SchedulerParameters=bf_interval=1,sched_interval=2
 ReturnToService=2
 JobRequeue=1
 KillWait=5

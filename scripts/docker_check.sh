@@ -162,7 +162,7 @@ if [ "$QUICK" -eq 1 ]; then
 else
     TRAIN=(); TRAIN_DESC="default command: $(docker image inspect --format '{{join .Config.Cmd " "}}' "$IMAGE")"
 fi
-say "docker run --rm -v $RUN/outputs:$WORKDIR_IN/outputs $IMAGE ${TRAIN[*]} ($TRAIN_DESC)"
+say "docker run --rm -v $RUN/outputs:$WORKDIR_IN/outputs $IMAGE${TRAIN[*]:+ ${TRAIN[*]}} ($TRAIN_DESC)"
 t0=$(date +%s)
 docker run --rm --network=none -v "$RUN/outputs:$WORKDIR_IN/outputs" "$IMAGE" "${TRAIN[@]}" 2>&1 | tee "$RUN/train.log"
 TRAIN_S=$(( $(date +%s) - t0 ))
@@ -193,8 +193,8 @@ EVAL_ERR=$(errors "$ROWS")
 OWNER=$(stat -c %u "$ROWS")
 
 STEP="summary"
-row() { printf '| %-16s | %-72s |\n' "$1" "$2"; }
-line="+$(printf -- '-%.0s' $(seq 18))+$(printf -- '-%.0s' $(seq 74))+"
+row() { printf '| %-10s | %-84s |\n' "$1" "$2"; }
+line="+$(printf -- '-%.0s' $(seq 12))+$(printf -- '-%.0s' $(seq 86))+"
 echo
 echo "Docker check, $(date +%F), $(nproc) cores, engine $ENGINE, storage driver $DRIVER"
 echo "$line"

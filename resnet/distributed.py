@@ -190,11 +190,14 @@ def pick_device(preference: str = "auto", local_rank: int = 0, local_world_size:
 
 
 def cuda_index(local_rank: int, local_world_size: int, visible: int) -> int:
-    """``local_rank`` when the node's GPUs are all visible, 0 when SLURM bound one GPU per task
-    (``--gpus-per-task=1``); more processes on a node than GPUs is an error, not a shared GPU."""
+    """``local_rank`` when the node's GPUs are all visible; 0 when this process sees one GPU: a
+    binding of one GPU per task (SLURM's ``--gpus-per-task=1`` or ``--gpu-bind``, or a
+    ``CUDA_VISIBLE_DEVICES`` wrapper), whatever ``SLURM_GPUS_ON_NODE`` says (processes that in
+    fact share that GPU are refused by NCCL's duplicate-GPU check when they join). Otherwise more
+    processes on a node than GPUs is an error, not a shared GPU."""
     if local_world_size <= visible:
         return local_rank
-    if visible == 1 and int(os.environ.get("SLURM_GPUS_ON_NODE", "0")) >= local_world_size:
+    if visible == 1:
         return 0
     raise LaunchError(
         f"{local_world_size} processes on this node but {visible} GPU(s) visible to local rank {local_rank}: "

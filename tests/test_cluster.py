@@ -73,8 +73,13 @@ def test_each_process_gets_its_own_gpu_or_one_line():
         cuda_index(0, 8, visible=4)  # every rank fails alike: none waits for the others
 
 
-def test_one_gpu_per_task_binding_uses_cuda_0(monkeypatch):
-    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "4")  # --gpus-per-task=1: each task sees its own one GPU
+@pytest.mark.parametrize("gpus_on_node", ["4", "1", None], ids=["gpus-per-task", "gpu-bind", "visible-devices-wrapper"])
+def test_one_gpu_per_task_binding_uses_cuda_0(gpus_on_node, monkeypatch):
+    # each task sees its own one GPU, however it was bound and whatever SLURM_GPUS_ON_NODE says
+    if gpus_on_node is None:
+        monkeypatch.delenv("SLURM_GPUS_ON_NODE", raising=False)
+    else:
+        monkeypatch.setenv("SLURM_GPUS_ON_NODE", gpus_on_node)
     assert cuda_index(3, 4, visible=1) == 0
 
 

@@ -158,11 +158,17 @@ def loader_contenders(args, device, root: Path, stack: contextlib.ExitStack) -> 
         loaders = stack.enter_context(build_loaders("imagefolder", str(root), batch_size=args.batch,
                                                     workers=args.workers, image_size=args.size, decode=decode))
 
-        def epoch(loaders=loaders) -> int:
+        # At least 20 batches per worker, the pipeline's steady state rather than its filling
+        # (workers x prefetch batches come at once): as many passes over the images as that takes.
+        passes = -(-20 * args.workers // max(len(loaders.train), 1))
+
+        def epoch(loaders=loaders, passes=passes) -> int:
             count = 0
-            for batch in loaders.train:
-                images = batch.images.decode(device) if hasattr(batch.images, "decode") else batch.images.to(device)
-                count += images.shape[0]
+            for n in range(passes):
+                loaders.set_epoch(n)
+                for batch in loaders.train:
+                    images = batch.images.decode(device) if hasattr(batch.images, "decode") else batch.images.to(device)
+                    count += images.shape[0]
             return count
 
         contenders[f"decode={decode}"] = epoch
@@ -195,6 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("python -m benchmarks.gpu measures a CUDA device and this machine has none: run it on a GPU "
                  "machine, or pass --device cpu --quick for a smoke run")
+    torch.backends.cudnn.benchmark = True  # as train.py runs (deterministic=false): cuDNN's fastest kernels
     result: dict = {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "env": {

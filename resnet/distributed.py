@@ -17,8 +17,10 @@ GPU, gloo on CPU. Nothing here mutates configs, the environment or builtins.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -213,6 +215,7 @@ def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = N
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if launch.world_size > 1 and not dist.is_initialized():
+        check_gloo_interface(launch)
         backend = "nccl" if dev.type == "cuda" else "gloo"
         kwargs = {"device_id": dev} if dev.type == "cuda" else {}
         if launch.launcher == "torchrun":  # its variables are env://'s own
@@ -227,6 +230,29 @@ def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = N
         host_group = dist.new_group(backend="gloo")  # collective: every rank creates it, in the same order
     return DistEnv(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank, device=dev,
                    launch=launch, host_group=host_group)
+
+
+def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = None) -> None:
+    """Gloo (the CPU backend, and the host-side group beside NCCL) listens on the address this
+    host's name resolves to. Debian and Ubuntu map the name to 127.0.1.1 in /etc/hosts, so on a
+    job over several nodes the others could never connect and the job would hang at its first
+    collective: one line instead, naming the variable that picks the interface. (A master on
+    loopback too means every "node" is this host, as in a simulation: nothing to refuse.)"""
+    env = os.environ if environ is None else environ
+    if launch.world_size <= launch.local_world_size or env.get("GLOO_SOCKET_IFNAME"):
+        return  # one node: loopback reaches every process
+    name = socket.gethostname()
+    try:
+        address = socket.gethostbyname(name)
+        master = socket.gethostbyname(launch.master_addr)
+    except OSError:
+        return  # gloo reports what it cannot resolve itself
+    if ipaddress.ip_address(address).is_loopback and not ipaddress.ip_address(master).is_loopback:
+        raise LaunchError(
+            f"this host's name {name} resolves to {address} (loopback), so the other nodes could not reach this "
+            "process: export GLOO_SOCKET_IFNAME=<the interface of the cluster network> (`ip -br addr` lists them), "
+            "or fix the name in /etc/hosts"
+        )
 
 
 def _restart_safe_store(launch: Launch) -> dist.Store | None:

@@ -194,3 +194,23 @@ def test_under_submitit_the_stop_signal_is_handed_to_submitits_own_requeue(monke
         assert signal.getsignal(signal.SIGUSR2) is submitit_handler  # handed back
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+def test_a_multi_node_job_on_a_host_named_for_loopback_is_one_line_not_a_hang(monkeypatch):
+    # Debian's /etc/hosts maps the host's own name to 127.0.1.1: gloo would listen there, out of the other nodes' reach.
+    from resnet.distributed import Launch, check_gloo_interface
+
+    addresses = {"gpu07": "127.0.1.1", "gpu01": "10.0.0.1"}  # this node's name; the master node's
+    monkeypatch.setattr("socket.gethostname", lambda: "gpu07")
+    monkeypatch.setattr("socket.gethostbyname", lambda name: addresses.get(name, name))
+    two_nodes = Launch("srun", rank=5, world_size=8, local_rank=1, local_world_size=4, master_addr="gpu01")
+    with pytest.raises(LaunchError, match=r"gpu07 resolves to 127\.0\.1\.1.*export GLOO_SOCKET_IFNAME="):
+        check_gloo_interface(two_nodes, {})
+    check_gloo_interface(two_nodes, {"GLOO_SOCKET_IFNAME": "ib0"})  # the user picked the interface
+    addresses["gpu07"] = "10.0.0.7"
+    check_gloo_interface(two_nodes, {})  # a name that resolves to the host's real address
+    addresses["gpu07"] = "127.0.1.1"
+    one_node = Launch("srun", rank=1, world_size=4, local_rank=1, local_world_size=4, master_addr="gpu01")
+    check_gloo_interface(one_node, {})  # one node: loopback reaches everyone
+    simulated = Launch("srun", rank=1, world_size=2, local_rank=0, local_world_size=1, master_addr="127.0.0.1")
+    check_gloo_interface(simulated, {})  # every "node" on this host

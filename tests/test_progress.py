@@ -30,23 +30,24 @@ ELAPSED = r"\d+:\d\d:\d\d elapsed"
 ETA = rf"{ELAPSED}, ETA \d+:\d\d:\d\d"
 
 
+def _writing_end(ends: tuple[int, int]):
+    """A text file on the second of two connected descriptors; both closed after the test."""
+    other, mine = ends
+    stream = open(mine, "w")  # noqa: SIM115 -- closed below
+    yield stream
+    stream.close()
+    os.close(other)
+
+
 @pytest.fixture
 def terminal():
     """A pseudo-terminal's end, as a text file: isatty() is true."""
-    leader, follower = os.openpty()
-    stream = open(follower, "w")  # noqa: SIM115 -- closed below
-    yield stream
-    stream.close()
-    os.close(leader)
+    yield from _writing_end(os.openpty())
 
 
 @pytest.fixture
 def pipe():
-    read_end, write_end = os.pipe()
-    stream = open(write_end, "w")  # noqa: SIM115 -- closed below
-    yield stream
-    stream.close()
-    os.close(read_end)
+    yield from _writing_end(os.pipe())
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ done
 [ "$(id -u)" -eq 0 ] || { say "needs root (network namespaces, munged, slurmd); run it with sudo"; exit 2; }
 
 mkdir -p "$DIR"
-exec 9>"$DIR.lock"  # one start at a time (test workers may call this together)
-flock 9
+exec 9>"$DIR.lock"  # one start at a time (test workers may call this together); the daemons
+flock 9             # are started with 9>&- so that none of them holds the lock after this script
 
 idle_nodes() { SLURM_CONF=$CONF timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | grep -cE ' (idle|mix|alloc)' || true; }
 
@@ -42,7 +42,7 @@ mkdir -p /run/munge /var/log/munge /var/lib/munge
 chown munge:munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true
 if ! munge -n </dev/null >/dev/null 2>&1; then
     [ -f /etc/munge/munge.key ] || mungekey --create 2>/dev/null || create-munge-key -f
-    munged --force 2>/dev/null
+    munged --force 2>/dev/null 9>&-
 fi
 
 # The network: a bridge on the host, a veth from it into each node's namespace.
@@ -118,12 +118,12 @@ for _ in $(seq 50); do
     pkill -f "^slurm(ctl)?d -f $CONF" 2>/dev/null || break
     sleep 0.2
 done
-slurmctld -f "$CONF" -i
+slurmctld -f "$CONF" -i 9>&-
 # Each slurmd enters its node's network namespace and sees the node's own hosts file. Not
 # `ip netns exec`: it remounts /sys, and slurmd needs the host's /sys/fs/cgroup.
 for node in "${NODES[@]}"; do
     nsenter --net="/run/netns/rsl-$node" unshare --mount --propagation private \
-        sh -c 'mount --bind "$1" /etc/hosts && exec slurmd -f "$2" -N "$3"' sh "/etc/netns/rsl-$node/hosts" "$CONF" "$node"
+        sh -c 'mount --bind "$1" /etc/hosts && exec slurmd -f "$2" -N "$3"' sh "/etc/netns/rsl-$node/hosts" "$CONF" "$node" 9>&-
 done
 
 for _ in $(seq 60); do

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import wandb
 import wandb_workspaces  # noqa: F401  (the test extra's: a missing install fails here)
 from wandb.proto import wandb_internal_pb2 as pb
 
@@ -113,6 +114,7 @@ def runs(tiny_folder, tmp_path_factory) -> dict[str, dict[str, set[str]]]:
     """The keys of one offline training run under +padding=asymmetric and one offline
     evaluation of its checkpoint, both in this process with the real wandb."""
     out = tmp_path_factory.mktemp("dashboard")
+    wandb.finish()  # a run another test of this worker left open would take these runs' records
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_MODE", "offline")
         mp.setenv("WANDB_SILENT", "true")
@@ -137,6 +139,7 @@ def write_spec(path: Path, *args: str) -> dict:
 
 
 @pytest.mark.slow  # wandb starts its service process
+@pytest.mark.xdist_group("dashboard")  # one worker: the runs fixture once
 def test_every_key_the_workspace_names_is_logged(runs, tmp_path):
     request = write_spec(tmp_path / "spec.json", "--project", "padding")
     assert (request["entityName"], request["projectName"], request["type"]) == ("someone", "padding", "project-view")
@@ -151,6 +154,7 @@ def test_every_key_the_workspace_names_is_logged(runs, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("dashboard")
 def test_a_key_nothing_logs_is_caught(runs, tmp_path, monkeypatch):
     monkeypatch.setattr(dashboard, "VAL_TOP1", "val/top1")  # a name train.py does not log
     monkeypatch.setattr(dashboard, "TABLES", (*dashboard.TABLES, "padding/table"))  # nor this table

@@ -73,7 +73,7 @@ for i in "${!NODES[@]}"; do
 done
 
 mkdir -p "$DIR"/{state,log} "${NODES[@]/#/$DIR/spool/}"
-CPUS=$(nproc)
+CPUS=$(getconf _NPROCESSORS_ONLN)  # not nproc: it reports OMP_NUM_THREADS where that is set
 MEM=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))  # MB: half, the rest for the host
 {
     cat <<CONF

@@ -95,13 +95,6 @@ def cluster() -> Iterator[dict[str, str]]:
         subprocess.run(["bash", str(UP.with_name("slurm_down.sh"))], capture_output=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    from tests.conftest import make_tiny_folder
-
-    return make_tiny_folder(tmp_path_factory.mktemp("slurm-data"))
-
-
 def config(data: Path) -> list[str]:
     """6 steps of 2 x 2 images per epoch; with scripts/slurm.sbatch's own resume= and checkpoint_every=."""
     return ["model=resnet_tiny", "data=imagefolder", f"data.root={data}", "data.num_classes=3",
@@ -110,10 +103,11 @@ def config(data: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def torchrun_reference(data, tmp_path_factory) -> dict:
+def torchrun_reference(tiny_folder, tmp_path_factory) -> dict:
     """The same config as a 2-process torchrun run on this host: the weights every job must reach."""
     run_dir = tmp_path_factory.mktemp("torchrun") / "run"
-    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *config(data), f"hydra.run.dir={run_dir}"]
+    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *config(tiny_folder),
+            f"hydra.run.dir={run_dir}"]
     proc = procs.run(args, {"OMP_NUM_THREADS": "1"}, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(run_dir / "last.pt", weights_only=True)
@@ -165,11 +159,11 @@ def python_shim(tmp_path: Path, python: str) -> Path:
     return shim
 
 
-def test_sbatch_on_two_nodes_over_a_real_interface_equals_torchrun(cluster, data, torchrun_reference, tmp_path):
+def test_sbatch_on_two_nodes_over_a_real_interface_equals_torchrun(cluster, tiny_folder, torchrun_reference, tmp_path):
     run_dir, log, tasks = tmp_path / "run", tmp_path / "job.out", tmp_path / "tasks.log"
     env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tasks), "RUN_DIR": str(run_dir)}
     job = sbatch(env, "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1", f"--output={log}",
-                 "scripts/slurm.sbatch", *config(data))  # fmt: skip
+                 "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
     fields = wait_for_end(env, job, log)
     assert fields["JobState"] == "COMPLETED" and fields["NodeList"] == "node[1-2]", read(log)[-3000:]
     ranks = sorted(line.split() for line in tasks.read_text().splitlines())
@@ -183,14 +177,14 @@ def test_sbatch_on_two_nodes_over_a_real_interface_equals_torchrun(cluster, data
 
 
 def test_a_usr1_to_the_batch_shell_requeues_for_real_and_the_job_resumes_exactly(
-    cluster, data, torchrun_reference, tmp_path
+    cluster, tiny_folder, torchrun_reference, tmp_path
 ):
     run_dir, log, marker = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused"
     (tmp_path / "pause.py").write_text(PAUSE)
     env = {**cluster, "PYTHON": str(python_shim(tmp_path, f"{PY} {tmp_path / 'pause.py'}")),
            "TASK_LOG": str(tmp_path / "tasks.log"), "RUN_DIR": str(run_dir), "PAUSE_MARKER": str(marker)}  # fmt: skip
     job = sbatch(env, "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1", f"--output={log}",
-                 "scripts/slurm.sbatch", *config(data))  # fmt: skip
+                 "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
     deadline = time.monotonic() + 300  # a busy machine: the job may wait for the last one's node
     while not marker.exists():  # rank 0 waits mid-epoch 1 until the signal has reached it
         assert time.monotonic() < deadline and job_fields(env, job)["JobState"] in ("PENDING", "RUNNING"), read(log)
@@ -207,11 +201,11 @@ def test_a_usr1_to_the_batch_shell_requeues_for_real_and_the_job_resumes_exactly
     assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
 
 
-def test_the_readme_submitit_sweep_runs_through_submitits_slurm_executor(cluster, data, tmp_path):
+def test_the_readme_submitit_sweep_runs_through_submitits_slurm_executor(cluster, tiny_folder, tmp_path):
     sweep = tmp_path / "sweep"
     args = [PY, "train.py", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=1",
             "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10",
-            f"hydra.sweep.dir={sweep}", *config(data)[:-2], "epochs=1",
+            f"hydra.sweep.dir={sweep}", *config(tiny_folder)[:-2], "epochs=1",
             "+padding=symmetric,asymmetric"]  # fmt: skip
     proc = procs.run(args, cluster, timeout=360)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

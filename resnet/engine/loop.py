@@ -7,6 +7,7 @@ the device (``StepContext.normalize`` / ``augment``), in channels_last where ask
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -113,9 +114,22 @@ def train_one_epoch(
     it at the same batch.
 
     Before each step the processes agree, on the host, whether all of them read at least one image
-    and whether one was asked to stop; after the forward pass, whether every loss is finite. A batch
-    whose images were all unreadable thus skips the step on every process (``empty_steps``) instead
-    of leaving the others waiting in DDP's gradient all-reduce.
+    and whether one was asked to stop. A batch whose images were all unreadable thus skips the step
+    on every process (``empty_steps``) instead of leaving the others waiting in DDP's gradient
+    all-reduce. That agreement is a gloo all-reduce of two numbers a step, on the host: no process
+    can know that another read no image without it (docs/gpu.md).
+
+    Whether every loss is finite is read without stopping the host every step:
+
+    * ``on_nonfinite=stop``: the losses stay on the device until the next ``log_every`` step, the
+      epoch's end or a checkpoint, where one transfer brings them (and whether each was finite on
+      every process) to the host; the first non-finite one raises :class:`NonFiniteLoss` naming its
+      step. The steps in between have updated the weights in memory, which the run then drops:
+      every checkpoint is written after such a read, so the last one holds only finite steps.
+    * ``on_nonfinite=skip``: a skipped step takes no optimizer step, no scheduler step and no EMA
+      update, and is not counted; the host must know before the optimizer step. The finite flag is
+      copied to the host as soon as the forward pass has made it and read once the backward pass is
+      queued, so the device has the backward to run while the host waits for it.
     """
     model.train()
     if ctx.freeze_bn:
@@ -133,7 +147,23 @@ def train_one_epoch(
     seconds_before = stats.seconds
     window_images = 0
 
+    unread: list[tuple[torch.Tensor, int, int]] = []  # on_nonfinite=stop: (loss, step, batch) not read yet
+
+    def read_losses(queued: _ToHost | None = None) -> float:
+        """The unread losses' check (queued by :func:`_queue_check`, or now): raises at the first
+        non-finite one; returns the last loss."""
+        losses = unread[:]
+        unread.clear()
+        values = (queued or _queue_check([loss for loss, _, _ in losses], ctx.env)).tolist()
+        n = len(losses)
+        for (_, step, batch), value, finite in zip(losses, values[:n], values[n:]):
+            if finite < ctx.env.world_size:
+                raise _nonfinite(value, step, epoch, batch)
+        return values[n - 1]
+
     def save() -> None:
+        if unread:  # a checkpoint holds only steps whose losses were read finite
+            read_losses()
         stats.loss_sum, stats.seconds = loss_sum.item(), seconds_before + time.perf_counter() - start
         checkpoint(steps_before + stats.steps, stats)
 
@@ -164,27 +194,34 @@ def train_one_epoch(
                     images, labels = ctx.augment(images, labels)
                 with ctx.runtime.autocast():
                     loss = ctx.loss_fn(model(images), labels)
-                if not _all_finite(loss, ctx):
-                    step = steps_before + stats.steps + stats.skipped_steps
-                    if ctx.on_nonfinite == "stop":
-                        raise NonFiniteLoss(
-                            f"non-finite loss ({loss.item()}) at step {step} (epoch {epoch}, batch {i}); "
-                            "the last good checkpoint is kept. Lower optim.lr, set grad_clip=1.0, "
-                            "or on_nonfinite=skip to skip such steps."
-                        )
-                    stats.skipped_steps += 1
-                    optimizer.zero_grad(set_to_none=True)
+                step = steps_before + stats.steps + stats.skipped_steps
+                logs = (stats.steps + 1) % ctx.log_every == 0 or stats.batches == end  # if this step is taken
+                if ctx.on_nonfinite == "skip":
+                    checked = _queue_check([loss], ctx.env)  # [loss, processes where it is finite]
+                    _backward(loss, optimizer, ctx)
+                    last_loss, finite = checked.tolist()  # the forward is done; the backward may still run
+                    taken = finite == ctx.env.world_size
+                    if not taken:
+                        stats.skipped_steps += 1
+                        optimizer.zero_grad(set_to_none=True)
                 else:
-                    lr = _update(model, optimizer, scheduler, loss, ctx, steps_before + stats.steps)
+                    unread.append((loss.detach(), step, i))
+                    queued = _queue_check([x for x, _, _ in unread], ctx.env) if logs else None
+                    _backward(loss, optimizer, ctx)
+                    taken = True
+                if taken:
+                    lr = _step(model, optimizer, scheduler, ctx, steps_before + stats.steps)
                     n = images.shape[0]
                     loss_sum += loss.detach() * n
                     stats.images += n
                     stats.steps += 1
                     window_images += n
-                    if stats.steps % ctx.log_every == 0 or stats.batches == end:
+                    if logs:
+                        if unread:
+                            last_loss = read_losses(queued)
                         now = time.perf_counter()
                         rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
-                        record = {"step": steps_before + stats.steps, "loss": loss.item(), "lr": lr,
+                        record = {"step": steps_before + stats.steps, "loss": last_loss, "lr": lr,
                                   "images_per_s": rate}
                         stats.history.append(record)
                         bar.log({"loss": f"{record['loss']:.3f}", "lr": f"{lr:.3g}", "img/s": f"{rate:,.0f}"})
@@ -192,38 +229,44 @@ def train_one_epoch(
             if checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
                     and stats.batches < end:
                 save()
+        if unread:
+            read_losses()
     finally:
         bar.close()
     stats.seconds = seconds_before + time.perf_counter() - start
     stats.lr = lr
-    totals = all_reduce_sum(
-        torch.tensor([loss_sum.item(), stats.images, stats.skipped_images, stats.unused_images], dtype=torch.float64,
-                     device=ctx.env.device),
-        ctx.env,
-    )
-    stats.loss = totals[0].item() / max(totals[1].item(), 1)
-    stats.images = int(totals[1].item())  # global, for images/s
-    stats.skipped_images = int(totals[2].item())
-    stats.unused_images = int(totals[3].item())
-    if totals[2].item():  # examples from every process, not only this one's
+    totals = torch.tensor([0.0, stats.images, stats.skipped_images, stats.unused_images], dtype=torch.float64,
+                          device=ctx.env.device)
+    totals[0] = loss_sum  # float32 to float64 on the device: exact, and no transfer of its own
+    summed = all_reduce_sum(totals, ctx.env).tolist()  # one read for the epoch's totals
+    stats.loss = summed[0] / max(summed[1], 1)
+    stats.images = int(summed[1])  # global, for images/s
+    stats.skipped_images = int(summed[2])
+    stats.unused_images = int(summed[3])
+    if summed[2]:  # examples from every process, not only this one's
         stats.skipped_paths = [p for paths in gather_objects(stats.skipped_paths, ctx.env) for p in paths][:5]
     return stats
 
 
-def _update(model: nn.Module, optimizer, scheduler, loss: torch.Tensor, ctx: StepContext, step: int) -> float:
-    """Backward, (clip,) optimizer and scheduler step, EMA update; returns the LR the step used
-    (after the last step a schedule has no LR left to give: OneCycleLR's would be negative)."""
-    lr = optimizer.param_groups[0]["lr"]
+def _backward(loss: torch.Tensor, optimizer, ctx: StepContext) -> None:
     optimizer.zero_grad(set_to_none=True)
     if ctx.scaler is not None:
         ctx.scaler.scale(loss).backward()
+    else:
+        loss.backward()
+
+
+def _step(model: nn.Module, optimizer, scheduler, ctx: StepContext, step: int) -> float:
+    """After :func:`_backward`: (clip,) optimizer and scheduler step, EMA update; returns the LR the
+    step used (after the last step a schedule has no LR left to give: OneCycleLR's would be negative)."""
+    lr = optimizer.param_groups[0]["lr"]
+    if ctx.scaler is not None:
         if ctx.grad_clip:
             ctx.scaler.unscale_(optimizer)
             nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
-        ctx.scaler.step(optimizer)
+        ctx.scaler.step(optimizer)  # torch reads found_inf on the host here unless the optimizer is fused
         ctx.scaler.update()
     else:
-        loss.backward()
         if ctx.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
         optimizer.step()
@@ -236,7 +279,9 @@ def _update(model: nn.Module, optimizer, scheduler, loss: torch.Tensor, ctx: Ste
 def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool]:
     """(every process has at least one readable image, some process was asked to stop), in one
     host-side all-reduce before the forward pass. Every process must take the same branch: a
-    process that skipped its step would leave the others waiting in DDP's collectives forever."""
+    process that skipped its step would leave the others waiting in DDP's collectives forever.
+    A process cannot know that another read no image without it, so it runs every step; the stop
+    request rides along (over gloo on the host: no wait for the GPU, tens of microseconds)."""
     stop = ctx.stop is not None and ctx.stop.requested
     without_data, stops = all_reduce_host([float(not has_data), float(stop)], ctx.env)
     stop = stops > 0
@@ -245,9 +290,38 @@ def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool]:
     return without_data == 0, stop
 
 
-def _all_finite(loss: torch.Tensor, ctx: StepContext) -> bool:
-    """The loss is finite on every process: all skip the step together, or none does."""
-    finite = torch.isfinite(loss.detach())
-    if not ctx.env.distributed:
-        return bool(finite)
-    return bool(all_reduce_sum(finite.to(torch.float32), ctx.env) == ctx.env.world_size)
+class _ToHost:
+    """A device tensor on its way to the host: the copy is queued now, :meth:`tolist` waits for it
+    (CUDA: into pinned memory, behind an event; the host waits only for the work queued before it)."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.event = None
+        if tensor.device.type == "cuda":
+            self.host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            self.host.copy_(tensor, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = tensor
+
+    def tolist(self) -> list:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host.tolist()
+
+
+def _queue_check(losses: list[torch.Tensor], env: DistEnv) -> _ToHost:
+    """``[*losses, *on how many processes each is finite]`` (float32), queued for the host. Under
+    DDP the counts are summed on the device (one small all-reduce): every process then reads the
+    same verdict, and all stop or skip together."""
+    values = torch.stack([loss.detach().float() for loss in losses])
+    finite = torch.isfinite(values).float()
+    return _ToHost(torch.cat([values, all_reduce_sum(finite, env)]))
+
+
+def _nonfinite(value: float, step: int, epoch: int, batch: int) -> NonFiniteLoss:
+    where = value if not math.isfinite(value) else "on another process"
+    return NonFiniteLoss(
+        f"non-finite loss ({where}) at step {step} (epoch {epoch}, batch {batch}); the last good checkpoint is kept. "
+        "Lower optim.lr, set grad_clip=1.0, or on_nonfinite=skip to skip such steps."
+    )

@@ -8,6 +8,7 @@ the device (``StepContext.normalize`` / ``augment``), in channels_last where ask
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -131,6 +132,7 @@ def train_one_epoch(
       copied to the host as soon as the forward pass has made it and read once the backward pass is
       queued, so the device has the backward to run while the host waits for it.
     """
+    dynamo = sys.modules.get("torch._dynamo")  # not loaded: nothing is compiled (importing it takes seconds)
     model.train()
     if ctx.freeze_bn:
         for m in model.modules():
@@ -192,6 +194,8 @@ def train_one_epoch(
                     ctx.before_step(steps_before + stats.steps)
                 if ctx.augment is not None:
                     images, labels = ctx.augment(images, labels)
+                if dynamo is not None:  # compile=true: one graph for every batch size, not one more per grid preset
+                    dynamo.maybe_mark_dynamic(images, 0)  # at a short batch (tests/test_recompiles.py); else a no-op
                 with ctx.runtime.autocast():
                     loss = ctx.loss_fn(model(images), labels)
                 step = steps_before + stats.steps + stats.skipped_steps

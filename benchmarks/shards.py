@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.input_pipeline import save_result, write_jpegs
-from data import build_loaders
+from data import DataConfig, build_loaders
 from data.imagefolder import find_classes, find_images
 from data.shards import convert, file_samples
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
         names = {"folder": "imagefolder", "shards": "imagenet_shards"}
 
         def build(kind: str):
-            return build_loaders(names[kind], str(root / kind), batch_size=args.batch, workers=args.workers)
+            return build_loaders(DataConfig(names[kind], str(root / kind), workers=args.workers), batch_size=args.batch)
 
         loaders = {kind: build(kind) for kind in names}
         readers = {kind: build(kind) for kind in names}

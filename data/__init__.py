@@ -1,7 +1,7 @@
 """Data: datasets, loaders, augmentation and device-side normalisation.
 
->>> from data import build_loaders, Normalize, SkipLog
->>> loaders = build_loaders("fashion_mnist", None, batch_size=128, workers=0)
+>>> from data import DataConfig, build_loaders, Normalize, SkipLog
+>>> loaders = build_loaders(DataConfig("fashion_mnist"), batch_size=128)
 
 The trainer's contract is in :mod:`data.loader`'s docstring. The built-in dataset's own
 module, :mod:`data.fashion_mnist`, is not imported here so that ``python -m
@@ -9,6 +9,7 @@ data.fashion_mnist --download`` runs it as a script cleanly.
 """
 
 from .batch import BadImage, Batch, SkipLog, collate
+from .config import DataConfig
 from .imagefolder import ImageFolder
 from .loader import DATASETS, Loaders, build_loaders
 from .normalize import PREPROCESSING, Normalize
@@ -20,6 +21,7 @@ __all__ = [
     "PREPROCESSING",
     "BadImage",
     "Batch",
+    "DataConfig",
     "ImageFolder",
     "Loaders",
     "Normalize",

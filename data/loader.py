@@ -6,8 +6,8 @@ same classes in both; ``imagenet`` only words its errors for ImageNet's wnid fol
 
 What the trainer does::
 
-    loaders = build_loaders("imagenet", cfg.data.root, batch_size=256, workers=8,
-                            rank=dist.rank, world_size=dist.world_size, seed=cfg.seed)
+    data = DataConfig("imagenet", cfg.data.root, workers=8)  # or DataConfig.from_config(cfg.data, workers=8)
+    loaders = build_loaders(data, batch_size=256, rank=dist.rank, world_size=dist.world_size, seed=cfg.seed)
     normalize = Normalize(model.meta.preprocessing).to(device)  # data.normalize
     model = build_model(..., num_classes=loaders.num_classes, in_chans=loaders.in_chans)
     for epoch in range(epochs):
@@ -49,6 +49,7 @@ from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from .augment import Augmented, train_size
 from .batch import collate, pass_batch
+from .config import DataConfig
 from .dataloader import DataLoader
 from .gpu_decode import EncodedRandomResizedCropFlip, check_decode, collate_encoded
 from .imagefolder import ImageFolder, check_same_classes
@@ -100,87 +101,40 @@ class Loaders:
 
 
 def build_loaders(
-    name: str,
-    root: str | None,
-    batch_size: int,
-    workers: int,
+    data: DataConfig,
+    batch_size: int,  # per process
     rank: int = 0,
     world_size: int = 1,
     seed: int = 0,
-    image_size: int | None = None,  # None: 224 for image folders, 28 for fashion_mnist (the only size it has)
     val_batch_size: int | None = None,  # None: batch_size
-    val_size: int | None = None,  # val crop (train/test resolution split, FixRes); None: image_size
-    crop_pct: float = 0.875,  # val: resize to floor(image_size / crop_pct), centre crop image_size
-    min_scale: float = 0.08,  # train: smallest crop area, as a fraction of the image
-    interpolation: str = "bilinear",  # or bicubic; train and val
-    crop_padding: int = 4,  # fashion_mnist train: random crop after zero padding by this many pixels
-    augment: bool = True,  # False: train images get the val transform (deterministic runs, tests)
-    auto_augment: str | None = None,  # ta_wide | rand-m6-... (data.augment): a policy after the crop
-    repeated_aug: int = 0,  # > 1: timm's RepeatAugSampler, each image this many times per epoch
-    progressive: Mapping | None = None,  # data.augment.train_size's keywords: the crop grows per epoch
-    decode: str = "cpu",  # gpu: training JPEGs travel encoded and are decoded on the GPU (data.gpu_decode)
 ) -> Loaders:
-    """Train and val loaders of dataset ``name`` for process ``rank`` of ``world_size``."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    if name == "fashion_mnist" and (auto_augment or repeated_aug > 1 or progressive):
-        raise ValueError("fashion_mnist is augmented in memory by random crops and flips only; auto_augment, "
-                         "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)")
-    check_decode(decode)
-    if decode == "gpu" and (name == "fashion_mnist" or auto_augment or not augment):
-        raise ValueError("data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
-                         "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
-                         "or pass data.decode=cpu")
-    extras = dict(auto_augment=auto_augment, progressive=progressive, decode=decode)
-    if name in SHARDED:
-        if repeated_aug > 1:
-            raise ValueError("repeated augmentation samples indices: it needs image folders, not shards "
-                             "(data=imagenet), or data.repeated_aug=0")
-        return _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size or 224,
-                              val_batch_size or batch_size, crop_pct, min_scale, interpolation, augment, val_size,
-                              **extras)
-    if name == "fashion_mnist":
-        if image_size not in (None, 28):
-            raise ValueError(f"fashion_mnist images are 28x28; leave image_size unset, not {image_size}")
-        # Imported here, not at the top: `python -m data.fashion_mnist` must be the module's first import.
-        from .fashion_mnist import CLASS_NAMES, load_fashion_mnist
-
-        image_size, in_chans, class_names = 28, 1, CLASS_NAMES
-        crop_padding = crop_padding if augment else 0
-        train_set: Dataset = TensorImages(*load_fashion_mnist("train"), crop_padding=crop_padding)
-        val_set: Dataset = TensorImages(*load_fashion_mnist("val"))
-        workers, collate_fn = 0, pass_batch  # in memory: worker processes would only add pickling
-        protocol = {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
+    """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
+    _check(data)
+    if data.name in SHARDED:
+        return _shard_loaders(data, batch_size, rank, world_size, seed, val_batch_size or batch_size)
+    if data.name == "fashion_mnist":
+        train_set, val_set, class_names, protocol = _fashion_mnist(data)
+        in_chans, image_size, workers, collate_fn = 1, 28, 0, pass_batch  # in memory: workers would only pickle
     else:
-        image_size, in_chans = image_size or 224, 3
-        train_dir, val_dir = _split_dirs(name, root)
-        train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size,
-                                            **extras)
+        train_dir, val_dir = _split_dirs(data.name, data.root)
+        train_tf, val_tf = _file_transforms(data)
         train_set = ImageFolder(train_dir, train_tf)
         val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes)
-        class_names, collate_fn = train_set.classes, collate
-        protocol = {"train": repr(train_tf), "val": repr(val_tf)}
+        class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
+        in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 
-    common = dict(
-        num_workers=workers,
-        collate_fn=collate_fn,
-        pin_memory=torch.cuda.is_available(),
-        persistent_workers=workers > 0,
-    )
+    common = dict(num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(),
+                  persistent_workers=workers > 0)
     train = DataLoader(
         train_set,
         batch_size=batch_size,
-        sampler=_train_sampler(train_set, rank, world_size, seed, repeated_aug),
+        sampler=_train_sampler(train_set, rank, world_size, seed, data.repeated_aug),
         drop_last=True,  # a last batch of one image breaks BatchNorm
         generator=torch.Generator().manual_seed(seed + rank),  # seeds the workers' augmentation RNG
-        **(common | {"collate_fn": collate_encoded} if decode == "gpu" else common),
+        **(common | {"collate_fn": collate_encoded} if data.decode == "gpu" else common),
     )
-    val = DataLoader(
-        val_set,
-        batch_size=val_batch_size or batch_size,
-        sampler=ShardSampler(len(val_set), rank, world_size),
-        **common,
-    )
+    val = DataLoader(val_set, batch_size=val_batch_size or batch_size, sampler=ShardSampler(len(val_set), rank,
+                                                                                             world_size), **common)
     return Loaders(
         train=train,
         val=val,
@@ -189,60 +143,93 @@ def build_loaders(
         in_chans=in_chans,
         image_size=image_size,
         val_size=len(val_set),
-        protocol={"dataset": name, **protocol},
-        train_size=_size_schedule(progressive),
+        protocol={"dataset": data.name, **protocol},
+        train_size=_size_schedule(data.progressive),
     )
 
 
-def _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size=None, auto_augment=None,
-                     progressive=None, decode="cpu"):
+def _check(data: DataConfig) -> None:
+    """One line for a combination no loader can serve, naming what to pass instead."""
+    if data.name not in DATASETS:
+        raise ValueError(f"unknown dataset {data.name!r}; choose one of {', '.join(DATASETS)}")
+    if data.name == "fashion_mnist" and (data.auto_augment or data.repeated_aug > 1 or data.progressive):
+        raise ValueError("fashion_mnist is augmented in memory by random crops and flips only; auto_augment, "
+                         "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)")
+    if data.name == "fashion_mnist" and data.image_size not in (None, 28):
+        raise ValueError(f"fashion_mnist images are 28x28; leave image_size unset, not {data.image_size}")
+    check_decode(data.decode)
+    if data.decode == "gpu" and (data.name == "fashion_mnist" or data.auto_augment or not data.augment):
+        raise ValueError("data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
+                         "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
+                         "or pass data.decode=cpu")
+    if data.name in SHARDED and data.repeated_aug > 1:
+        raise ValueError("repeated augmentation samples indices: it needs image folders, not shards "
+                         "(data=imagenet), or data.repeated_aug=0")
+
+
+def _fashion_mnist(data: DataConfig) -> tuple[Dataset, Dataset, list[str], dict[str, str]]:
+    """The built-in dataset, in memory: (train, val, class names, protocol)."""
+    # Imported here, not at the top: `python -m data.fashion_mnist` must be the module's first import.
+    from .fashion_mnist import CLASS_NAMES, load_fashion_mnist
+
+    crop_padding = data.crop_padding if data.augment else 0
+    train_set = TensorImages(*load_fashion_mnist("train"), crop_padding=crop_padding)
+    val_set = TensorImages(*load_fashion_mnist("val"))
+    return train_set, val_set, list(CLASS_NAMES), {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
+
+
+def _size(data: DataConfig) -> int:
+    return data.image_size or 224
+
+
+def _file_transforms(data: DataConfig):
     """(train, val) transforms of encoded image files, for folders and shards alike."""
-    val_tf = ResizeCenterCrop(val_size or image_size, crop_pct=crop_pct, interpolation=interpolation)
-    if not augment:
-        if auto_augment or progressive:
+    image_size = _size(data)
+    val_tf = ResizeCenterCrop(data.val_size or image_size, crop_pct=data.crop_pct, interpolation=data.interpolation)
+    if not data.augment:
+        if data.auto_augment or data.progressive:
             raise ValueError("data.augment=false gives training images the validation transform; auto_augment "
                              "and progressive resizing need data.augment=true")
         return val_tf, val_tf
-    crop = EncodedRandomResizedCropFlip if decode == "gpu" else RandomResizedCropFlip
-    train_tf = crop(image_size, scale=(min_scale, 1.0), interpolation=interpolation)
-    if progressive:
-        train_tf.set_size(_size_schedule(progressive)(0))
+    crop = EncodedRandomResizedCropFlip if data.decode == "gpu" else RandomResizedCropFlip
+    train_tf = crop(image_size, scale=(data.min_scale, 1.0), interpolation=data.interpolation)
+    if data.progressive:
+        train_tf.set_size(_size_schedule(data.progressive)(0))
         train_tf.share_size()  # set_epoch changes it in the persistent workers too
-    return (Augmented(train_tf, auto_augment) if auto_augment else train_tf), val_tf
+    return (Augmented(train_tf, data.auto_augment) if data.auto_augment else train_tf), val_tf
 
 
 def _size_schedule(progressive: Mapping | None) -> Callable[[int], int] | None:
     return None if not progressive else partial(train_size, **progressive)
 
 
-def _shard_loaders(name, root, batch_size, workers, rank, world_size, seed, image_size, val_batch_size, crop_pct,
-                   min_scale, interpolation, augment, val_size=None, auto_augment=None, progressive=None,
-                   decode="cpu") -> Loaders:
+def _shard_loaders(data: DataConfig, batch_size: int, rank: int, world_size: int, seed: int,
+                   val_batch_size: int) -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`)."""
+    root = data.root
     if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
         raise FileNotFoundError(
-            f"{name} needs data.root=/path/to/shards holding train/ and val/, each with index.json and "
+            f"{data.name} needs data.root=/path/to/shards holding train/ and val/, each with index.json and "
             f"its .tar shards (python -m data.shards imagenet RAW_ROOT OUT_ROOT writes them); got root={root}"
         )
-    train_tf, val_tf = _file_transforms(image_size, crop_pct, min_scale, interpolation, augment, val_size,
-                                        auto_augment, progressive, decode)
+    train_tf, val_tf = _file_transforms(data)
     train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed,
-                                  collate_fn=collate_encoded if decode == "gpu" else collate)
+                                  collate_fn=collate_encoded if data.decode == "gpu" else collate)
     val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False)
     check_same_classes(train_set.classes, val_set.classes)
-    common = dict(batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available(),
-                  persistent_workers=workers > 0)
+    common = dict(batch_size=None, num_workers=data.workers, collate_fn=pass_batch,
+                  pin_memory=torch.cuda.is_available(), persistent_workers=data.workers > 0)
     return Loaders(
         train=DataLoader(train_set, **common),
         val=DataLoader(val_set, **common),
         num_classes=len(train_set.classes),
         class_names=list(train_set.classes),
         in_chans=3,
-        image_size=image_size,
+        image_size=_size(data),
         val_size=val_set.total,
-        protocol={"dataset": name, "train": repr(train_tf), "val": repr(val_tf)},
-        order_depends_on={"workers": workers},  # each worker reads a contiguous block of batches
-        train_size=_size_schedule(progressive),
+        protocol={"dataset": data.name, "train": repr(train_tf), "val": repr(val_tf)},
+        order_depends_on={"workers": data.workers},  # each worker reads a contiguous block of batches
+        train_size=_size_schedule(data.progressive),
     )
 
 

@@ -15,6 +15,7 @@ import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
 from data import (
+    DataConfig,
     Normalize,
     RandomResizedCropFlip,
     ResizeCenterCrop,
@@ -46,7 +47,7 @@ def test_fashion_mnist_loads():
 
 def test_fashion_mnist_loaders():
     require_fashion_mnist()
-    loaders = build_loaders("fashion_mnist", None, batch_size=500, workers=4, world_size=3, rank=1)
+    loaders = build_loaders(DataConfig("fashion_mnist", workers=4), batch_size=500, world_size=3, rank=1)
     assert (loaders.num_classes, loaders.in_chans, loaders.image_size, loaders.val_size) == (10, 1, 28, 10000)
     loaders.set_epoch(0)
     batch = next(iter(loaders.train))
@@ -99,7 +100,7 @@ def test_bad_images_are_skipped_and_counted_across_workers(tmp_path):
     (tmp_path / "train" / "a" / "zero.JPEG").write_bytes(b"")
     (tmp_path / "train" / "b" / "truncated.JPEG").write_bytes(good[: len(good) // 2])
     (tmp_path / "train" / "b" / "corrupt.JPEG").write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG" * 20)
-    loaders = build_loaders("imagefolder", str(tmp_path), batch_size=4, workers=2, image_size=32)
+    loaders = build_loaders(DataConfig("imagefolder", str(tmp_path), workers=2, image_size=32), batch_size=4)
     skips = SkipLog()
     images = 0
     for epoch in range(2):  # persistent workers: the second epoch reports again
@@ -261,7 +262,8 @@ def test_val_loader_counts_every_image_once(tmp_path, world_size):
     make_folder(tmp_path / "val", {"a": 3, "b": 4})
     seen = 0
     for rank in range(world_size):
-        loaders = build_loaders("imagefolder", str(tmp_path), 2, 2, rank=rank, world_size=world_size, image_size=16)
+        loaders = build_loaders(DataConfig("imagefolder", str(tmp_path), workers=2, image_size=16), 2, rank=rank,
+                                world_size=world_size)
         seen += sum(len(batch.labels) for batch in loaders.val)
         assert loaders.val_size == 7 and loaders.class_names == ["a", "b"]
     assert seen == 7
@@ -269,19 +271,19 @@ def test_val_loader_counts_every_image_once(tmp_path, world_size):
 
 def test_layout_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="data.root=/path/to/imagenet"):
-        build_loaders("imagenet", None, 4, 0)
+        build_loaders(DataConfig("imagenet", None), 4)
     with pytest.raises(FileNotFoundError, match=r"train/<wnid>/\*.JPEG"):
-        build_loaders("imagenet", str(tmp_path / "nowhere"), 4, 0)
+        build_loaders(DataConfig("imagenet", str(tmp_path / "nowhere")), 4)
     with pytest.raises(ValueError, match="fashion_mnist, imagenet, imagefolder"):
-        build_loaders("cifar10", None, 4, 0)
+        build_loaders(DataConfig("cifar10", None), 4)
 
     make_folder(tmp_path / "train", {"a": 1, "b": 1, "c": 1})
     (tmp_path / "val").mkdir()
     with pytest.raises(FileNotFoundError, match="no class folders"):
-        build_loaders("imagefolder", str(tmp_path), 4, 0)
+        build_loaders(DataConfig("imagefolder", str(tmp_path)), 4)
     make_folder(tmp_path / "val", {"a": 1, "b": 1, "d": 1})
     with pytest.raises(ValueError, match="missing in val: c; only in val: d"):
-        build_loaders("imagefolder", str(tmp_path), 4, 0)
+        build_loaders(DataConfig("imagefolder", str(tmp_path)), 4)
     (tmp_path / "train" / "e").mkdir()
     (tmp_path / "train" / "e" / "notes.txt").write_text("not an image")
     with pytest.raises(FileNotFoundError, match="has no images"):

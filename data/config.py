@@ -1,0 +1,49 @@
+"""What a run asks of its data, as one typed value: :class:`DataConfig`.
+
+``configs/data/*.yaml`` hold the same keys (``progressive_resize`` is ``progressive`` here);
+:meth:`DataConfig.from_config` reads them, so the trainer hands the loaders one object
+instead of copying a dozen keywords by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """A dataset and how its images are read, cropped and augmented (:func:`data.build_loaders`)."""
+
+    name: str  # one of data.DATASETS
+    root: str | None = None  # the folder holding train/ and val/ (None: fashion_mnist's own place)
+    workers: int = 0  # decode processes per training process
+    image_size: int | None = None  # None: 224 for image files, 28 for fashion_mnist (the only size it has)
+    val_size: int | None = None  # val crop when it differs from training's (FixRes); None: image_size
+    crop_pct: float = 0.875  # val: resize to floor(image_size / crop_pct), centre crop image_size
+    min_scale: float = 0.08  # train: smallest crop area, as a fraction of the image
+    interpolation: str = "bilinear"  # or bicubic; train and val
+    crop_padding: int = 4  # fashion_mnist train: random crop after zero padding by this many pixels
+    augment: bool = True  # False: train images get the val transform (deterministic runs, tests)
+    auto_augment: str | None = None  # ta_wide | rand-m6-... (data.augment): a policy after the crop
+    repeated_aug: int = 0  # > 1: timm's RepeatAugSampler, each image this many times per epoch
+    progressive: Mapping | None = None  # data.augment.train_size's keywords: the crop grows per epoch
+    decode: str = "cpu"  # gpu: training JPEGs travel encoded and are decoded on the GPU (data.gpu_decode)
+
+    @classmethod
+    def from_config(cls, data_cfg: Mapping, workers: int) -> DataConfig:
+        """From a ``data:`` config (a plain mapping or an OmegaConf node, resolved), with the
+        worker count already decided (``workers: auto`` is the caller's to resolve)."""
+        known = {f.name for f in fields(cls)} - {"workers", "progressive"}
+        values = {key: _plain(data_cfg[key]) for key in known if data_cfg.get(key) is not None}
+        return cls(**values, workers=workers, progressive=_plain(data_cfg.get("progressive_resize")) or None)
+
+
+def _plain(value):
+    """An OmegaConf container as plain Python (without importing omegaconf where nobody uses it)."""
+    to_container = getattr(type(value), "__module__", "").startswith("omegaconf")
+    if to_container:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    return value

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 import resnet
 from resnet.config import ConfigError, padding_from_config
-from resnet.engine.run import _check_config, build_run_model
+from resnet.engine.checks import check_train_config
+from resnet.engine.run import build_run_model
 from resnet.padding import PRESETS, SITES
 from tests.compose import CONFIGS, compose_config
 
@@ -114,10 +115,10 @@ def test_unknown_preset_lists_the_choices():
 def test_unknown_site_or_scheme_fails_before_any_work():
     cfg = compose_train("+padding=symmetric", "padding.stem_pool=sideways")
     with pytest.raises(ConfigError, match="stem_pool.*symmetric, same, ceil, valid"):
-        _check_config(cfg)
+        check_train_config(cfg)
     cfg = compose_train("+padding.stem_poll=same")
     with pytest.raises(ConfigError, match="unknown padding site.*stem_pool"):
-        _check_config(cfg)
+        check_train_config(cfg)
 
 
 def test_unknown_keys_and_groups_fail():
@@ -127,7 +128,7 @@ def test_unknown_keys_and_groups_fail():
         compose_train("model=resnet51")
     assert "resnet50" in str(err.value)  # Hydra lists the available options
     with pytest.raises(ConfigError, match="unknown architecture 'resnet51'.*resnet50"):
-        _check_config(compose_train("model.arch=resnet51"))
+        check_train_config(compose_train("model.arch=resnet51"))
 
 
 @pytest.mark.parametrize(
@@ -141,7 +142,7 @@ def test_unknown_keys_and_groups_fail():
 )
 def test_bad_values_fail_with_one_line(override, message):
     with pytest.raises(ConfigError, match=message):
-        _check_config(compose_train(override))
+        check_train_config(compose_train(override))
 
 
 def test_every_recipe_command_composes():

@@ -76,7 +76,7 @@ def die():
 
 
 if KIND in ("step", "usr1"):
-    real_loss_and_augment = engine_run._loss_and_augment
+    real_loss_and_augment = engine_run.loss_and_augment
 
     def loss_and_augment(cfg, num_classes, device):
         loss_fn, augment = real_loss_and_augment(cfg, num_classes, device)
@@ -91,7 +91,7 @@ if KIND in ("step", "usr1"):
 
         return loss, augment
 
-    engine_run._loss_and_augment = loss_and_augment
+    engine_run.loss_and_augment = loss_and_augment
 elif KIND == "save":
     real_save = torch.save
 
@@ -325,7 +325,7 @@ def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_fo
 
 def nan_at(monkeypatch, n: int) -> None:
     """The ``n``-th loss of the next in-process run is NaN."""
-    real = engine_run._loss_and_augment
+    real = engine_run.loss_and_augment
 
     def loss_and_augment(cfg, num_classes, device):
         loss_fn, augment = real(cfg, num_classes, device)
@@ -337,7 +337,7 @@ def nan_at(monkeypatch, n: int) -> None:
 
         return loss, augment
 
-    monkeypatch.setattr(engine_run, "_loss_and_augment", loss_and_augment)
+    monkeypatch.setattr(engine_run, "loss_and_augment", loss_and_augment)
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny_folder, tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from resnet.checkpoint import load_checkpoint
 from resnet.config import Runtime
 from resnet.engine.loop import EpochStats, StepContext, train_one_epoch
 from resnet.engine.optim import build_optimizer
-from resnet.engine.run import _loss_and_augment
+from resnet.engine.losses import loss_and_augment
 from tests.conftest import make_tiny_folder
 from tests.test_train import run_in_process
 
@@ -241,7 +241,7 @@ def trainer_mixing(mixup: float, cutmix: float, label_smoothing: float):
     random erasing: the augmentation is timm's Mixup/CutMix alone, or None)."""
     cfg = OmegaConf.create({"mixup": mixup, "cutmix": cutmix, "label_smoothing": label_smoothing, "loss": "ce",
                             "random_erasing": 0.0})
-    return _loss_and_augment(cfg, NUM_CLASSES, torch.device("cpu"))
+    return loss_and_augment(cfg, NUM_CLASSES, torch.device("cpu"))
 
 
 def smoothed_onehot(y: torch.Tensor, eps: float) -> torch.Tensor:

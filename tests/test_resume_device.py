@@ -30,7 +30,7 @@ def overrides(root, run_dir, *extra):
 @pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")
 def test_a_mid_epoch_resume_on_another_device_restores_rng_states_from_the_cpu(tiny_folder, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    loss_and_augment, calls = engine_run._loss_and_augment, []
+    loss_and_augment, calls = engine_run.loss_and_augment, []
 
     def dies_at_step_3(cfg, num_classes, device):  # after the checkpoint of step 2: a mid-epoch last.pt
         loss_fn, augment = loss_and_augment(cfg, num_classes, device)
@@ -43,10 +43,10 @@ def test_a_mid_epoch_resume_on_another_device_restores_rng_states_from_the_cpu(t
 
         return loss, augment
 
-    monkeypatch.setattr(engine_run, "_loss_and_augment", dies_at_step_3)
+    monkeypatch.setattr(engine_run, "loss_and_augment", dies_at_step_3)
     with pytest.raises(Interrupted):
         train(compose_config("train", *overrides(tiny_folder, run_dir, "checkpoint_every=2")))
-    monkeypatch.setattr(engine_run, "_loss_and_augment", loss_and_augment)
+    monkeypatch.setattr(engine_run, "loss_and_augment", loss_and_augment)
     seen = []
 
     def record(state):

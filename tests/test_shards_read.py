@@ -169,7 +169,7 @@ def test_training_on_shards_resumed_at_an_epoch_end_or_preempted_mid_epoch_ends_
     # Then SIGUSR1 at the 4th step: it saves after that step and stops; the resumed epoch's
     # position must reach the workers (shared memory).
 
-    real = engine_run._loss_and_augment
+    real = engine_run.loss_and_augment
     calls = []
 
     def signalling(cfg, num_classes, device):
@@ -183,13 +183,13 @@ def test_training_on_shards_resumed_at_an_epoch_end_or_preempted_mid_epoch_ends_
 
         return loss, augment
 
-    monkeypatch.setattr(engine_run, "_loss_and_augment", signalling)
+    monkeypatch.setattr(engine_run, "loss_and_augment", signalling)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     run_dir = tmp_path / "preempted"
     with pytest.raises(Stopped, match="stopped by SIGUSR1"):
         train(compose_config("train", *shard_overrides(shards, run_dir, *common, "resume=true")))
     assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 4
-    monkeypatch.setattr(engine_run, "_loss_and_augment", real)
+    monkeypatch.setattr(engine_run, "loss_and_augment", real)
     train(compose_config("train", *shard_overrides(shards, run_dir, *common, "resume=true")))
     assert load_checkpoint(run_dir / "last.pt")["step"] == 12
     assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))

@@ -54,7 +54,7 @@ from resnet.engine.preempt import StopRequest
 marker, seen, calls = Path(os.environ["PAUSE_MARKER"]), [], 0
 record = StopRequest._record
 StopRequest._record = lambda self, signum, frame: (seen.append(signum), record(self, signum, frame))
-loss_and_augment = engine_run._loss_and_augment
+loss_and_augment = engine_run.loss_and_augment
 
 
 def pausing(cfg, num_classes, device):
@@ -73,7 +73,7 @@ def pausing(cfg, num_classes, device):
     return loss, augment
 
 
-engine_run._loss_and_augment = pausing
+engine_run.loss_and_augment = pausing
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''

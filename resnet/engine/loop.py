@@ -132,124 +132,193 @@ def train_one_epoch(
       copied to the host as soon as the forward pass has made it and read once the backward pass is
       queued, so the device has the backward to run while the host waits for it.
     """
-    dynamo = sys.modules.get("torch._dynamo")  # not loaded: nothing is compiled (importing it takes seconds)
-    model.train()
-    if ctx.freeze_bn:
-        for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.eval()
-    stats = resume if resume is not None else EpochStats()
-    first = stats.batches
-    steps_before = global_step - stats.steps  # optimizer steps before this epoch
-    end = first + len(loader) if ctx.max_steps is None else min(first + len(loader), ctx.max_steps)
-    bar = Progress(end, f"train {epoch}", initial=first, unit="batches", enabled=ctx.progress and ctx.env.is_main)
-    loss_sum = torch.full((), stats.loss_sum, device=ctx.env.device)
-    lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
-    start = window_start = time.perf_counter()
-    seconds_before = stats.seconds
-    window_images = 0
-
-    unread: list[tuple[torch.Tensor, int, int]] = []  # on_nonfinite=stop: (loss, step, batch) not read yet
-
-    def read_losses(queued: _ToHost | None = None) -> float:
-        """The unread losses' check (queued by :func:`_queue_check`, or now): raises at the first
-        non-finite one; returns the last loss."""
-        losses = unread[:]
-        unread.clear()
-        values = (queued or _queue_check([loss for loss, _, _ in losses], ctx.env)).tolist()
-        n = len(losses)
-        for (_, step, batch), value, finite in zip(losses, values[:n], values[n:]):
-            if finite < ctx.env.world_size:
-                raise _nonfinite(value, step, epoch, batch)
-        return values[n - 1]
-
-    def save() -> None:
-        if unread:  # a checkpoint holds only steps whose losses were read finite
-            read_losses()
-        stats.loss_sum, stats.seconds = loss_sum.item(), seconds_before + time.perf_counter() - start
-        checkpoint(steps_before + stats.steps, stats)
-
+    run = _Epoch(model, optimizer, scheduler, ctx, epoch, global_step, resume, checkpoint, len(loader))
     try:  # the progress line is cleared whatever ends the epoch, so a message starts its own line
         for batch in loader:
-            if stats.batches >= end:
+            if not run.consume(batch):
                 break
-            images, labels, skipped, paths = _split(batch)
-            everyone_has_data, stop = _agree_before_step(images.shape[0] > 0, ctx)
-            if stop and checkpoint is not None:  # saved before this batch is counted: a resume reads it again
-                stats.interrupted = True
-                save()
-                break
-            i = stats.batches
-            stats.batches += 1
-            bar.update(1)  # counted before a line may be printed for it
-            stats.skipped_images += skipped
-            stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
-            if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
-                stats.empty_steps += 1
-                stats.unused_images += images.shape[0]
-            else:
-                images, labels = ctx.runtime.to_device(images, labels)
-                images = ctx.normalize(ctx.runtime.memory_format(images))
-                if ctx.before_step is not None:
-                    ctx.before_step(steps_before + stats.steps)
-                if ctx.augment is not None:
-                    images, labels = ctx.augment(images, labels)
-                if dynamo is not None:  # compile=true: one graph for every batch size, not one more per grid preset
-                    dynamo.maybe_mark_dynamic(images, 0)  # at a short batch (tests/test_recompiles.py); else a no-op
-                with ctx.runtime.autocast():
-                    loss = ctx.loss_fn(model(images), labels)
-                step = steps_before + stats.steps + stats.skipped_steps
-                logs = (stats.steps + 1) % ctx.log_every == 0 or stats.batches == end  # if this step is taken
-                if ctx.on_nonfinite == "skip":
-                    checked = _queue_check([loss], ctx.env)  # [loss, processes where it is finite]
-                    _backward(loss, optimizer, ctx)
-                    last_loss, finite = checked.tolist()  # the forward is done; the backward may still run
-                    taken = finite == ctx.env.world_size
-                    if not taken:
-                        stats.skipped_steps += 1
-                        optimizer.zero_grad(set_to_none=True)
-                else:
-                    unread.append((loss.detach(), step, i))
-                    queued = _queue_check([x for x, _, _ in unread], ctx.env) if logs else None
-                    _backward(loss, optimizer, ctx)
-                    taken = True
-                if taken:
-                    lr = _step(model, optimizer, scheduler, ctx, steps_before + stats.steps)
-                    n = images.shape[0]
-                    loss_sum += loss.detach() * n
-                    stats.images += n
-                    stats.steps += 1
-                    window_images += n
-                    if logs:
-                        if unread:
-                            last_loss = read_losses(queued)
-                        now = time.perf_counter()
-                        rate = window_images * ctx.env.world_size / max(now - window_start, 1e-9)
-                        record = {"step": steps_before + stats.steps, "loss": last_loss, "lr": lr,
-                                  "images_per_s": rate}
-                        stats.history.append(record)
-                        bar.log({"loss": f"{record['loss']:.3f}", "lr": f"{lr:.3g}", "img/s": f"{rate:,.0f}"})
-                        window_start, window_images = now, 0
-            if checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
-                    and stats.batches < end:
-                save()
-        if unread:
-            read_losses()
+        if run.unread:
+            run.read_losses()
     finally:
-        bar.close()
-    stats.seconds = seconds_before + time.perf_counter() - start
-    stats.lr = lr
-    totals = torch.tensor([0.0, stats.images, stats.skipped_images, stats.unused_images], dtype=torch.float64,
-                          device=ctx.env.device)
-    totals[0] = loss_sum  # float32 to float64 on the device: exact, and no transfer of its own
-    summed = all_reduce_sum(totals, ctx.env).tolist()  # one read for the epoch's totals
-    stats.loss = summed[0] / max(summed[1], 1)
-    stats.images = int(summed[1])  # global, for images/s
-    stats.skipped_images = int(summed[2])
-    stats.unused_images = int(summed[3])
-    if summed[2]:  # examples from every process, not only this one's
-        stats.skipped_paths = [p for paths in gather_objects(stats.skipped_paths, ctx.env) for p in paths][:5]
-    return stats
+        run.bar.close()
+    return run.finish()
+
+
+@dataclass
+class StepResult:
+    """What :func:`train_step` did: the loss (detached, on the device), the images it trained on,
+    whether the optimizer stepped, the learning rate it used, and (``on_nonfinite=skip``) the loss
+    as the host read it."""
+
+    loss: torch.Tensor
+    images: int
+    taken: bool
+    lr: float | None = None
+    value: float | None = None
+
+
+def train_step(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    ctx: StepContext,
+    step: int,
+    on_loss: Callable[[torch.Tensor], None] | None = None,
+) -> StepResult:
+    """One optimizer step on a batch as the loader gives it: to the device, normalised, augmented,
+    forward, backward, (clip,) optimizer and scheduler step, EMA update. ``step`` counts the optimizer
+    steps taken before it (grid draws and EMA warm-up use it). ``on_loss`` sees the detached loss
+    between the forward and the backward (where :func:`train_one_epoch` queues its finite check, so
+    that reading it waits for the forward only). Under ``on_nonfinite=skip`` a loss that is not finite
+    on every process takes no step (``taken`` False); otherwise the caller checks the losses."""
+    images, labels = ctx.runtime.to_device(images, labels)
+    images = ctx.normalize(ctx.runtime.memory_format(images))
+    if ctx.before_step is not None:
+        ctx.before_step(step)
+    if ctx.augment is not None:
+        images, labels = ctx.augment(images, labels)
+    dynamo = sys.modules.get("torch._dynamo")  # not loaded: nothing is compiled (importing it takes seconds)
+    if dynamo is not None:  # compile=true: one graph for every batch size, not one more per grid preset
+        dynamo.maybe_mark_dynamic(images, 0)  # at a short batch (tests/test_recompiles.py); else a no-op
+    with ctx.runtime.autocast():
+        loss = ctx.loss_fn(model(images), labels)
+    value = None
+    if ctx.on_nonfinite == "skip":
+        checked = _queue_check([loss], ctx.env)  # [loss, processes where it is finite]
+        _backward(loss, optimizer, ctx)
+        value, finite = checked.tolist()  # the forward is done; the backward may still run
+        if finite < ctx.env.world_size:
+            optimizer.zero_grad(set_to_none=True)
+            return StepResult(loss.detach(), images.shape[0], taken=False, value=value)
+    else:
+        if on_loss is not None:
+            on_loss(loss.detach())
+        _backward(loss, optimizer, ctx)
+    lr = _step(model, optimizer, scheduler, ctx, step)
+    return StepResult(loss.detach(), images.shape[0], taken=True, lr=lr, value=value)
+
+
+class _Epoch:
+    """The running state of one epoch on this process: :func:`train_one_epoch`'s body, batch by batch."""
+
+    def __init__(self, model, optimizer, scheduler, ctx: StepContext, epoch: int, global_step: int,
+                 resume: EpochStats | None, checkpoint: Callable[[int, EpochStats], None] | None, batches: int):
+        self.model, self.optimizer, self.scheduler, self.ctx = model, optimizer, scheduler, ctx
+        self.epoch, self.checkpoint = epoch, checkpoint
+        model.train()
+        if ctx.freeze_bn:
+            for m in model.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+        self.stats = stats = resume if resume is not None else EpochStats()
+        first = stats.batches
+        self.steps_before = global_step - stats.steps  # optimizer steps before this epoch
+        self.end = first + batches if ctx.max_steps is None else min(first + batches, ctx.max_steps)
+        self.bar = Progress(self.end, f"train {epoch}", initial=first, unit="batches",
+                            enabled=ctx.progress and ctx.env.is_main)
+        self.loss_sum = torch.full((), stats.loss_sum, device=ctx.env.device)
+        self.lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
+        self.start = self.window_start = time.perf_counter()
+        self.seconds_before = stats.seconds
+        self.window_images = 0
+        self.unread: list[tuple[torch.Tensor, int, int]] = []  # on_nonfinite=stop: (loss, step, batch) not read yet
+
+    def consume(self, batch) -> bool:
+        """Train on one loader batch; False when the epoch ends before it (its last batch was
+        taken, or a stop was agreed and saved)."""
+        stats, ctx = self.stats, self.ctx
+        if stats.batches >= self.end:
+            return False
+        images, labels, skipped, paths = _split(batch)
+        everyone_has_data, stop = _agree_before_step(images.shape[0] > 0, ctx)
+        if stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
+            stats.interrupted = True
+            self.save()
+            return False
+        index = stats.batches
+        stats.batches += 1
+        self.bar.update(1)  # counted before a line may be printed for it
+        stats.skipped_images += skipped
+        stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
+        if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
+            stats.empty_steps += 1
+            stats.unused_images += images.shape[0]
+        else:
+            self.step(images, labels, index)
+        if self.checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
+                and stats.batches < self.end:
+            self.save()
+        return True
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor, index: int) -> None:
+        stats, ctx = self.stats, self.ctx
+        tried = self.steps_before + stats.steps + stats.skipped_steps  # the step a non-finite loss is named by
+        logs = (stats.steps + 1) % ctx.log_every == 0 or stats.batches == self.end  # if this step is taken
+        queued: list[_ToHost] = []
+
+        def on_loss(loss: torch.Tensor) -> None:  # on_nonfinite=stop: the losses are read every log_every steps
+            self.unread.append((loss, tried, index))
+            if logs:
+                queued.append(_queue_check([x for x, _, _ in self.unread], ctx.env))
+
+        done = train_step(self.model, images, labels, self.optimizer, self.scheduler, ctx,
+                          self.steps_before + stats.steps, on_loss)
+        if not done.taken:
+            stats.skipped_steps += 1
+            return
+        self.lr = done.lr
+        self.loss_sum += done.loss * done.images
+        stats.images += done.images
+        stats.steps += 1
+        self.window_images += done.images
+        if logs:
+            self.log(self.read_losses(queued[0]) if self.unread else done.value)
+
+    def log(self, loss: float) -> None:
+        now = time.perf_counter()
+        rate = self.window_images * self.ctx.env.world_size / max(now - self.window_start, 1e-9)
+        record = {"step": self.steps_before + self.stats.steps, "loss": loss, "lr": self.lr, "images_per_s": rate}
+        self.stats.history.append(record)
+        self.bar.log({"loss": f"{loss:.3f}", "lr": f"{self.lr:.3g}", "img/s": f"{rate:,.0f}"})
+        self.window_start, self.window_images = now, 0
+
+    def read_losses(self, queued: _ToHost | None = None) -> float:
+        """The unread losses' check (queued by :func:`_queue_check`, or now): raises at the first
+        non-finite one; returns the last loss."""
+        losses = self.unread[:]
+        self.unread.clear()
+        values = (queued or _queue_check([loss for loss, _, _ in losses], self.ctx.env)).tolist()
+        n = len(losses)
+        for (_, step, batch), value, finite in zip(losses, values[:n], values[n:]):
+            if finite < self.ctx.env.world_size:
+                raise _nonfinite(value, step, self.epoch, batch)
+        return values[n - 1]
+
+    def save(self) -> None:
+        if self.unread:  # a checkpoint holds only steps whose losses were read finite
+            self.read_losses()
+        self.stats.loss_sum = self.loss_sum.item()
+        self.stats.seconds = self.seconds_before + time.perf_counter() - self.start
+        self.checkpoint(self.steps_before + self.stats.steps, self.stats)
+
+    def finish(self) -> EpochStats:
+        """The epoch's totals, summed over processes in one all-reduce (one read)."""
+        stats, env = self.stats, self.ctx.env
+        stats.seconds = self.seconds_before + time.perf_counter() - self.start
+        stats.lr = self.lr
+        totals = torch.tensor([0.0, stats.images, stats.skipped_images, stats.unused_images], dtype=torch.float64,
+                              device=env.device)
+        totals[0] = self.loss_sum  # float32 to float64 on the device: exact, and no transfer of its own
+        summed = all_reduce_sum(totals, env).tolist()
+        stats.loss = summed[0] / max(summed[1], 1)
+        stats.images = int(summed[1])  # global, for images/s
+        stats.skipped_images = int(summed[2])
+        stats.unused_images = int(summed[3])
+        if summed[2]:  # examples from every process, not only this one's
+            stats.skipped_paths = [p for paths in gather_objects(stats.skipped_paths, env) for p in paths][:5]
+        return stats
 
 
 def _backward(loss: torch.Tensor, optimizer, ctx: StepContext) -> None:

@@ -1,0 +1,73 @@
+"""``last.pt``, written by rank 0 for every rank, and what is intact when a write fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..checkpoint import save_checkpoint
+from ..diagnose import error_line
+from ..distributed import DistEnv, gather_objects
+from .optim import scheduler_state
+from .state import rng_state
+
+
+class RunFailed(RuntimeError):
+    """The run cannot go on, for a reason outside the config; one line says what is kept and what to do."""
+
+
+class CheckpointWriteError(RunFailed):
+    """``last.pt`` could not be written (a full disk, a quota); the previous one is intact."""
+
+
+class Checkpointer:
+    """Saves a run's training state to ``path``. :meth:`save` is a collective (every rank's RNG
+    state and epoch totals go to rank 0, then whether the write worked comes back), so every rank
+    calls it, and every rank raises :class:`CheckpointWriteError` when it failed. :attr:`kept` says
+    what a user still has, for the messages of a run that fails later."""
+
+    def __init__(self, path: Path, training, env: DistEnv, config: dict, layout: dict, history: list[dict]):
+        self.path, self.training, self.env = path, training, env
+        self.config, self.layout, self.history = config, layout, history  # history: the run's list, appended to
+        self.kept = "the previous last.pt is intact" if path.exists() else "no last.pt was written before"
+
+    def save(self, epoch_done: int, step: int, epoch_partial: dict | None = None) -> None:
+        """The state after ``epoch_done`` epochs and ``step`` optimizer steps; ``epoch_partial``:
+        this rank's totals of an epoch saved mid-way (:meth:`resnet.engine.loop.EpochStats.state`)."""
+        rng = gather_objects(rng_state(), self.env)  # every rank's, on rank 0
+        partials = gather_objects(epoch_partial, self.env) if epoch_partial is not None else None  # likewise
+        failed = None
+        if self.env.is_main:
+            try:
+                self._write(epoch_done, step, rng, partials)
+                self.kept = f"last.pt of epoch {epoch_done}, step {step} is intact"
+            except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
+                failed = (f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "
+                          "hydra.run.dir, then run again with resume=true")
+        failed = gather_objects(failed, self.env)[0]  # also the barrier: nobody runs ahead of the write
+        if failed:
+            raise CheckpointWriteError(failed)
+
+    def _write(self, epoch_done: int, step: int, rng: list, partials: list | None) -> None:
+        t = self.training
+        extra = {"scaler": t.scaler.state_dict()} if t.scaler is not None else {}
+        if t.ema is not None:
+            extra["ema"] = t.ema.module.state_dict()
+        if partials is not None:
+            extra["epoch_partial"], extra["epoch_partial_ranks"] = partials[0], partials
+        if t.grid:
+            extra["grid"] = t.grid  # the presets these weights were trained for; meta: the first
+        save_checkpoint(
+            self.path, t.model, optimizer=t.optimizer.state_dict(), scheduler=scheduler_state(t.scheduler),
+            epoch=epoch_done, step=step, rng=rng, history=self.history, config=self.config, layout=self.layout, **extra,
+        )
+
+
+def write_error(err: BaseException) -> str:
+    """The operating system's reason (``No space left on device``) where the chain holds one: torch's
+    zip writer reports a failed write as its own RuntimeError, raised while handling the OSError."""
+    seen = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    return error_line(err)

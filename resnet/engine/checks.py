@@ -1,0 +1,57 @@
+"""The checks of a training config that need no data and no device: one line each, naming the fix."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from data.testsets import TEST_SETS
+
+from ..config import ConfigError, check_run_config
+from ..grid import grid_paddings
+from .losses import LOSSES
+
+
+def check_train_config(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` for the first value of ``cfg`` that cannot train."""
+    if cfg.data.name in TEST_SETS:
+        raise ConfigError(f"data={cfg.data.name} is a test set, evaluation only: train with data=imagenet, then "
+                          f"python eval.py weights=<run dir>/last.pt data={cfg.data.name} data.root=...")
+    check_run_config(cfg)
+    if cfg.epochs <= 0:
+        raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
+    if cfg.checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a step count, got {cfg.checkpoint_every}")
+    if cfg.on_nonfinite not in ("stop", "skip"):
+        raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
+    _check_augmentation(cfg)
+    if cfg.ema_decay and not 0 < cfg.ema_decay < 1:
+        raise ConfigError(f"ema_decay={cfg.ema_decay} must be in (0, 1), e.g. ema_decay=0.9999, or 0 for no EMA")
+    if cfg.get("grid"):
+        _check_grid(cfg)
+    if OmegaConf.is_missing(cfg.data, "num_classes"):
+        raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")
+
+
+def _check_augmentation(cfg: DictConfig) -> None:
+    for name in ("mixup", "cutmix"):
+        if cfg[name] < 0:
+            raise ConfigError(f"{name}={cfg[name]}: its Beta alpha must be 0 (off) or positive, e.g. {name}=0.2")
+    if not 0 <= cfg.label_smoothing < 1:
+        raise ConfigError(f"label_smoothing={cfg.label_smoothing} must be in [0, 1), e.g. label_smoothing=0.1")
+    if (cfg.mixup or cfg.cutmix) and cfg.batch_size < 2:
+        raise ConfigError(f"mixup and cutmix mix the images of a batch with each other; batch_size={cfg.batch_size} "
+                          "has nothing to mix: pass batch_size=2 or more, or mixup=0 cutmix=0")
+    if cfg.loss not in LOSSES:
+        raise ConfigError(f"unknown loss {cfg.loss!r}; choose one of {', '.join(LOSSES)} (loss=ce)")
+    if not 0 <= cfg.random_erasing <= 1:
+        raise ConfigError(f"random_erasing={cfg.random_erasing} is a probability: between 0 and 1, e.g. 0.25")
+
+
+def _check_grid(cfg: DictConfig) -> None:
+    if cfg.get("padding") is not None:
+        raise ConfigError("grid= and +padding= both choose the padding: drop +padding (the model is built "
+                          "under the grid's first preset)")
+    try:
+        grid_paddings(list(cfg.grid))
+    except ValueError as err:
+        raise ConfigError(str(err).splitlines()[0]) from None

@@ -1,0 +1,93 @@
+"""Where a run starts: from scratch, or from a checkpoint whose state fits this run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from ..checkpoint import CheckpointError, load_weights
+from ..config import ConfigError
+from ..diagnose import error_line
+from ..distributed import DistEnv
+from .optim import load_scheduler_state
+from .state import find_resume, load_training_state
+
+
+@dataclass
+class ResumePoint:
+    """The epoch and step a run starts at, its history so far, and, for a checkpoint saved
+    mid-epoch, this rank's totals of that epoch and its generator state."""
+
+    epoch: int = 0
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    partial: dict | None = None  # this rank's EpochStats.state() of the interrupted epoch
+    rng: dict | None = None  # this rank's generator state where the interrupted run was
+
+
+def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict) -> ResumePoint:
+    """Load ``cfg.resume``'s checkpoint into ``training`` (model, optimizer, scheduler, scaler, EMA),
+    or start from scratch; every way a checkpoint cannot fit this run is one line naming the fix."""
+    try:  # a missing path, a weights-only file, a file that would unpickle code: one line
+        path = find_resume(cfg.resume, run_dir)
+        state = load_training_state(path, torch.device("cpu")) if path is not None else None
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
+    if state is None:
+        return ResumePoint()
+    partial = _partial(state, path, layout, env.rank)
+    _check_same_optimizer(cfg, state, path)
+    _load_state(training, state, path)
+    start = ResumePoint(state["epoch"], state["step"], list(state.get("history", [])), partial,
+                        state["rng"][min(env.rank, len(state["rng"]) - 1)])
+    if env.is_main:
+        where = f"epoch {start.epoch}" + (f", batch {partial['batches']}" if partial else "")
+        print(f"resumed from {path} after {where} (step {start.step})")
+    return start
+
+
+def _partial(state: dict, path: Path, layout: dict, rank: int) -> dict | None:
+    """This rank's totals of the epoch ``state`` was saved in, where it was saved mid-epoch; such a
+    resume needs the batch order of the run that saved it."""
+    partial = state.get("epoch_partial")
+    if partial is not None and state.get("layout") != layout:
+        raise ConfigError(
+            f"{path} was saved mid-epoch with {state.get('layout')}; resuming there needs the same "
+            f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
+        )
+    if partial is not None and state.get("epoch_partial_ranks"):  # older files: rank 0's totals alone
+        partial = state["epoch_partial_ranks"][rank]  # this rank's own loss sum and skipped images
+    return partial
+
+
+def _check_same_optimizer(cfg: DictConfig, state: dict, path: Path) -> None:
+    recorded = state.get("config") or {}
+    for group in ("optim", "sched"):  # another optimizer's state would load, then fail at its first step
+        was, now = (recorded.get(group) or {}).get("name"), cfg[group].name
+        if was is not None and was != now:
+            raise ConfigError(
+                f"{path} was trained with {group}.name={was}, this run has {now}: pass the {group}= it "
+                "was trained with, or start over with resume=false"
+            )
+
+
+def _load_state(training, state: dict, path: Path) -> None:
+    try:  # another architecture, missing keys: one line naming both and the fix
+        load_weights(training.model, state["model"], path, arch=state["meta"]["arch"])  # not wrapped yet
+    except CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    try:
+        training.optimizer.load_state_dict(state["optimizer"])
+        load_scheduler_state(training.scheduler, state["scheduler"])
+        if training.scaler is not None and "scaler" in state:
+            training.scaler.load_state_dict(state["scaler"])
+        if training.ema is not None and "ema" in state:
+            load_weights(training.ema.module, state["ema"], f"{path} (its EMA weights)")
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(
+            f"{path} was saved with another optimizer or schedule ({error_line(err)}); resume with the "
+            "optim= and sched= it was trained with (its config is in the checkpoint), or start over: resume=false"
+        ) from None

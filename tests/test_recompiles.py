@@ -98,3 +98,19 @@ def test_progressive_sizes_add_one_graph_per_preset_and_later_epochs_none(fresh_
     assert all(presets_drawn(first, len(sizes), 2) == {0, 1} for first in (0, 6))
     epochs = [batches(sizes, image_size, seed) for seed, image_size in enumerate([32, 48, 32, 48])]
     assert train_compiled(grid_model(PRESETS), epochs) == [len(PRESETS), *[2 * len(PRESETS)] * 3]
+
+
+def test_train_raises_dynamos_limit_to_the_graphs_a_grid_needs(fresh_dynamo, monkeypatch):
+    # 3 presets and a second training size (progressive resizing) need 6 graphs. Past dynamo's
+    # limit (8 by default: a grid of 5 presets passes it) the frame runs eagerly for the rest of the
+    # run, compiling no more; the limit is lowered to 4 here so that 3 presets show it cheaply.
+    # train.py raises the limit to what the grid needs before compiling.
+    from resnet.engine.run import allow_recompiles, compiled_graphs
+
+    presets = ["symmetric", "asymmetric", "tf_same"]
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 4)
+    steps = 6
+    assert presets_drawn(0, steps, 3) == set(range(3)) and presets_drawn(steps, steps, 3) == set(range(3))
+    allow_recompiles(compiled_graphs(presets))
+    epochs = [batches([4] * steps, image_size, seed) for seed, image_size in enumerate([16, 24])]
+    assert train_compiled(grid_model(presets), epochs) == [3, 6]

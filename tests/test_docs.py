@@ -33,9 +33,8 @@ def test_every_relative_link_resolves_to_a_file_of_the_repo(doc):
             continue
         path, _, anchor = target.partition("#")
         file = (doc.parent / path).resolve() if path else doc
-        if not file.is_file() or REPO not in file.parents:
-            broken.append(target)
-        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+        outside = not file.is_file() or REPO not in file.parents
+        if outside or (anchor and file.suffix == ".md" and anchor not in anchors(file)):
             broken.append(target)
     assert not broken, f"{doc.name}: {broken}"
 

@@ -1,4 +1,7 @@
-"""Timing scripts, run as modules: ``python -m benchmarks.model_step``."""
+"""Timing scripts, run as modules from a checkout (not installed): ``python -m benchmarks`` runs
+them all, ``python -m benchmarks.<name>`` one: model_step, input_pipeline, decode_alternatives,
+end_to_end (with baseline_loops, the plain loops it compares with), shards; gpu and gpu_check on
+a CUDA device. What they measured, and when: docs/benchmarks.md."""
 
 import json
 from pathlib import Path

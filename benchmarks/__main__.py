@@ -1,7 +1,7 @@
 """Every benchmark, one after the other, each in a fresh process; then every goal in one table.
 
-    python -m benchmarks                       # ~6 min on 2 cores: input pipeline, end to end, model step
-    python -m benchmarks --quick               # smoke run of each script, in this process, ~1 min
+    python -m benchmarks                       # input pipeline, end to end, model step, shards, ...
+    python -m benchmarks --quick               # smoke run of each script, in this process
     python -m benchmarks --only input_pipeline,end_to_end
     python -m benchmarks --only shards       # shards vs image folders, loader images/s per worker
 
@@ -10,7 +10,7 @@ Each run prints its own table and writes ``<out-dir>/bench_<run>.json``; this ru
 it is met. The input pipeline runs twice: on ~63 kB files (the default generator) and on
 ~110 kB ones (``--grain 40``, ImageNet's mean file size), since the decode's share of the
 work, and so the ratio to a bare decode, grows with the bytes. Each script's ``--help``
-says what its figures mean.
+says what its figures mean; how long each takes, and what it measured: docs/benchmarks.md.
 
 ``--quick`` is a smoke run (its figures mean nothing): each script runs in this process,
 which spares a Python start-up per script; the processes end_to_end starts are still its own.

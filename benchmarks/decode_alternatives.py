@@ -1,6 +1,6 @@
 """What the training crop's decode chose, and what it did not: the alternatives timed on the same crops.
 
-    python -m benchmarks.decode_alternatives              # 200 generated 500x375 JPEGs (~111 kB), ~1 min
+    python -m benchmarks.decode_alternatives              # 200 generated 500x375 JPEGs (~111 kB)
     python -m benchmarks.decode_alternatives --photos     # scikit-image's photographs, re-encoded
     python -m benchmarks.decode_alternatives --quick      # a smoke run
 

@@ -1,8 +1,8 @@
 """End to end on CPU: train.py and eval.py against plain torchvision-style loops, and DDP against one process.
 
-    python -m benchmarks.end_to_end                    # resnet_small at 64 px, ~4 min on 2 cores
+    python -m benchmarks.end_to_end                    # resnet_small at 64 px
     python -m benchmarks.end_to_end --arch resnet18 --size 112 --steps 20
-    python -m benchmarks.end_to_end --quick            # smoke run, ~15 s: train.py and its reference only
+    python -m benchmarks.end_to_end --quick            # smoke run: train.py and its reference only
 
 A generated ImageNet-like folder (``--classes`` x photo-like 500x375 q90 JPEGs, as
 ``benchmarks.input_pipeline`` writes them) and six contenders, each a fresh process:

@@ -1,6 +1,6 @@
 """The GPU benchmark: what a ResNet-50 run gets from one GPU, and what feeding it costs the CPU.
 
-    python -m benchmarks.gpu                          # one CUDA device, ~5 min; results/bench_gpu.json
+    python -m benchmarks.gpu                          # one CUDA device; results/bench_gpu.json
     python -m benchmarks.gpu --batch 128 --workers 8
     python -m benchmarks.gpu --device cpu --quick     # smoke run of every measurement (what the tests run)
 

@@ -1,6 +1,6 @@
 """The GPU check (issue 25): everything this project claims about a GPU, run on one, in one command.
 
-    bash scripts/gpu_check.sh                           # one CUDA device; ~10-15 min on an H100 (estimate)
+    bash scripts/gpu_check.sh                           # one CUDA device (its expected time: docs/benchmarks.md)
     python -m benchmarks.gpu_check --out DIR            # the same, with this interpreter
     python -m benchmarks.gpu_check --device cuda --quick    # every step, small: a first look at a GPU
     python -m benchmarks.gpu_check --device cpu --quick     # smoke run of every step (the tests run it)

@@ -1,10 +1,10 @@
 """Images/s per worker process: this package's ImageNet transforms vs torchvision's classic ones and vs raw decodes.
 
-    python -m benchmarks.input_pipeline                   # 200 JPEGs 500x375 q90 -> 224 px, ~1 min on 2 cores
+    python -m benchmarks.input_pipeline                   # 200 JPEGs 500x375 q90 -> 224 px
     python -m benchmarks.input_pipeline --grain 40        # ~110 kB files: ImageNet's mean file size
     python -m benchmarks.input_pipeline --photos          # real photographs (scikit-image's), ~50 kB at q90
     python -m benchmarks.input_pipeline --size 112 --width 1600 --height 1200
-    python -m benchmarks.input_pipeline --quick           # a smoke run, seconds
+    python -m benchmarks.input_pipeline --quick           # a smoke run
 
 Every contender turns the same files (generated and photo-like, ~63 kB at 500x375 q90 by
 default, a third of them portrait; or, with ``--photos``, windows of scikit-image's six colour

@@ -1,6 +1,6 @@
 """What does choosing the padding cost? ResNet-50 train steps and inference on CPU.
 
-    python -m benchmarks.model_step                      # batch 8 at 224, ~2-4 min on 2 cores
+    python -m benchmarks.model_step                      # batch 8 at 224
     python -m benchmarks.model_step --batch 32 --threads 16 --out results/bench_16c.json
 
 Seven ResNet-50s with identical weights, channels_last, measured side by side in

@@ -3,6 +3,14 @@
 >>> from data import DataConfig, build_loaders, Normalize, SkipLog
 >>> loaders = build_loaders(DataConfig("fashion_mnist"), batch_size=128)
 
+What each module holds: :mod:`.fashion_mnist` (the built-in dataset), :mod:`.imagefolder`,
+:mod:`.testsets` (ImageNet-V2 / ReaL / R / A / Sketch), :mod:`.ilsvrc` (the raw ILSVRC2012
+layouts), :mod:`.decode` and :mod:`.roi` (decode only a crop's window of a JPEG),
+:mod:`.gpu_decode` (``data.decode=gpu``: nvJPEG), :mod:`.transforms`, :mod:`.augment`,
+:mod:`.samplers`, :mod:`.batch`, :mod:`.in_memory`, :mod:`.dataloader` (a dead worker: one error),
+:mod:`.normalize` (on the device), :mod:`.shards` (``python -m data.shards``), and
+:mod:`.loader`, which builds the loaders.
+
 The trainer's contract is in :mod:`data.loader`'s docstring. The built-in dataset's own
 module, :mod:`data.fashion_mnist`, is not imported here so that ``python -m
 data.fashion_mnist --download`` runs it as a script cleanly.

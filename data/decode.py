@@ -6,31 +6,27 @@ called: ImageNet has PNG data under ``.JPEG`` names. Formats torchvision cannot 
 (BMP, TIFF, PPM) fall back to PIL. Corrupt, truncated and empty files raise one of
 :data:`DECODE_ERRORS`.
 
-Speed (``python -m benchmarks.input_pipeline``: one core, 500x375 q90 JPEGs -> 224 px).
-The training transform runs at 877 images/s on 63 kB files (509 on 111 kB, 850 on real
-photographs of 49 kB): 2.5-2.9x torchvision's classic PIL pipeline, 0.84-0.96x a bare decode
-of the whole file. It decodes only the crop's window of a JPEG (:mod:`data.roi`; 1.16-1.25x
-faster than decoding the whole file, the same pixels), then resizes it (250-280 us an image: the
-breakdown's window decode against its whole crop step).
-Earlier steps, measured one at a time (-300 us an image against ``decode_image`` +
-``TF.resized_crop`` + PIL header + torchvision's ``get_params``):
+Speed: only the crop's window of a JPEG is decoded (:mod:`data.roi`): the same pixels as
+decoding the whole file, for less work; then the window is resized. Each step below exists
+because it was cheaper than what it replaced, measured one at a time; the figures, and the
+commands that reproduce them (``python -m benchmarks.input_pipeline``,
+``python -m benchmarks.decode_alternatives``), are in docs/benchmarks.md.
 
-* :func:`resize_box` (-85 us) copies the crop box out as [h, w, 3] rows before resizing.
+* :func:`resize_box` copies the crop box out as [h, w, 3] rows before resizing.
   ATen's uint8 antialiased kernel reads and writes 3-channel pixels in place only in a
   channels-last-contiguous tensor whose batch stride is not ambiguous; a crop view of the
   decoded image is repacked to 4 channels on the way in and, its output allocated NCHW
   (pytorch#68430, which torchvision's ``resize_image`` works around too), on the way out.
-  Same pixels. It then calls ``F.interpolate`` itself (-65 us: ``TF.resize``'s Python).
-* :func:`image_size` (-75 us) reads a JPEG's size from its frame header instead of
-  opening it with PIL, and ``RandomResizedCropFlip.sample`` (-85 us) draws all of an
-  image's random numbers in one call to torch's RNG instead of ~10 (:mod:`data.transforms`).
-  Tiny ops cost several times their isolated time right after a decode has filled the caches.
+  Same pixels. It then calls ``F.interpolate`` itself, skipping ``TF.resize``'s Python.
+* :func:`image_size` reads a JPEG's size from its frame header instead of opening it with
+  PIL, and ``RandomResizedCropFlip.sample`` draws all of an image's random numbers in one
+  call to torch's RNG instead of ~10 (:mod:`data.transforms`). Tiny ops cost several times
+  their isolated time right after a decode has filled the caches.
 * :func:`decode_resized_crop` decodes a JPEG at 1/4 or 1/8 scale (libjpeg's DCT scaling,
   through PIL's ``Image.draft``) when the crop box still has at least the output resolution
-  at that scale: 41% of the crops of 1600x1200 photos at 224 px, 53% of 500x375 ones at 64 px
-  (within a few levels of the exact crop; tests/test_data.py). Never 1/2: PIL's 1/2 decode and
-  resize of a crop >= 2x the output takes 1.14-1.33x the time of the window decode and resize
-  (``python -m benchmarks.decode_alternatives``, 500x375 files at 160 px).
+  at that scale (within a few levels of the exact crop; tests/test_data.py). Never 1/2:
+  PIL's 1/2 decode and resize is slower than the window decode and resize
+  (``python -m benchmarks.decode_alternatives``).
   Every other JPEG crop decodes its window (:mod:`data.roi`), anything else the whole file.
 """
 
@@ -168,7 +164,7 @@ def resize_rows(rows: torch.Tensor, size: int, interpolation: str = "bilinear") 
     crop = rows.unsqueeze(0).permute(0, 3, 1, 2)
     if not NATIVE_UINT8_RESIZE:  # torchvision resizes through float32 here; so do we, to give its pixels
         return TF.resize(crop, [size, size], interpolation=INTERPOLATIONS[interpolation][0], antialias=True)[0]
-    # F.interpolate directly: TF.resize's checks and reshapes cost ~60 us a call in the pipeline.
+    # F.interpolate directly: TF.resize's checks and reshapes are per-call overhead the pipeline need not pay.
     return F.interpolate(crop, size=(size, size), mode=interpolation, antialias=True, align_corners=False)[0]
 
 

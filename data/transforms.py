@@ -61,8 +61,8 @@ class RandomResizedCropFlip:
 
         torchvision's ``RandomResizedCrop.get_params``, step for step (the same
         distribution), with every random number of the image drawn by one call to torch's
-        RNG. Its ~10 tiny tensor ops a sample cost ~30 us alone and ~85 us inside the
-        pipeline (``python -m benchmarks.input_pipeline``), 6% of the transform.
+        RNG: its ~10 tiny tensor ops a sample cost more inside the pipeline, right after a
+        decode, than alone (``python -m benchmarks.input_pipeline``; docs/benchmarks.md).
         """
         area = height * width
         (s0, s1), (r0, r1) = self.scale, self.log_ratio
@@ -122,7 +122,7 @@ def random_crop_flip(images: torch.Tensor, padding: int = 4, generator: torch.Ge
     """Per image of a uint8 batch [N, C, H, W]: zero-pad by ``padding``, take a random H x W
     window, flip it horizontally with probability 1/2 (the CIFAR recipe of He et al. 2016).
 
-    Two gathers for the whole batch (rows, then columns: 3x faster on CPU than one 2-D
+    Two gathers for the whole batch (rows, then columns: faster on CPU than one 2-D
     advanced index), on whatever device ``images`` lives; ``generator`` must live there too
     (None: the global RNG).
     """

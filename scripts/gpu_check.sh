@@ -34,7 +34,7 @@ if [ -z "$PY" ]; then
         if ! bash scripts/setup.sh; then
             say "error: no Python with torch and torchvision, and scripts/setup.sh failed (no package index?):" \
                 "bring the CUDA wheels torch==2.14.1 and torchvision==0.29.1 with their nvidia-* dependencies" \
-                "in $WHEELS/, or run where python3 has PyTorch (README, GPU check)" >&2
+                "in $WHEELS/, or run where python3 has PyTorch (docs/benchmarks.md, GPU section)" >&2
             exit 3
         fi
         PY=.venv/bin/python
@@ -62,7 +62,7 @@ if [ -n "$lacking" ] && compgen -G "$WHEELS/*.whl" >/dev/null; then
 fi
 if [ -n "$lacking" ]; then
     say "error: $PY lacks $lacking: bring their wheels in $WHEELS/ (where pip reaches an index:" \
-        "pip wheel --no-deps -w $WHEELS $lacking, with the versions .venv has; README, GPU check)" >&2
+        "pip wheel --no-deps -w $WHEELS $lacking, with the versions .venv has; docs/benchmarks.md, GPU section)" >&2
     exit 3
 fi
 exec "$PY" -m benchmarks.gpu_check "$@"

@@ -4,7 +4,9 @@
 >>> index = read_index("/shards/imagenet/train")   # ShardIndex: classes, shards, count
 >>> check_shards(index)                             # every shard present and whole
 
-``python -m data.shards --help`` converts datasets (:mod:`data.shards.write`).
+:mod:`.index` is the format (the index, a shard's records from its headers), :mod:`.write` the
+converter (``python -m data.shards --help``), :mod:`.read` the reader training and evaluation
+use (an epoch planned from the index before anything is read: docs/cluster.md).
 """
 
 from .index import (

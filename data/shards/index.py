@@ -154,9 +154,8 @@ def records(fileobj: BinaryIO, name: str) -> list[Record]:
 
     ``fileobj``: the shard opened for binary reading (a file, or ``io.BytesIO`` of all its
     bytes); ``name`` is for messages. One 1 KiB read per member, its header block and the
-    block after, which holds a ``.cls`` member's few bytes; image data is seeked over. On
-    a 2-core test machine a 1,024-image shard lists in ~20 ms, against ~65 through
-    ``tarfile``, which decodes every header field.
+    block after, which holds a ``.cls`` member's few bytes; image data is seeked over:
+    faster than ``tarfile``, which decodes every header field.
     """
     found = []
     image = None  # (key, offset, size) of the image whose .cls comes next
@@ -211,7 +210,7 @@ def _members(fileobj: BinaryIO, name: str) -> Iterator[tuple[str, int, int, byte
 def _parse_header(header: bytes) -> tuple[str, int, bytes]:
     """(name, size, type flag) of a ustar or GNU tar header; ValueError if it is not one.
 
-    Only the three fields a shard needs, ~5x faster than ``tarfile.TarInfo.frombuf``."""
+    Only the three fields a shard needs: faster than ``tarfile.TarInfo.frombuf``, which parses them all."""
     size = int(header[124:136].strip(b" \0") or b"0", 8)
     checksum = int(header[148:156].strip(b" \0"), 8)
     if checksum != sum(header[:148]) + 8 * ord(" ") + sum(header[156:]):  # summed with the field as spaces

@@ -5,4 +5,6 @@
 * :mod:`.tencrop`: the single and 10-crop protocols, cut on the device;
 * :mod:`.run`: the body of ``eval.py`` (weights come from :mod:`resnet.weights`, rows go to
   :mod:`resnet.report.rows`).
+
+This package never imports :mod:`resnet.engine`: training uses evaluation, not the reverse.
 """

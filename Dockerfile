@@ -10,7 +10,7 @@
 # `bash scripts/docker_check.sh` makes a base from Debian packages and builds with it.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 FROM ${BASE_IMAGE}
-# The torch the suite runs with (README, "Docker"); pyproject.toml allows a range.
+# The torch the suite runs with (docs/cluster.md, "Docker"); pyproject.toml allows a range.
 ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 # Extra places pip looks for wheels first, e.g. a local mirror (scripts/docker_check.sh serves

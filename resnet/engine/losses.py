@@ -21,7 +21,7 @@ def loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
     at ``bce_target_threshold`` when set."""
     mixing = bool(cfg.mixup or cfg.cutmix)
     if cfg.loss == "bce":
-        from timm.loss import BinaryCrossEntropy  # timm is imported only where used: ~2 s per process
+        from timm.loss import BinaryCrossEntropy  # imported where used: importing timm is slow
 
         loss_fn = BinaryCrossEntropy(smoothing=0.0 if mixing else cfg.label_smoothing,
                                      target_threshold=cfg.get("bce_target_threshold"))

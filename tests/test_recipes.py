@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -108,7 +109,7 @@ def test_tv_v2(tiny_folder, tmp_path, monkeypatch):
     assert isinstance(ctx.augment.erasing, RandomErasing) and ctx.augment.erasing.probability == 0.1
     assert ctx.augment.mixup.mixup_alpha == 0.2 and ctx.augment.mixup.cutmix_alpha == 1.0
     assert isinstance(ctx.loss_fn, SoftTargetCrossEntropy) and ctx.augment.mixup.label_smoothing == 0.1
-    assert ctx.ema is not None and ctx.ema.decay == 0.99997
+    assert ctx.ema is not None and ctx.ema_every == 32 and ctx.ema.decay == pytest.approx(0.99997**32)  # per update
     scheduler = first["scheduler"]
     assert type(scheduler) is lr_scheduler.SequentialLR
     assert [type(s) for s in scheduler._schedulers] == [lr_scheduler.LinearLR, lr_scheduler.CosineAnnealingLR]

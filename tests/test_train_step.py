@@ -87,3 +87,25 @@ def test_a_nonfinite_loss_under_skip_takes_no_step():
         if name in params:  # BN's running statistics moved in the forward; no weight did
             torch.testing.assert_close(params[name].detach(), value, msg=name)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)  # nor did the schedule
+
+
+def test_the_ema_is_updated_every_ema_every_steps_at_the_decay_to_that_power():
+    from timm.utils import ModelEmaV3
+
+    images, labels = batch()
+    decay, every = 0.9, 4
+    model = tiny()
+    start = copy.deepcopy(model)
+    optimizer, scheduler = sgd(model)
+    ema = ModelEmaV3(model, decay=decay**every)
+    ctx = context(ema=ema, ema_every=every)
+    expected = {k: v.clone() for k, v in start.state_dict().items() if v.is_floating_point()}
+    for step in range(8):
+        train_step(model, images, labels, optimizer, scheduler, ctx, step=step)
+        if step in (3, 7):  # after the 4th and the 8th step
+            for name, value in model.state_dict().items():
+                if name in expected:
+                    expected[name] = decay**every * expected[name] + (1 - decay**every) * value
+    for name, value in ema.module.state_dict().items():
+        if name in expected:
+            torch.testing.assert_close(value, expected[name], msg=name)

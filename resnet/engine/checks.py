@@ -26,6 +26,8 @@ def check_train_config(cfg: DictConfig) -> None:
     _check_augmentation(cfg)
     if cfg.ema_decay and not 0 < cfg.ema_decay < 1:
         raise ConfigError(f"ema_decay={cfg.ema_decay} must be in (0, 1), e.g. ema_decay=0.9999, or 0 for no EMA")
+    if cfg.ema_every < 1:
+        raise ConfigError(f"ema_every={cfg.ema_every} counts optimizer steps between EMA updates: 1 or more, e.g. 32")
     if cfg.get("grid"):
         _check_grid(cfg)
     if OmegaConf.is_missing(cfg.data, "num_classes"):

@@ -39,6 +39,7 @@ class StepContext:
     grad_clip: float = 0.0
     on_nonfinite: str = "stop"  # stop | skip
     ema: nn.Module | None = None  # timm ModelEmaV3
+    ema_every: int = 1  # optimizer steps between EMA updates (its decay is per update: ema_decay ** ema_every)
     freeze_bn: bool = False  # BN layers stay in eval mode: running statistics used, not updated
     log_every: int = 50
     max_steps: int | None = None  # cap on the loader batches of an epoch (smoke tests)
@@ -344,7 +345,7 @@ def _step(model: nn.Module, optimizer, scheduler, ctx: StepContext, step: int) -
             nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
         optimizer.step()
     scheduler.step()
-    if ctx.ema is not None:
+    if ctx.ema is not None and (step + 1) % ctx.ema_every == 0:  # the global step: the same after a resume
         ctx.ema.update(model, step=step)
     return lr
 

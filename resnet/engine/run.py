@@ -177,7 +177,7 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
     if cfg.ema_decay:
         from timm.utils import ModelEmaV3
 
-        ema = ModelEmaV3(model, decay=cfg.ema_decay)
+        ema = ModelEmaV3(model, decay=cfg.ema_decay ** cfg.ema_every)  # ema_decay is per step
     loss_fn, augment = loss_and_augment(cfg, loaders.num_classes, env.device)
     return Training(model, meta, runtime, loaders, optimizer, scheduler, scaler, ema, loss_fn, augment, grid)
 
@@ -201,6 +201,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
         grad_clip=cfg.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
         ema=t.ema,
+        ema_every=cfg.ema_every,
         freeze_bn=cfg.freeze_bn,
         log_every=cfg.log_every,
         max_steps=cfg.max_steps_per_epoch,

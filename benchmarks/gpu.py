@@ -10,6 +10,10 @@ Four measurements, each side by side in this one process, each repeat rotating t
   autocast, channels_last, under ``symmetric``, ``asymmetric`` (TF 'SAME' stem) and ``asymmetric``
   frozen at the input size (every pad static), each eager and through ``torch.compile``.
   Images/s, and each scheme's ratio to symmetric (the padding's cost; goal <= 1.02x the time).
+* ``loop``: the same symmetric eager steps through ``train.py``'s own epoch loop
+  (:func:`resnet.engine.loop.train_one_epoch`: uint8 batches normalised on the device, the
+  loss-finite check read every ``log_every`` steps, the EMA every 32 steps), against the bare
+  step above: what the loop adds (goal: close to 1.0x the time). DDP needs two GPUs and is left out.
 * ``loader``: training batches ready on the device, from generated ImageNet-sized JPEGs
   (500x375, ~110 kB) through a DataLoader with ``--workers`` processes: ``data.decode=cpu``
   (decode, crop, resize in the workers; the crop's window only, data/roi.py) against
@@ -147,6 +151,7 @@ def train_contenders(args, device) -> dict[str, Callable[[], int]]:
                 return args.steps * args.batch
 
             contenders[f"{scheme} {variant}"] = step
+    contenders["symmetric loop"] = loop_contender(args, device)
     return contenders
 
 
@@ -173,6 +178,33 @@ def loader_contenders(args, device, root: Path, stack: contextlib.ExitStack) -> 
 
         contenders[f"decode={decode}"] = epoch
     return contenders
+
+
+def loop_contender(args, device) -> Callable[[], int]:
+    """``args.steps`` steps of ``train.py``'s epoch loop (EMA every 32 steps, as ``tv_v2``)."""
+    from timm.utils import ModelEmaV3
+
+    from resnet.config import Runtime
+    from resnet.distributed import DistEnv
+    from resnet.engine.loop import StepContext, train_one_epoch
+
+    runtime = Runtime(DistEnv(0, 1, 0, device), amp_dtype=torch.bfloat16, channels_last=True)
+    torch.manual_seed(0)
+    model = runtime.place(build_model(args.arch, padding="symmetric"))
+    images = torch.randint(0, 256, (args.batch, 3, args.size, args.size), dtype=torch.uint8, device=device)
+    batches = [(images, torch.randint(0, 1000, (args.batch,), device=device))] * args.steps
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    ctx = StepContext(runtime=runtime, normalize=Normalize(model.meta.preprocessing).to(device),
+                      loss_fn=torch.nn.CrossEntropyLoss(), ema=ModelEmaV3(model, decay=0.9999**32), ema_every=32,
+                      log_every=50, progress=False)
+    epochs = iter(range(1_000_000))
+
+    def run() -> int:
+        step = train_one_epoch(model, batches, optimizer, scheduler, ctx, epoch=next(epochs), global_step=0)
+        return step.images
+
+    return run
 
 
 def eval_contenders(args, device) -> dict[str, Callable[[], int]]:
@@ -215,6 +247,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"train: {args.arch}, batch {args.batch} at {args.size} px, bf16, channels_last...", flush=True)
     train = interleave(train_contenders(args, device), args.repeats, device)
     rates = {name: median_rate(runs) for name, runs in train.items()}
+    loop_rate = rates.pop("symmetric loop")
+    result["loop"] = {"images_per_s": loop_rate, "time_ratio_to_bare_step": rates["symmetric eager"] / loop_rate}
     result["train_images_per_s"] = rates
     result["train_time_ratio_to_symmetric"] = {
         name: rates[f"symmetric {name.split()[-1]}"] / rate for name, rate in rates.items()
@@ -255,6 +289,9 @@ def print_table(result: dict) -> None:
     print(f"{'train (images/s)':<32}{'rate':>10}{'time / symmetric':>18}")
     for name, rate in result["train_images_per_s"].items():
         print(f"{name:<32}{rate:>10.0f}{result['train_time_ratio_to_symmetric'][name]:>18.3f}")
+    loop = result["loop"]
+    print(f"{'symmetric, train.py loop':<32}{loop['images_per_s']:>10.0f}{'':>18}"
+          f"   {loop['time_ratio_to_bare_step']:.3f}x the bare step's time")
     print(f"\n{'loader':<32}{'images/s':>10}{'cores busy':>12}{'cores per 1k img/s':>20}")
     for name, row in result["loader"].items():
         print(f"{name:<32}{row['images_per_s']:>10.0f}{row['cpu_cores_busy']:>12.1f}"

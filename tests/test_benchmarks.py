@@ -69,6 +69,7 @@ def test_the_gpu_benchmark_measures_everything_it_promises(tmp_path):
     assert saved["train_images_per_s"].keys() == {f"{scheme} eager" for scheme in gpu.SCHEMES}
     ratios = saved["train_time_ratio_to_symmetric"]
     assert ratios.keys() == saved["train_images_per_s"].keys() and all(0 < r < math.inf for r in ratios.values())
+    assert saved["loop"]["images_per_s"] > 0 and 0 < saved["loop"]["time_ratio_to_bare_step"] < math.inf
     assert saved["loader"].keys() == {"decode=cpu", "decode=gpu"}
     for row in saved["loader"].values():
         assert row["images_per_s"] > 0 and row["cpu_cores_busy"] > 0  # the live workers' CPU time is counted

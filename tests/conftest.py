@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.imagegen import make_folder
+from tests.helpers.imagegen import make_folder
 
 
 def pytest_configure(config):

@@ -22,10 +22,10 @@ from resnet.evaluation.run import evaluate_weights
 from resnet.evaluation.tencrop import average_crops, crop_boxes, ten_crop
 from resnet.report.rows import ROW_KEYS, append_row, read_rows
 from resnet.weights import FORMS, WeightsError, WeightsSpec, WeightsUnavailable, load_weights, parse_weights
-from tests import procs
-from tests.builtin_data import require_fashion_mnist
-from tests.compose import compose_config
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers import procs
+from tests.helpers.builtin_data import require_fashion_mnist
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

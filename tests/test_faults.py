@@ -26,9 +26,9 @@ from resnet.config import ConfigError, check_run_config
 from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss
 from resnet.weights import WeightsError
-from tests import procs
-from tests.compose import compose_config
-from tests.imagegen import make_folder
+from tests.helpers import procs
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
 from tests.test_eval import folder_overrides, run_eval
 from tests.test_train import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
 
@@ -151,7 +151,7 @@ def overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
 
 def launch(args: list[str], fault: str = "none:0", timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
     """Run to the end with ``fault`` injected (the wrapper's $FAULT); a hang fails the test
-    (tests/procs.py kills the whole process group, torchrun's workers too)."""
+    (tests/helpers/procs.py kills the whole process group, torchrun's workers too)."""
     return procs.run(args, {"FAULT": fault, **env}, timeout)
 
 

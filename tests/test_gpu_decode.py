@@ -31,8 +31,8 @@ from data.gpu_decode import (
 from data.transforms import RandomResizedCropFlip
 from resnet.config import ConfigError
 from resnet.engine.run import train
-from tests.compose import compose_config
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 from tests.test_train import tiny_overrides
 
 

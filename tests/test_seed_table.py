@@ -25,8 +25,8 @@ from resnet.checkpoint import save_checkpoint
 from resnet.config import ConfigError
 from resnet.seed_table import run
 from resnet.weights.keras import _layer_name
-from tests.compose import compose_config
-from tests.imagegen import make_folder
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
 from tests.test_weights_ordered import lua_preresnet, random_values, save_npz, tensornets_variables
 
 # one worker: its module fixtures are built once

@@ -27,8 +27,8 @@ from resnet.engine import run as engine_run
 from resnet.engine.preempt import Stopped
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
-from tests.compose import compose_config
-from tests.imagegen import make_folder
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
 from tests.test_eval import checkpoint  # noqa: F401  (a fixture: a tiny 3-class model)
 from tests.test_faults import assert_same_training
 from tests.test_train import PY, run_slurm_tasks
@@ -108,7 +108,7 @@ def test_a_mid_epoch_start_reads_what_the_uninterrupted_epoch_read_next(data, wo
 def test_a_record_that_does_not_decode_is_skipped_and_counted(tmp_path):
     shard = tmp_path / "val"
     shard.mkdir()
-    from tests.imagegen import jpeg_bytes, smooth_image
+    from tests.helpers.imagegen import jpeg_bytes, smooth_image
 
     members = [("ok.jpg", jpeg_bytes(smooth_image(40, 36), quality=90)), ("ok.cls", b"0"),
                ("junk.jpg", b"not an image"), ("junk.cls", b"1")]  # fmt: skip

@@ -14,10 +14,10 @@ import torch
 
 from resnet.checkpoint import load_checkpoint, load_model
 from resnet.engine.run import train
-from tests import procs
-from tests.compose import compose_config
 from tests.conftest import make_tiny_folder
-from tests.imagegen import make_folder
+from tests.helpers import procs
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.imagegen import make_folder
+from tests.helpers.training import make_tiny_folder
 
 
 def pytest_configure(config):
@@ -58,11 +58,3 @@ def one_thread():
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory) -> Path:
     return make_tiny_folder(tmp_path_factory.mktemp("tiny"))
-
-
-def make_tiny_folder(root: Path) -> Path:
-    """An ImageFolder: 3 classes x 8 train images (6 steps of 4 per epoch); 7 val images
-    (odd: a 2-way split is 4 + 3)."""
-    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
-    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
-    return root

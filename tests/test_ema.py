@@ -14,7 +14,7 @@ from resnet.config import ConfigError
 from resnet.evaluation.run import evaluate_weights
 from resnet.weights import WeightsError, WeightsUnavailable
 from tests.helpers.compose import compose_config
-from tests.test_train import read_csv, run_in_process
+from tests.helpers.training import read_csv, run_in_process
 
 DECAY = 0.8
 

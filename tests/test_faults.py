@@ -29,8 +29,8 @@ from resnet.weights import WeightsError
 from tests.helpers import procs
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import make_folder
+from tests.helpers.training import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
 from tests.test_eval import folder_overrides, run_eval
-from tests.test_train import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
 
 WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault from $FAULT.
 

@@ -27,8 +27,7 @@ from resnet.config import Runtime
 from resnet.engine.loop import EpochStats, StepContext, train_one_epoch
 from resnet.engine.optim import build_optimizer
 from resnet.engine.run import _loss_and_augment
-from tests.conftest import make_tiny_folder
-from tests.test_train import run_in_process
+from tests.helpers.training import make_tiny_folder, run_in_process
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

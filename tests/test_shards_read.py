@@ -28,10 +28,10 @@ from resnet.engine.preempt import Stopped
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
 from tests.helpers.compose import compose_config
+from tests.helpers.faults import assert_same_training
 from tests.helpers.imagegen import make_folder
 from tests.helpers.training import PY, run_slurm_tasks
 from tests.test_eval import checkpoint  # noqa: F401  (a fixture: a tiny 3-class model)
-from tests.test_faults import assert_same_training
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -12,6 +12,7 @@ import torch
 
 from resnet.checkpoint import load_checkpoint, load_model
 from tests.helpers import procs
+from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, launch
 from tests.helpers.imagegen import make_folder
 from tests.helpers.training import (
     PY,
@@ -152,8 +153,6 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     # 2 processes x batch 2: 6 steps per epoch; rank 1 is SIGKILLed before its 9th step (epoch 1),
     # once; torchrun restarts both, and resume=true picks up epoch 1's checkpoint. The run must end
     # bit for bit where the uninterrupted one (two_processes) ended.
-    from tests.test_faults import WRAPPER, assert_same_training, assert_status, launch
-
     wrapper = tmp_path / "faulty_train.py"
     wrapper.write_text(WRAPPER)
     killed, marker = tmp_path / "killed", tmp_path / "killed_once"

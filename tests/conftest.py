@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.models import save_tiny_checkpoint
 from tests.helpers.training import make_tiny_folder
 
 
@@ -58,3 +59,9 @@ def one_thread():
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory) -> Path:
     return make_tiny_folder(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A tiny 3-class model with random BN statistics, so its predictions differ by image."""
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "last.pt")

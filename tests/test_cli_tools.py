@@ -34,7 +34,7 @@ from resnet.export import main as export_main
 from resnet.export import run as export
 from tests.helpers.builtin_data import require_fashion_mnist
 from tests.helpers.compose import compose_config
-from tests.test_tables import random_model
+from tests.helpers.models import random_model
 
 # one worker: its module fixtures are built once
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("cli_tools")]  # tests/conftest.py

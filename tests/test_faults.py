@@ -27,10 +27,10 @@ from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss
 from resnet.weights import WeightsError
 from tests.helpers.compose import compose_config
+from tests.helpers.evaluation import folder_overrides, run_eval
 from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, error_line, launch
 from tests.helpers.imagegen import make_folder
 from tests.helpers.training import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
-from tests.test_eval import folder_overrides, run_eval
 
 KILLED = -signal.SIGKILL
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.imagegen import make_tiny_folder
 from tests.helpers.models import save_tiny_checkpoint
-from tests.helpers.training import make_tiny_folder
 
 
 def pytest_configure(config):

@@ -27,7 +27,8 @@ from resnet.config import Runtime
 from resnet.engine.loop import EpochStats, StepContext, train_one_epoch
 from resnet.engine.optim import build_optimizer
 from resnet.engine.run import _loss_and_augment
-from tests.helpers.training import make_tiny_folder, run_in_process
+from tests.helpers.imagegen import make_tiny_folder
+from tests.helpers.training import run_in_process
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,12 +13,11 @@ import torch
 from resnet.checkpoint import load_checkpoint, load_model
 from tests.helpers import procs
 from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, launch
-from tests.helpers.imagegen import make_folder
+from tests.helpers.imagegen import make_folder, make_tiny_folder
 from tests.helpers.training import (
     PY,
     REPO,
     TORCHRUN,
-    make_tiny_folder,
     read_csv,
     run_in_process,
     run_slurm_tasks,

@@ -2,6 +2,10 @@
 
 builtin_data: the built-in Fashion-MNIST must be there (a missing one fails with the install command)
 compose: the project's real configs, composed as train.py and eval.py compose them
-imagegen: generated photo-like images and JPEG folders
+evaluation: eval.py's body in this process, and the overrides of an evaluation on a folder
+faults: the fault-injecting train.py wrapper, launching with a fault, and checking how a run ended
+imagegen: generated photo-like images, JPEG folders and the tiny 3-class ImageFolder
+models: tiny models (and a checkpoint of one) with random statistics
 procs: the tests' subprocesses, each in its own process group, killed whole past its deadline
+training: small training runs in this process or as SLURM tasks, and reading what they wrote
 """

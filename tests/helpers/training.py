@@ -1,5 +1,5 @@
-"""Small training runs: the tiny generated folder, the overrides of a tiny run, train() in this
-process, SLURM tasks started as srun would, and reading what a run wrote."""
+"""Small training runs: the overrides of a tiny run, train() in this process, SLURM tasks started
+as srun would, and reading what a run wrote."""
 
 from __future__ import annotations
 
@@ -11,19 +11,10 @@ from pathlib import Path
 from resnet.engine.run import train
 from tests.helpers import procs
 from tests.helpers.compose import compose_config
-from tests.helpers.imagegen import make_folder
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 TORCHRUN = str(Path(PY).with_name("torchrun"))
-
-
-def make_tiny_folder(root: Path) -> Path:
-    """An ImageFolder: 3 classes x 8 train images (6 steps of 4 per epoch); 7 val images
-    (odd: a 2-way split is 4 + 3)."""
-    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
-    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
-    return root
 
 
 def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:

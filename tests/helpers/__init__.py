@@ -8,4 +8,5 @@ imagegen: generated photo-like images, JPEG folders and the tiny 3-class ImageFo
 models: tiny models (and a checkpoint of one) with random statistics
 procs: the tests' subprocesses, each in its own process group, killed whole past its deadline
 training: small training runs in this process or as SLURM tasks, and reading what they wrote
+weights: inputs and random-valued weight files in each source's own layout (Keras HDF5, fb.resnet.torch, TensorNets)
 """

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.imagegen import make_folder
+from tests.helpers.imagegen import make_tiny_folder
+from tests.helpers.models import save_tiny_checkpoint
 
 
 def pytest_configure(config):
@@ -60,9 +61,7 @@ def tiny_folder(tmp_path_factory) -> Path:
     return make_tiny_folder(tmp_path_factory.mktemp("tiny"))
 
 
-def make_tiny_folder(root: Path) -> Path:
-    """An ImageFolder: 3 classes x 8 train images (6 steps of 4 per epoch); 7 val images
-    (odd: a 2-way split is 4 + 3)."""
-    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
-    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
-    return root
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A tiny 3-class model with random BN statistics, so its predictions differ by image."""
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "last.pt")

@@ -33,7 +33,7 @@ from resnet.padding import (
 )
 from resnet.report.rows import latest_rows, read_rows, scheme_label
 from resnet.report.tables import cross_markdown, cross_matrices, scheme_records, scheme_table, to_markdown
-from tests.compose import compose_config
+from tests.helpers.compose import compose_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"  # results rows from before the blur sites
 

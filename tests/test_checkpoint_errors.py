@@ -29,8 +29,8 @@ from resnet.engine.state import load_training_state
 from resnet.evaluation.run import evaluate_weights
 from resnet.weights import WeightsError, parse_weights
 from resnet.weights import load_weights as load_published
-from tests.compose import compose_config
-from tests.imagegen import make_folder
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
 
 ARCH, CLASSES = "resnet_tiny", 3
 

@@ -1,7 +1,7 @@
 """The two commands around weights of unknown origin: ``python -m resnet.detect`` (which padding
 preset fits) and ``python -m resnet.export`` (ONNX, checked against onnxruntime).
 
-In process, on the real configs (tests/compose.py) and the built-in Fashion-MNIST, with one
+In process, on the real configs (tests/helpers/compose.py) and the built-in Fashion-MNIST, with one
 tiny checkpoint; one subprocess shows the real command line printing its table.
 """
 
@@ -32,9 +32,9 @@ from resnet.detect import main as detect_main
 from resnet.detect import run as detect
 from resnet.export import main as export_main
 from resnet.export import run as export
-from tests.builtin_data import require_fashion_mnist
-from tests.compose import compose_config
-from tests.test_tables import random_model
+from tests.helpers.builtin_data import require_fashion_mnist
+from tests.helpers.compose import compose_config
+from tests.helpers.models import random_model
 
 # one worker: its module fixtures are built once
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("cli_tools")]  # tests/conftest.py

@@ -12,8 +12,9 @@ import torch
 
 from resnet.config import ConfigError, join_job
 from resnet.distributed import LaunchError, cuda_index, detect_launch, expand_hostlist, pick_device, tasks_per_node
-from tests.compose import compose_config
-from tests.test_faults import PY, REPO, error_line, launch
+from tests.helpers.compose import compose_config
+from tests.helpers.faults import error_line, launch
+from tests.helpers.training import PY, REPO
 
 SRUN_TASK = {  # task 5 of a 2-node x 4-task srun step, on the second node
     "SLURM_JOB_ID": "123456", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "5",

@@ -17,7 +17,7 @@ from resnet.config import ConfigError, padding_from_config
 from resnet.engine.checks import check_train_config
 from resnet.engine.run import build_run_model
 from resnet.padding import PRESETS, SITES
-from tests.compose import CONFIGS, compose_config
+from tests.helpers.compose import CONFIGS, compose_config
 
 FILE_GROUPS = ("data", "optim", "sched", "logger", "experiment")  # one YAML per option
 

@@ -15,7 +15,7 @@ from wandb.proto import wandb_internal_pb2 as pb
 from resnet import dashboard
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
-from tests.compose import compose_config
+from tests.helpers.compose import compose_config
 
 BUILTIN_X = {"_step", "_runtime", "_timestamp", "_absolute_runtime"}  # W&B's own x axes
 RUN_ATTRIBUTES = {"group": "run_group", "jobType": "job_type"}  # spec name -> RunRecord field

@@ -29,8 +29,8 @@ from data import (
 from data.decode import decode_resized_crop, decode_rgb, open_header
 from data.fashion_mnist import load_fashion_mnist
 from data.imagefolder import ImageFolder
-from tests.builtin_data import require_fashion_mnist
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.builtin_data import require_fashion_mnist
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 # --- Fashion-MNIST -------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import pytest
 
 from resnet.checkpoint import load_checkpoint
 from resnet.demo import main
-from tests.builtin_data import require_fashion_mnist
+from tests.helpers.builtin_data import require_fashion_mnist
 
 
 @pytest.mark.slow

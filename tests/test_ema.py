@@ -13,8 +13,8 @@ from resnet.checkpoint import load_checkpoint
 from resnet.config import ConfigError
 from resnet.evaluation.run import evaluate_weights
 from resnet.weights import WeightsError, WeightsUnavailable
-from tests.compose import compose_config
-from tests.test_train import read_csv, run_in_process
+from tests.helpers.compose import compose_config
+from tests.helpers.training import read_csv, run_in_process
 
 DECAY = 0.8
 

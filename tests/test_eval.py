@@ -18,14 +18,13 @@ import resnet
 from resnet.checkpoint import save_checkpoint
 from resnet.evaluation.loader import ResizeCrop, ResizeShorter, collate_padded
 from resnet.evaluation.loop import reduce_outputs, topk_correct
-from resnet.evaluation.run import evaluate_weights
 from resnet.evaluation.tencrop import average_crops, crop_boxes, ten_crop
 from resnet.report.rows import ROW_KEYS, append_row, read_rows
 from resnet.weights import FORMS, WeightsError, WeightsSpec, WeightsUnavailable, load_weights, parse_weights
-from tests import procs
-from tests.builtin_data import require_fashion_mnist
-from tests.compose import compose_config
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers import procs
+from tests.helpers.builtin_data import require_fashion_mnist
+from tests.helpers.evaluation import compose_eval, folder_overrides, run_eval
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -48,40 +47,6 @@ def folder(tmp_path_factory) -> Path:
     for (name, data), label in zip(odd.items(), "abc"):
         (root / "val" / label / name).write_bytes(data)
     return root
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    """A tiny 3-class model with random BN statistics, so its predictions differ by image."""
-    torch.manual_seed(0)
-    model = resnet.build_model("resnet_tiny", num_classes=3)
-    for module in model.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.5, 0.5)
-            module.running_var.uniform_(0.5, 2.0)
-    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "last.pt", model)
-
-
-def compose_eval(*overrides: str):
-    return compose_config("eval", *overrides)
-
-
-def folder_overrides(root: Path, weights: str | Path, results: Path, *extra: str) -> list[str]:
-    return [
-        f"weights={weights}",
-        "data=imagefolder",
-        f"data.root={root}",
-        "data.num_classes=3",
-        "data.workers=0",
-        "batch_size=3",
-        "device=cpu",
-        f"results_file={results}",
-        *extra,
-    ]
-
-
-def run_eval(*overrides: str) -> dict:
-    return evaluate_weights(compose_eval(*overrides))
 
 
 # --- 10-crop geometry ---------------------------------------------------------------------

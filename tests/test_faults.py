@@ -1,7 +1,7 @@
 """Faults: kill -9 and resume, a worker lost under torchrun, non-finite losses, hostile
 checkpoints, bad configs and data layouts. Each ends in an exact resume or in one line.
 
-Kills are deterministic: train.py runs through a test-only wrapper (:data:`WRAPPER`,
+Kills are deterministic: train.py runs through a test-only wrapper (:data:`tests.helpers.faults.WRAPPER`,
 written into a temp dir) that patches one function and SIGKILLs its own process at a
 chosen call. Production code has no hooks for this.
 """
@@ -26,111 +26,12 @@ from resnet.config import ConfigError, check_run_config
 from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss
 from resnet.weights import WeightsError
-from tests import procs
-from tests.compose import compose_config
-from tests.imagegen import make_folder
-from tests.test_eval import folder_overrides, run_eval
-from tests.test_train import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
+from tests.helpers.compose import compose_config
+from tests.helpers.evaluation import folder_overrides, run_eval
+from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, error_line, launch
+from tests.helpers.imagegen import make_folder
+from tests.helpers.training import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
 
-WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault from $FAULT.
-
-FAULT=step:N  SIGKILL before the N-th training step (loss) of this process
-FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
-FAULT=eval:N  SIGKILL at the N-th validation pass
-FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
-FAULT=worker:N  a DataLoader worker process SIGKILLs itself at the N-th image it reads (the OOM killer)
-FAULT_RANK=R  only in the process of rank R (default 0; RANK or SLURM_PROCID)
-FAULT_ONCE=F  only if file F does not exist yet, and create it (once over restarts)
-"""
-import io
-import os
-import runpy
-import signal
-import sys
-from pathlib import Path
-
-import torch
-
-import resnet.engine.run as engine_run
-
-KIND, N = os.environ.get("FAULT", "none:0").split(":")
-calls = 0
-
-
-def due():
-    global calls
-    calls += 1
-    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
-    if calls != int(N) or rank != os.environ.get("FAULT_RANK", "0"):
-        return False
-    once = os.environ.get("FAULT_ONCE")
-    if once and Path(once).exists():
-        return False
-    if once:
-        Path(once).touch()
-    return True
-
-
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-if KIND in ("step", "usr1"):
-    real_loss_and_augment = engine_run.loss_and_augment
-
-    def loss_and_augment(cfg, num_classes, device):
-        loss_fn, augment = real_loss_and_augment(cfg, num_classes, device)
-
-        def loss(logits, labels):
-            if not due():
-                return loss_fn(logits, labels)
-            if KIND == "step":
-                die()
-            os.kill(os.getpid(), signal.SIGUSR1)  # usr1
-            return loss_fn(logits, labels)
-
-        return loss, augment
-
-    engine_run.loss_and_augment = loss_and_augment
-elif KIND == "save":
-    real_save = torch.save
-
-    def save(obj, f, *args, **kwargs):
-        if not due():
-            return real_save(obj, f, *args, **kwargs)
-        buffer = io.BytesIO()
-        real_save(obj, buffer, *args, **kwargs)
-        f.write(buffer.getvalue()[: buffer.tell() // 2])
-        f.flush()
-        die()
-
-    torch.save = save
-elif KIND == "worker":
-    import torch.utils.data
-    from data.imagefolder import ImageFiles
-
-    real_getitem = ImageFiles.__getitem__
-
-    def getitem(self, index):
-        if torch.utils.data.get_worker_info() is not None and due():
-            die()
-        return real_getitem(self, index)
-
-    ImageFiles.__getitem__ = getitem
-elif KIND == "eval":
-    real_evaluate = engine_run.evaluate
-
-    def evaluate(*args, **kwargs):
-        if due():
-            die()
-        return real_evaluate(*args, **kwargs)
-
-    engine_run.evaluate = evaluate
-
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
-TIMING = ("train_images_per_s", "epoch_seconds", "val_images_per_s")  # differ between any two runs
 KILLED = -signal.SIGKILL
 
 
@@ -149,27 +50,8 @@ def overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def launch(args: list[str], fault: str = "none:0", timeout: int = 180, **env: str) -> subprocess.CompletedProcess:
-    """Run to the end with ``fault`` injected (the wrapper's $FAULT); a hang fails the test
-    (tests/procs.py kills the whole process group, torchrun's workers too)."""
-    return procs.run(args, {"FAULT": fault, **env}, timeout)
-
-
 def train_script(*args: str) -> subprocess.CompletedProcess:
     return launch([PY, "train.py", *args])
-
-
-def assert_status(proc: subprocess.CompletedProcess, status: int) -> None:
-    assert proc.returncode == status, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-
-
-def error_line(proc: subprocess.CompletedProcess, status: int = 2) -> str:
-    """The one ``error:`` line a failed run printed; no traceback."""
-    assert_status(proc, status)
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr[-3000:]
-    return errors[0]
 
 
 def assert_readable(run_dir: Path) -> int | None:
@@ -177,17 +59,6 @@ def assert_readable(run_dir: Path) -> int | None:
     if not (run_dir / "last.pt").exists():
         return None
     return load_checkpoint(run_dir / "last.pt")["epoch"]
-
-
-def assert_same_training(a: dict, b: dict) -> None:
-    assert a["epoch"] == b["epoch"] and a["step"] == b["step"]
-    for key, tensor in a["model"].items():
-        assert torch.equal(tensor, b["model"][key]), key
-
-    def untimed(rows: list[dict]) -> list[dict]:
-        return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
-
-    assert untimed(a["history"]) == untimed(b["history"])  # every epoch's loss and val errors, bit for bit
 
 
 # --- kill -9 and resume ------------------------------------------------------------------

@@ -25,10 +25,10 @@ from resnet import build_model
 from resnet.checkpoint import load_checkpoint
 from resnet.config import Runtime
 from resnet.engine.loop import EpochStats, StepContext, train_one_epoch
-from resnet.engine.optim import build_optimizer
 from resnet.engine.losses import loss_and_augment
-from tests.conftest import make_tiny_folder
-from tests.test_train import run_in_process
+from resnet.engine.optim import build_optimizer
+from tests.helpers.imagegen import make_tiny_folder
+from tests.helpers.training import run_in_process
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from resnet.config import ConfigError, check_data_package
-from tests.compose import compose_config
+from tests.helpers.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from tests import procs
+from tests.helpers import procs
 
 STEPS = ["environment", "parity", "race", "train", "eval", "benchmark"]
 TABLE_HEAD = "| step | status | key figures | seconds |"

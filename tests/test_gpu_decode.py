@@ -31,9 +31,9 @@ from data.gpu_decode import (
 from data.transforms import RandomResizedCropFlip
 from resnet.config import ConfigError
 from resnet.engine.run import train
-from tests.compose import compose_config
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
-from tests.test_train import tiny_overrides
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.training import tiny_overrides
 
 
 def test_workers_send_bytes_with_the_boxes_and_flips_of_the_cpu_path():

@@ -64,8 +64,8 @@ def test_bad_grids_are_one_line(presets, message):
 def test_a_grid_run_switches_per_step_records_its_presets_and_resumes_exactly(tiny_folder, tmp_path, monkeypatch):
     import resnet.engine.run as engine_run
     from resnet.checkpoint import load_checkpoint, load_model
-    from tests.test_faults import assert_same_training
-    from tests.test_train import run_in_process
+    from tests.helpers.faults import assert_same_training
+    from tests.helpers.training import run_in_process
 
     drawn, applied = [], []
 
@@ -95,7 +95,7 @@ def test_a_grid_run_switches_per_step_records_its_presets_and_resumes_exactly(ti
 
 def test_grid_and_padding_together_are_one_line(tiny_folder, tmp_path):
     from resnet.config import ConfigError
-    from tests.test_train import run_in_process
+    from tests.helpers.training import run_in_process
 
     with pytest.raises(ConfigError, match="grid= and \\+padding= both choose the padding: drop \\+padding"):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric,asymmetric]", "+padding=symmetric")

@@ -14,8 +14,8 @@ from data.testsets import imagenet_wnids, subset_classes
 from resnet.checkpoint import save_checkpoint
 from resnet.config import ConfigError
 from resnet.evaluation.run import evaluate_weights
-from tests.compose import compose_config
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -11,8 +11,8 @@ from timm.data import Mixup
 
 from resnet.config import ConfigError
 from resnet.engine.mixup import AnyBatchMixup
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
-from tests.test_train import read_csv, run_in_process
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.training import read_csv, run_in_process
 
 SETTINGS = {"mixup_alpha": 0.8, "cutmix_alpha": 1.0, "label_smoothing": 0.1, "num_classes": 5}
 

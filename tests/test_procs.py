@@ -1,4 +1,4 @@
-"""tests/procs.py, the launcher of every multi-process test: a hang fails within its deadline."""
+"""tests/helpers/procs.py, the launcher of every multi-process test: a hang fails within its deadline."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests import procs
+from tests.helpers import procs
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ from resnet.engine.run import train
 from resnet.evaluation.loop import evaluate
 from resnet.evaluation.run import evaluate_weights
 from resnet.report.progress import ENV, Progress, progress_mode
-from tests.compose import compose_config
-from tests.imagegen import make_folder
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -29,7 +29,7 @@ from resnet.checkpoint import load_checkpoint
 from resnet.config import padding_from_config, register_configs
 from resnet.engine.run import train
 from resnet.padding import resolve_padding
-from tests.compose import CONFIGS, compose_config
+from tests.helpers.compose import CONFIGS, compose_config
 
 RECIPES = ("tv_v1", "tv_v2", "timm_a3", "fast")
 TINY = ("model=resnet_tiny", "data.num_classes=3", "data.workers=0", "batch_size=4", "epochs=2",

@@ -30,7 +30,7 @@ from torch import nn
 
 import resnet
 from resnet.weights import from_keras, from_timm
-from tests.test_weights import n_params, sample, save_legacy_h5
+from tests.helpers.weights import n_params, sample, save_legacy_h5
 
 # one worker: Keras is imported, and each module fixture built, once
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("keras")]  # tests/conftest.py

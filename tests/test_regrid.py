@@ -141,7 +141,7 @@ def test_bad_methods_and_empty_samples_are_one_line():
 
 def regrid_command(*overrides: str) -> dict:
     from resnet.regrid import run
-    from tests.compose import compose_config
+    from tests.helpers.compose import compose_config
 
     return run(compose_config("regrid", *overrides))
 
@@ -152,7 +152,7 @@ def torchvision_file(tmp_path_factory):
     and an image folder with a training split."""
     import torchvision
 
-    from tests.imagegen import make_folder
+    from tests.helpers.imagegen import make_folder
 
     root = tmp_path_factory.mktemp("regrid")
     make_folder(root / "train", {"a": 6, "b": 6, "c": 6}, size=(72, 64))
@@ -233,7 +233,7 @@ def test_out_must_be_a_pt_file(torchvision_file, tmp_path):
 def test_the_command_line_prints_one_line_for_a_bad_value(tmp_path):
     import sys
 
-    from tests import procs
+    from tests.helpers import procs
 
     args = [sys.executable, "-m", "resnet.regrid", f"weights={tmp_path / 'none.pt'}", "+padding=symmetric",
             f"out={tmp_path / 'o.pt'}"]  # fmt: skip

@@ -11,7 +11,7 @@ import torch
 import resnet.engine.run as engine_run
 from resnet.distributed import DistEnv
 from resnet.engine.run import train
-from tests.compose import compose_config
+from tests.helpers.compose import compose_config
 
 
 class Restored(Exception):

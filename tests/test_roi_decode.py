@@ -16,7 +16,7 @@ from data import roi
 from data.dataloader import DataLoader
 from data.decode import DECODE_ERRORS, decode_resized_crop, decode_rgb, resize_rows
 from data.transforms import RandomResizedCropFlip
-from tests.imagegen import jpeg_bytes, smooth_image
+from tests.helpers.imagegen import jpeg_bytes, smooth_image
 
 # The region decoder itself; the crop boxes, a truncated file and the library-missing fallback are
 # tested everywhere.

@@ -19,7 +19,7 @@ import resnet.checkpoint
 from resnet.checkpoint import load_checkpoint
 from resnet.engine.lock import LOCK_NAME, RunDirBusy, RunDirLock
 from resnet.engine.run import CheckpointWriteError
-from tests.test_train import REPO, read_csv, run_in_process
+from tests.helpers.training import REPO, read_csv, run_in_process
 
 HOLD = """import sys
 from resnet.engine.lock import RunDirLock

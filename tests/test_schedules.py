@@ -89,7 +89,7 @@ def test_a_scheduler_restored_from_its_state_dict_continues_the_same_curve(cfg):
 
 
 def test_the_trainer_steps_the_schedule_once_per_optimizer_step(tiny_folder, tmp_path):
-    from tests.test_train import read_csv, run_in_process
+    from tests.helpers.training import read_csv, run_in_process
 
     # 24 images, batch 4: 6 steps per epoch, 2 epochs; every step logged with the LR it ran at.
     run_in_process(tiny_folder, tmp_path, "epochs=2", "batch_size=4", "log_every=1", "sched=cosine",

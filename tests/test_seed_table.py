@@ -25,9 +25,9 @@ from resnet.checkpoint import save_checkpoint
 from resnet.config import ConfigError
 from resnet.seed_table import run
 from resnet.weights.keras import _layer_name
-from tests.compose import compose_config
-from tests.imagegen import make_folder
-from tests.test_weights_ordered import lua_preresnet, random_values, save_npz, tensornets_variables
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
+from tests.helpers.weights import lua_preresnet, random_values, save_npz, tensornets_variables
 
 # one worker: its module fixtures are built once
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("seed_table")]  # tests/conftest.py
@@ -75,7 +75,7 @@ def standins(tmp_path_factory):
     torch.save(torchvision.models.resnet18().state_dict(), hub)
     save_file(timm.create_model("resnet18", pretrained=False).state_dict(), tmp / "timm_resnet18.safetensors")
     save_checkpoint(tmp / "tiny.pt", resnet.build_model("resnet_tiny", num_classes=1000))
-    # the two sources no hub serves, written from their own layouts (tests/test_weights_ordered.py)
+    # the two sources no hub serves, written from their own layouts (tests/helpers/weights.py)
     torch.save(random_values(lua_preresnet(), seed=1), tmp / "resnet200.pth")
     tensornets = random_values(tensornets_variables("resnext50c32"), seed=2, tf=True)
     save_npz(tmp / "resnext_50_32x4d.npz", list(tensornets), [v.numpy() for v in tensornets.values()])

@@ -23,7 +23,7 @@ from data.shards import ShardError, check_shards, convert, file_samples, read_by
 from data.shards import write as shards_write
 from data.shards.__main__ import main
 from data.shards.write import make_keys
-from tests.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SIZE = (24, 20)

@@ -27,11 +27,10 @@ from resnet.engine import run as engine_run
 from resnet.engine.preempt import Stopped
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
-from tests.compose import compose_config
-from tests.imagegen import make_folder
-from tests.test_eval import checkpoint  # noqa: F401  (a fixture: a tiny 3-class model)
-from tests.test_faults import assert_same_training
-from tests.test_train import PY, run_slurm_tasks
+from tests.helpers.compose import compose_config
+from tests.helpers.faults import assert_same_training
+from tests.helpers.imagegen import make_folder
+from tests.helpers.training import PY, run_slurm_tasks
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -108,7 +107,7 @@ def test_a_mid_epoch_start_reads_what_the_uninterrupted_epoch_read_next(data, wo
 def test_a_record_that_does_not_decode_is_skipped_and_counted(tmp_path):
     shard = tmp_path / "val"
     shard.mkdir()
-    from tests.imagegen import jpeg_bytes, smooth_image
+    from tests.helpers.imagegen import jpeg_bytes, smooth_image
 
     members = [("ok.jpg", jpeg_bytes(smooth_image(40, 36), quality=90)), ("ok.cls", b"0"),
                ("junk.jpg", b"not an image"), ("junk.cls", b"1")]  # fmt: skip
@@ -222,7 +221,7 @@ def eval_overrides(weights: Path, data_name: str, root: Path, results: Path, *ex
 
 
 @pytest.mark.parametrize("crops", [1, 10])
-def test_eval_on_shards_equals_eval_on_the_folder(data, checkpoint, tmp_path, crops):  # noqa: F811
+def test_eval_on_shards_equals_eval_on_the_folder(data, checkpoint, tmp_path, crops):
     folder, shards = data
     on_folder = evaluate_weights(compose_config(
         "eval", *eval_overrides(checkpoint, "imagefolder", folder, tmp_path / "r.jsonl", f"crops={crops}")))
@@ -232,7 +231,7 @@ def test_eval_on_shards_equals_eval_on_the_folder(data, checkpoint, tmp_path, cr
     assert on_shards["top1_err"] == on_folder["top1_err"] and on_shards["top5_err"] == on_folder["top5_err"]
 
 
-def test_eval_reads_the_raw_flat_val_with_its_solution_csv(data, checkpoint, tmp_path):  # noqa: F811
+def test_eval_reads_the_raw_flat_val_with_its_solution_csv(data, checkpoint, tmp_path):
     # The same 7 images as the folder's val/, renamed ILSVRC-style into one flat folder and
     # labelled by a Kaggle-style LOC_val_solution.csv: same numbers, no conversion.
     folder, _ = data
@@ -252,7 +251,7 @@ def test_eval_reads_the_raw_flat_val_with_its_solution_csv(data, checkpoint, tmp
     assert on_raw["n_images"] == 7 and on_raw["top1_err"] == on_folder["top1_err"]
 
 
-def test_a_flat_val_without_labels_is_one_line(checkpoint, tmp_path):  # noqa: F811
+def test_a_flat_val_without_labels_is_one_line(checkpoint, tmp_path):
     (tmp_path / "raw" / "val").mkdir(parents=True)
     (tmp_path / "raw" / "val" / "ILSVRC2012_val_00000001.JPEG").write_bytes(b"")
     with pytest.raises(ConfigError, match="data.val_labels=/path/to/LOC_val_solution.csv"):

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests import procs
+from tests.helpers import procs
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

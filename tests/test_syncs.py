@@ -35,8 +35,8 @@ from resnet.distributed import DistEnv
 from resnet.engine import loop
 from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss, StepContext
-from tests.compose import compose_config
-from tests.imagegen import make_folder
+from tests.helpers.compose import compose_config
+from tests.helpers.imagegen import make_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -15,13 +15,14 @@ import torch
 from torch import nn
 
 from data import Normalize
-from resnet import ALIASES, PRESETS, build_model
+from resnet import ALIASES, PRESETS
 from resnet.detect import detect_padding, preset_groups
 from resnet.figures import plot_sampling_grid, sampling_grid
 from resnet.report.published import TENSORNETS, TENSORNETS_ZERO_POOL, tensornets_reference
 from resnet.report.rows import ROW_KEYS, check_row, latest_rows, read_rows, scheme_label
 from resnet.report.tables import cross_markdown, cross_matrices, scheme_records, scheme_table, wandb_table
 from resnet.tables import main, write_tables
+from tests.helpers.models import random_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -226,20 +227,6 @@ def test_sampling_grid_figure_is_written(tmp_path):
 
 
 # --- padding detection -------------------------------------------------------------------
-
-
-def random_model(preset: str, **overrides) -> nn.Module:
-    """resnet_tiny with random BN statistics (so every layer matters) and a sharp head."""
-    torch.manual_seed(0)
-    model = build_model("resnet_tiny", 10, padding=preset, **overrides)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.normal_(0, 0.2)
-            m.running_var.uniform_(0.5, 2.0)
-            m.weight.data.uniform_(0.5, 1.5)
-            m.bias.data.normal_(0, 0.2)
-    model.fc.weight.data *= 30  # confident logits: the true preset's cross-entropy is near 0
-    return model.eval()
 
 
 def self_labelled(model: nn.Module, normalize: nn.Module, size: int, batches: int = 3) -> list:

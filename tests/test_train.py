@@ -2,52 +2,27 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from resnet.checkpoint import load_checkpoint, load_model
-from resnet.engine.run import train
-from tests import procs
-from tests.compose import compose_config
-from tests.conftest import make_tiny_folder
-from tests.imagegen import make_folder
-
-REPO = Path(__file__).resolve().parents[1]
-PY = sys.executable
-TORCHRUN = str(Path(PY).with_name("torchrun"))
-
-
-
-def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [
-        "model=resnet_tiny",
-        "data=imagefolder",
-        f"data.root={root}",
-        "data.num_classes=3",
-        "data.image_size=32",
-        "data.workers=0",
-        "batch_size=4",
-        "epochs=2",
-        "log_every=2",
-        f"run_dir={run_dir}",
-        *extra,
-    ]
-
-
-def run_in_process(root: Path, run_dir: Path, *extra: str) -> dict:
-    return train(compose_config("train", *tiny_overrides(root, run_dir, *extra)))
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+from tests.helpers import procs
+from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, launch
+from tests.helpers.imagegen import make_folder, make_tiny_folder
+from tests.helpers.training import (
+    PY,
+    REPO,
+    TORCHRUN,
+    read_csv,
+    run_in_process,
+    run_slurm_tasks,
+    tiny_overrides,
+)
 
 
 def run_script(args: list[str], env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -177,8 +152,6 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     # 2 processes x batch 2: 6 steps per epoch; rank 1 is SIGKILLed before its 9th step (epoch 1),
     # once; torchrun restarts both, and resume=true picks up epoch 1's checkpoint. The run must end
     # bit for bit where the uninterrupted one (two_processes) ended.
-    from tests.test_faults import WRAPPER, assert_same_training, assert_status, launch
-
     wrapper = tmp_path / "faulty_train.py"
     wrapper.write_text(WRAPPER)
     killed, marker = tmp_path / "killed", tmp_path / "killed_once"
@@ -198,21 +171,6 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     ours = load_checkpoint(killed / "last.pt")
     assert_same_training(load_checkpoint(two_processes / "last.pt"), ours)
     assert len(ours["rng"]) == 2
-
-
-def slurm_task_env(rank: int, job_id: int, **extra: str) -> dict[str, str]:
-    """What srun gives task ``rank`` of a 2-node x 1-task step (the nodes are two loopback addresses)."""
-    return {
-        "SLURM_JOB_ID": str(job_id), "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank),
-        "SLURM_STEP_NODELIST": "127.0.0.[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "OMP_NUM_THREADS": "1",
-        **extra,
-    }  # fmt: skip
-
-
-def run_slurm_tasks(args: list[str], job_id: int, timeout: int = 240) -> list[subprocess.CompletedProcess]:
-    """Start the two tasks as srun would, wait for both; past ``timeout`` both are killed and the test fails."""
-    return procs.wait_all([procs.start(args, slurm_task_env(rank, job_id)) for rank in range(2)], timeout)
 
 
 @pytest.mark.xdist_group("one_process")  # its reference run is computed once

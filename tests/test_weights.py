@@ -7,9 +7,7 @@ Every reference gets random BN running stats and affine parameters: BN at its de
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 import torch
@@ -20,6 +18,7 @@ import resnet
 from resnet.padding import PRESETS
 from resnet.weights import from_keras, from_timm, from_torchvision
 from resnet.weights.keras import BN_EPS as KERAS_BN_EPS
+from tests.helpers.weights import n_params, sample, save_legacy_h5
 
 TOL = 1e-4  # max |logit difference|, float32
 
@@ -53,12 +52,6 @@ def test_preact_stem_pool_sees_negatives() -> None:
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("keras")]  # tests/conftest.py
 
 
-def sample(size: int) -> torch.Tensor:
-    """An input whose mean is off zero, so some stem channels are negative over whole windows,
-    as in trained stems: only there does a ReLU before a max pool change anything."""
-    return torch.randn(1, 3, size, size) + 2
-
-
 def randomise_bn(model: nn.Module) -> nn.Module:
     """Random BN affine and running stats, kept moderate so deep nets give O(1) logits."""
     with torch.no_grad():
@@ -74,10 +67,6 @@ def randomise_bn(model: nn.Module) -> nn.Module:
 def max_diff(reference: torch.Tensor, ours: nn.Module, x: torch.Tensor) -> float:
     with torch.no_grad():
         return (reference - ours(x)).abs().max().item()
-
-
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 # --- torchvision, timm -------------------------------------------------------------
@@ -126,26 +115,6 @@ def test_timm_by_value(timm_name: str) -> None:
 def keras():
     os.environ["KERAS_BACKEND"] = "torch"  # read when keras is first imported
     return pytest.importorskip("keras")
-
-
-def save_legacy_h5(keras_model, path: Path, replace: dict[str, list[np.ndarray] | None] | None = None) -> Path:
-    """The Keras 2 HDF5 layout of the published ``*_weights_tf_dim_ordering_tf_kernels.h5``.
-
-    ``replace`` swaps a layer's arrays (None drops the layer, as ``include_top=False`` does).
-    """
-    replace = replace or {}
-    layers = [layer for layer in keras_model.layers if replace.get(layer.name, ()) is not None]
-    with h5py.File(path, "w") as f:
-        f.attrs["layer_names"] = [layer.name.encode() for layer in layers]
-        f.attrs["backend"], f.attrs["keras_version"] = b"tensorflow", b"2.2.4"
-        for layer in layers:
-            group = f.create_group(layer.name)
-            names = [f"{layer.name}/{v.name}:0" for v in layer.weights]
-            arrays = replace.get(layer.name) or [np.asarray(v.numpy()) for v in layer.weights]
-            group.attrs["weight_names"] = [n.encode() for n in names]
-            for name, array in zip(names, arrays):
-                group.create_dataset(name, data=array)
-    return path
 
 
 @pytest.fixture(scope="module", params=["ResNet50", "ResNet50V2"])

@@ -1,7 +1,7 @@
 """Weights laid out by position, by value: fb.resnet.torch's ResNet-200 converted to PyTorch
 (``weights=fbtorch:``) and TensorNets' ``.npz`` files (``weights=tensornets:``).
 
-Each source layout is written here from its own description (fb.resnet.torch's
+Each source layout is written (tests/helpers/weights.py) from its own description (fb.resnet.torch's
 ``models/preresnet.lua`` as convert_torch_to_pytorch numbers it; the TF variables TensorNets'
 ``resnets.py`` creates, with their names), never by walking our model. The loaded models are
 compared with forwards written here from the raw source tensors, or each source tensor is
@@ -11,7 +11,6 @@ ResNet-200 is built once per module and runs at 32 px.
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -22,73 +21,19 @@ import torch.nn.functional as F
 from resnet.checkpoint import CheckpointError
 from resnet.weights import WeightsError, from_fbtorch, from_tensornets, load_weights, parse_weights
 from resnet.weights.tensornets import tf_variables
+from tests.helpers.weights import TENSORNETS, lua_preresnet, random_values, save_npz, tensornets_variables
 
 # one worker: its module fixtures are built once
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("weights_ordered")]  # tests/conftest.py
 
 EPS = 1e-5  # nn.SpatialBatchNormalization's and TensorNets' batch_norm epsilon
-BN = ("weight", "bias", "running_mean", "running_var")  # a Torch7 BN's tensors, as the converter writes them
 
 
 def close(ours: torch.Tensor, reference: torch.Tensor) -> None:
     torch.testing.assert_close(ours, reference, rtol=1e-4, atol=1e-4 * reference.abs().max().item())
 
 
-def random_values(shapes: list[tuple[str, tuple[int, ...]]], seed: int, tf: bool = False) -> dict[str, torch.Tensor]:
-    """Kernels scaled by fan-in (``tf``: HWIO and (in, out) kernels), BN scales and variances
-    around 1, small shifts: 66 residual units stay in float32's comfortable range, and no BN
-    is the identity."""
-    g = torch.Generator().manual_seed(seed)
-    values = {}
-    for key, shape in shapes:
-        role = key.removesuffix(":0").replace("/", ".").rsplit(".", 1)[-1]
-        if len(shape) > 1:
-            fan_in = (math.prod(shape[:-1]) if len(shape) == 4 else shape[0]) if tf else math.prod(shape[1:])
-            bound = math.sqrt(3 / fan_in)
-            values[key] = torch.empty(shape).uniform_(-bound, bound, generator=g)
-        elif role in ("running_var", "moving_variance", "weight", "gamma"):
-            values[key] = torch.empty(shape).uniform_(0.5, 1.5, generator=g)
-        else:
-            values[key] = torch.empty(shape).uniform_(-0.2, 0.2, generator=g)
-    return values
-
-
 # --- fb.resnet.torch: preresnet.lua as convert_torch_to_pytorch numbers it ----------------------
-
-
-def lua_preresnet(depths=(3, 24, 36, 3), biases: bool = True, classes: int = 1000) -> list[tuple[str, tuple]]:
-    """(key, shape) in Lua module order: model:add(conv, BN, ReLU, max pool, 4 stages, Copy, BN,
-    ReLU, avg pool, View, Linear); a unit is Sequential{ConcatTable{branch, shortcut}, CAddTable},
-    its branch BN, ReLU, conv1x1, BN, ReLU, conv3x3, BN, ReLU, conv1x1 (c530106, every unit
-    pre-activated); the Linear is the converter's Sequential{reshape, Linear}."""
-    entries = []
-
-    def conv(key: str, cin: int, cout: int, k: int) -> None:
-        entries.append((f"{key}.weight", (cout, cin, k, k)))
-        if biases:
-            entries.append((f"{key}.bias", (cout,)))
-
-    def bn(key: str, c: int) -> None:
-        entries.extend((f"{key}.{t}", (c,)) for t in BN)
-
-    conv("0", 3, 64, 7)
-    bn("1", 64)
-    channels = 64
-    for s, (n, count) in enumerate(zip((64, 128, 256, 512), depths)):
-        for i in range(count):
-            unit = f"{4 + s}.{i}.0"
-            bn(f"{unit}.0.0", channels)
-            conv(f"{unit}.0.2", channels, n, 1)
-            bn(f"{unit}.0.3", n)
-            conv(f"{unit}.0.5", n, n, 3)
-            bn(f"{unit}.0.6", n)
-            conv(f"{unit}.0.8", n, 4 * n, 1)
-            if channels != 4 * n:  # shortcutType 'B': a projection only where the width changes
-                conv(f"{unit}.1.0", channels, 4 * n, 1)
-                bn(f"{unit}.1.1", 4 * n)
-            channels = 4 * n
-    bn("9", channels)
-    return entries + [("13.1.weight", (classes, channels)), ("13.1.bias", (classes,))]
 
 
 def lua_forward(sd: dict[str, torch.Tensor], x: torch.Tensor, depths=(3, 24, 36, 3)) -> torch.Tensor:
@@ -195,95 +140,6 @@ def test_fbtorch_refuses_what_it_cannot_read(tmp_path, resnet200) -> None:
 
 
 # --- TensorNets: resnets.py's TF variables, by name --------------------------------------------
-
-# model -> (unit, filters per stage, units per stage, groups); resnets.py's stack_fn of each.
-TENSORNETS = {
-    "resnet200v2": ("block2", (64, 128, 256, 512), (3, 24, 36, 3), 1),
-    "resnext50c32": ("block3", (128, 256, 512, 1024), (3, 4, 6, 3), 32),
-    "resnext101c32": ("block3", (128, 256, 512, 1024), (3, 4, 23, 3), 32),
-    "resnext101c64": ("block3", (256, 512, 1024, 2048), (3, 4, 23, 3), 64),
-    "wideresnet50": ("blockw", (128, 256, 512, 1024), (3, 4, 6, 3), 1),
-    "resnet50v2": ("block2s", (64, 128, 256, 512), (3, 4, 6, 3), 1),
-    "resnet101v2": ("block2s", (64, 128, 256, 512), (3, 4, 23, 3), 1),
-    "resnet152v2": ("block2s", (64, 128, 256, 512), (3, 8, 36, 3), 1),
-}
-
-
-def tensornets_variables(model: str, classes: int = 1000, gamma_first: bool = False) -> list[tuple[str, tuple]]:
-    """(TF variable name, shape) in TensorNets' graph order. ``convbn`` is conv2d (scope
-    ``conv``) then batch_norm (scope ``bn``: beta, gamma, moving_mean, moving_variance as in
-    its README's print_weights; ``gamma_first``: TF >= 1.4's order); ``gconvbn`` a separable
-    conv without pointwise part (``sconv/depthwise_weights``); biases where conv_bias is set."""
-    unit, filters, depths, groups = TENSORNETS[model]
-    preact, biased = unit == "block2s", unit in ("block2", "block2s")
-    names = []
-
-    def var(name: str, shape: tuple) -> None:
-        names.append((f"{model}/{name}:0", shape))
-
-    def bn(scope: str, c: int) -> None:
-        for role in (
-            ("gamma", "beta", "moving_mean", "moving_variance")
-            if gamma_first
-            else ("beta", "gamma", "moving_mean", "moving_variance")
-        ):
-            var(f"{scope}/{role}", (c,))
-
-    def conv2d(scope: str, k: int, cin: int, cout: int, bias: bool) -> None:
-        var(f"{scope}/weights", (k, k, cin, cout))
-        if bias:
-            var(f"{scope}/biases", (cout,))
-
-    def convbn(scope: str, k: int, cin: int, cout: int, bias: bool = unit == "block2") -> None:
-        conv2d(f"{scope}/conv", k, cin, cout, bias)
-        bn(f"{scope}/bn", cout)
-
-    if preact:
-        conv2d("conv1", 7, 3, 64, True)
-    else:
-        convbn("conv1", 7, 3, 64)
-    channels = 64
-    for s, (f, count) in enumerate(zip(filters, depths)):
-        out = {"block3": 64 // groups * f, "blockw": 2 * f}.get(unit, 4 * f)
-        for i in range(count):
-            b = f"conv{s + 2}/block{i + 1}"
-            if unit == "block2s":
-                bn(f"{b}/preact", channels)
-                if i == 0:
-                    conv2d(f"{b}/0", 1, channels, out, True)
-                convbn(f"{b}/1", 1, channels, f, False)
-                convbn(f"{b}/2", 3, f, f, False)
-                conv2d(f"{b}/3/conv", 1, f, out, True)
-            else:
-                if i == 0:
-                    convbn(f"{b}/0", 1, channels, out)
-                if unit == "block2":
-                    bn(f"{b}/bn", channels)
-                convbn(f"{b}/1", 1, channels, f)
-                if unit == "block3":
-                    var(f"{b}/2/sconv/depthwise_weights", (3, 3, f, f // groups))
-                    bn(f"{b}/2/bn", f)
-                else:
-                    convbn(f"{b}/2", 3, f, f)
-                if unit == "block2":
-                    conv2d(f"{b}/3/conv", 1, f, out, True)
-                else:
-                    convbn(f"{b}/3", 1, f, out)
-            channels = out
-    if unit in ("block2", "block2s"):
-        bn("postnorm" if preact else "bn", channels)
-    var("logits/weights", (channels, classes))
-    var("logits/biases", (classes,))
-    assert biased or not any(n.endswith("biases:0") and "logits" not in n for n, _ in names)
-    return names
-
-
-def save_npz(path, names: list[str], arrays: list[np.ndarray]) -> None:
-    """As tensornets.utils.save: np.savez(names=..., values=...), values a pickled object array."""
-    values = np.empty(len(arrays), dtype=object)
-    values[:] = arrays
-    np.savez(path, names=np.array(names), values=values)
-
 
 def tf_forward_resnext(v: dict[str, np.ndarray], x: torch.Tensor, model: str) -> torch.Tensor:
     """TensorNets' resnext forward (``_block3``, ``gconvbn``) under symmetric pads, from its arrays."""

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 import resnet.config
 from resnet.config import AUTO_WORKERS_CAP, ConfigError, auto_workers, check_data_config, cores_per_process
-from tests.test_train import run_in_process
+from tests.helpers.training import run_in_process
 
 
 def machine(monkeypatch, cores: int, affinity: int) -> None:

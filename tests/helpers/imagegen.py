@@ -1,4 +1,5 @@
-"""Generated images for tests: small photo-like JPEG folders, written in milliseconds."""
+"""Generated images for tests: small photo-like JPEG folders (the tiny 3-class one too), written in
+milliseconds."""
 
 from __future__ import annotations
 
@@ -28,3 +29,11 @@ def make_folder(root: Path, counts: dict[str, int], size: tuple[int, int] = (48,
         (root / name).mkdir(parents=True)
         for i in range(count):
             (root / name / f"{i}.JPEG").write_bytes(jpeg_bytes(smooth_image(*size, seed=10 * c + i), quality=90))
+
+
+def make_tiny_folder(root: Path) -> Path:
+    """An ImageFolder: 3 classes x 8 train images (6 steps of 4 per epoch); 7 val images
+    (odd: a 2-way split is 4 + 3)."""
+    make_folder(root / "train", {"a": 8, "b": 8, "c": 8}, size=(40, 36))
+    make_folder(root / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
+    return root

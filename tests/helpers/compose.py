@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 
 from resnet.config import register_configs
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def compose_config(name: str, *overrides: str, hydra: bool = False):

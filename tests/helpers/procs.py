@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.Popen:

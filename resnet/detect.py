@@ -37,12 +37,13 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from .config import Runtime, register_configs
+from .config import register_configs
 from .evaluation.loop import evaluate
 from .inspect import pad_table
 from .model import build_model, with_padding
 from .padding import PRESETS
 from .report.console import format_table
+from .runtime import Runtime
 
 SAME_LOGITS_ATOL = 1e-5  # relative to the largest |logit|: float32 noise, not a padding difference
 CLEAR_MARGIN = 2.0  # standard errors: a runner-up closer than this is within noise (~95 %, one-sided)

@@ -25,7 +25,7 @@ from torch.utils.data import IterableDataset
 
 from data.dataloader import DataLoader
 
-from .config import ConfigError, check_data_config, check_data_package, data_workers
+from .config import ConfigError, check_data_config, check_data_package
 from .distributed import pick_device
 from .engine.runlog import write_json as write_json_file
 from .evaluation.loader import EvalData, EvalProtocol, build_eval_loader, eval_dir
@@ -34,6 +34,7 @@ from .evaluation.tencrop import protocol_view
 from .model import ModelMeta
 from .report.progress import Progress
 from .weights import OriginProtocol, load_weights
+from .workers import data_workers
 
 
 @dataclass

@@ -156,7 +156,7 @@ def run(cfg) -> dict:
     from data import Normalize
 
     from .checkpoint import save_checkpoint
-    from .config import ConfigError, check_data_config, check_data_package, data_workers, padding_from_config
+    from .config import ConfigError, check_data_config, check_data_package, padding_from_config
     from .detect_cli import out_file, read_images, single_crop_protocol
     from .distributed import pick_device
     from .evaluation.loader import build_eval_loader
@@ -164,6 +164,7 @@ def run(cfg) -> dict:
     from .padding import PRESETS, resolve_padding
     from .report.console import format_table
     from .weights import load_weights
+    from .workers import data_workers
 
     spec = weights_spec(cfg)
     if cfg.get("padding") is None:

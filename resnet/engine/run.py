@@ -17,7 +17,7 @@ from torch import nn
 from data.testsets import TEST_SETS
 
 from ..checkpoint import CheckpointError, load_weights, save_checkpoint
-from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
+from ..config import ConfigError, check_run_config, padding_from_config
 from ..diagnose import error_line
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
@@ -25,6 +25,8 @@ from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_paddings, make_grid, set_grid
 from ..report.console import format_table
 from ..report.rows import git_commit, library_versions
+from ..runtime import join_job, runtime_for
+from ..workers import data_workers
 from .lock import own_run_dir
 from .loop import EpochStats, StepContext, train_one_epoch
 from .optim import build_optimizer, build_scheduler, load_scheduler_state, scheduler_state

@@ -9,11 +9,12 @@ from pathlib import Path
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
+from ..config import ConfigError, check_run_config, padding_from_config
 from ..distributed import DistEnv, shutdown
 from ..model import ModelMeta, with_padding
 from ..report.console import summary
 from ..report.rows import append_row, git_commit, library_versions
+from ..runtime import join_job, runtime_for
 from ..weights import (
     LoadedWeights,
     OriginProtocol,
@@ -23,6 +24,7 @@ from ..weights import (
     load_weights,
     parse_weights,
 )
+from ..workers import data_workers
 from .loader import CROP_COUNTS, EvalData, EvalProtocol, build_eval_loader, eval_dir
 from .loop import Evaluation, evaluate
 from .tencrop import protocol_view

@@ -17,8 +17,8 @@ from torch import nn
 from data.testsets import TEST_SETS
 
 from ..checkpoint import CheckpointError, load_weights, save_checkpoint
+from ..checkpoint.errors import error_line
 from ..config import ConfigError, check_run_config, padding_from_config
-from ..diagnose import error_line
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..evaluation.tencrop import flip_pair

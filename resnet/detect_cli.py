@@ -1,7 +1,7 @@
 """What ``python -m resnet.detect`` reads, read as ``eval.py`` reads it: weights and labelled images.
 
 * :func:`read_inputs`: the weights (:mod:`resnet.weights`, eval.py's ``weights=`` forms),
-  the protocol (:func:`resnet.evaluation.run.resolve_protocol`, single centre crop) and up to
+  the protocol (:func:`resnet.evaluation.protocol.single_crop_protocol`, single centre crop) and up to
   ``images`` labelled images of the evaluation split (:mod:`resnet.evaluation.loader`),
   every check that needs neither weights nor images done first;
 * :func:`out_file`, :func:`write_json`: an ``out=`` file checked before any work, written
@@ -13,13 +13,12 @@ Every bad value is a :class:`resnet.config.ConfigError` (or a
 
 from __future__ import annotations
 
-import copy
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import IterableDataset
 
@@ -29,11 +28,11 @@ from .config import ConfigError, check_data_config, check_data_package
 from .distributed import pick_device
 from .engine.runlog import write_json as write_json_file
 from .evaluation.loader import EvalData, EvalProtocol, build_eval_loader, eval_dir
-from .evaluation.run import check_fit, resolve_protocol, weights_spec
+from .evaluation.protocol import check_fit, single_crop_protocol, weights_spec
 from .evaluation.tencrop import protocol_view
 from .model import ModelMeta
 from .report.progress import Progress
-from .weights import OriginProtocol, load_weights
+from .weights import load_weights
 from .workers import data_workers
 
 
@@ -120,17 +119,6 @@ def _check_config(cfg: DictConfig) -> Path | None:
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
     return None if cfg.out is None else out_file(cfg.out, ".json", "out=ranking.json")
-
-
-def single_crop_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
-    """eval.py's protocol for these weights, single centre crop."""
-    single = copy.deepcopy(cfg)
-    with open_dict(single):
-        single.crops = 1  # resolve_protocol reads eval.yaml's keys; detection scores centre crops
-    try:
-        return resolve_protocol(single, meta, origin)
-    except ValueError as err:  # crop larger than resize, an unknown interpolation
-        raise ConfigError(str(err)) from None
 
 
 def _check_fit(meta: ModelMeta, data: EvalData, dataset: str) -> None:

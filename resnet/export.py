@@ -215,7 +215,7 @@ def _temporary(path: Path) -> Path:
 def run(cfg: DictConfig) -> Path:
     """Export ``cfg.weights`` to ``cfg.out`` as ``configs/export.yaml`` says, checked against onnxruntime."""
     from .detect_cli import out_file
-    from .evaluation.run import padded_as_configured, weights_spec
+    from .evaluation.protocol import padded_as_configured, weights_spec
     from .padding import resolve_padding
     from .weights import load_weights
 

@@ -157,10 +157,10 @@ def run(cfg) -> dict:
 
     from .checkpoint import save_checkpoint
     from .config import ConfigError, check_data_config, check_data_package, padding_from_config
-    from .detect_cli import out_file, read_images, single_crop_protocol
+    from .detect_cli import out_file, read_images
     from .distributed import pick_device
     from .evaluation.loader import build_eval_loader
-    from .evaluation.run import check_fit, weights_spec
+    from .evaluation.protocol import check_fit, single_crop_protocol, weights_spec
     from .padding import PRESETS, resolve_padding
     from .report.console import format_table
     from .weights import load_weights

@@ -104,7 +104,8 @@ def eval_config(cfg: DictConfig, base: DictConfig, entry: Entry, crops: int) -> 
 def run(cfg: DictConfig) -> dict:
     """Evaluate the list, write the tables; returns {"rows", "missing", "markdown"}."""
     from .checkpoint import CheckpointError
-    from .evaluation.run import check_logger, evaluate_weights, results_path
+    from .evaluation.protocol import check_logger, results_path
+    from .evaluation.run import evaluate_weights
     from .report.rows import read_rows
     from .tables import write_tables
     from .weights import WeightsError

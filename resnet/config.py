@@ -17,13 +17,15 @@ import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .archs import ARCHS, canonical_name
 from .distributed import DEVICES
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
-from .runtime import AMP_DTYPES
 from .workers import auto_workers, usable_cores
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # amp=: autocast dtype (resnet.runtime)
 
 
 class ConfigError(ValueError):

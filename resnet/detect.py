@@ -211,6 +211,6 @@ def _same_outputs(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 if __name__ == "__main__":  # python -m resnet.detect, kept for old scripts: the command is resnet/cli/detect.py
-    from resnet.cli.detect import main
+    import runpy
 
-    main()
+    runpy.run_module("resnet.cli.detect", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.detect

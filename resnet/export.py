@@ -207,6 +207,6 @@ def _temporary(path: Path) -> Path:
 
 
 if __name__ == "__main__":  # python -m resnet.export, kept for old scripts: the command is resnet/cli/export.py
-    from resnet.cli.export import main
+    import runpy
 
-    main()
+    runpy.run_module("resnet.cli.export", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.export

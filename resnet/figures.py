@@ -165,6 +165,6 @@ def _formula(centres: Sequence[float]) -> str:
 
 
 if __name__ == "__main__":  # python -m resnet.figures, kept for old scripts: the command is resnet/cli/figures.py
-    from resnet.cli.figures import main
+    import runpy
 
-    main()
+    runpy.run_module("resnet.cli.figures", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.figures

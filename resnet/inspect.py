@@ -150,6 +150,6 @@ def format_pad_tables(arch: str, sizes: list[int], presets: list[str]) -> str:
 
 
 if __name__ == "__main__":  # python -m resnet.inspect, kept for old scripts: the command is resnet/cli/inspect.py
-    from resnet.cli.inspect import main
+    import runpy
 
-    main()
+    runpy.run_module("resnet.cli.inspect", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.inspect

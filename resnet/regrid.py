@@ -150,6 +150,6 @@ def regrid(
 
 
 if __name__ == "__main__":  # python -m resnet.regrid, kept for old scripts: the command is resnet/cli/regrid.py
-    from resnet.cli.regrid import main
+    import runpy
 
-    main()
+    runpy.run_module("resnet.cli.regrid", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.regrid

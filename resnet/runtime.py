@@ -1,6 +1,6 @@
-"""Where and how tensors run: this process's device (its :class:`DistEnv`), autocast dtype
-(:data:`AMP_DTYPES`) and memory format (:class:`Runtime`), from a run config (:func:`runtime_for`);
-its place in the job (:func:`join_job`)."""
+"""Where and how tensors run: this process's device (its :class:`DistEnv`), autocast dtype and
+memory format (:class:`Runtime`), from a run config (:func:`runtime_for`; ``amp`` names one of
+:data:`resnet.config.AMP_DTYPES`); its place in the job (:func:`join_job`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from .config import AMP_DTYPES, ConfigError
 from .distributed import DistEnv, LaunchError, init_distributed
-
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 
 @dataclass(frozen=True)
@@ -57,9 +55,7 @@ class Runtime:
 
 def join_job(cfg: DictConfig) -> DistEnv:
     """This process's place in the job (:func:`resnet.distributed.init_distributed`); a launch
-    that cannot work (tasks without srun, more tasks than GPUs) is a :class:`resnet.config.ConfigError`."""
-    from .config import ConfigError  # imported here: config checks amp against AMP_DTYPES from this module
-
+    that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
     try:
         return init_distributed(cfg.device)
     except LaunchError as err:

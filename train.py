@@ -8,8 +8,6 @@
 Configs live in configs/ (train.yaml is the root); see the README for every form.
 """
 
-import sys
-
 import hydra
 from omegaconf import DictConfig
 
@@ -18,19 +16,12 @@ from resnet.config import register_configs
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    from resnet.config import ConfigError
-    from resnet.engine.loop import NonFiniteLoss
-    from resnet.engine.preempt import Stopped
-    from resnet.engine.run import RunFailed, train
+    from resnet.cli import one_line_errors
+    from resnet.engine.run import train
 
-    try:
+    # a bad config or data: status 2; the run failed: 1; a preemption: saved, 0 when requeued, else 3
+    with one_line_errors("train.py", training=True):
         results = train(cfg)
-    except (ConfigError, NonFiniteLoss, RunFailed) as err:  # one line, no traceback
-        print(f"error: {err}", file=sys.stderr)  # status 2: fix the config or data; 1: the run failed
-        raise SystemExit(2 if isinstance(err, ConfigError) else 1) from None
-    except Stopped as stopped:  # a preemption signal: saved; 0 when the requeued job goes on, else 3
-        print(stopped, file=sys.stderr)
-        raise SystemExit(0 if stopped.requeued else 3) from None
     return results["top1_err"]  # what a Hydra sweeper would minimise
 
 

@@ -5,29 +5,27 @@
 * :func:`padding_from_config`: the ``+padding=...`` node, or None for the native padding;
   :func:`padding_overrides`: the command-line overrides that select a scheme by name;
 * :func:`check_run_config`, :func:`check_data_config`: the checks that run before any work;
-* :class:`Runtime`, :func:`runtime_for`: where this process computes (its :class:`DistEnv`),
-  under which autocast dtype, in which memory format;
 * :func:`register_configs`: the ``model=<arch>`` and ``padding=<preset>`` options, generated
   from the architecture table and the padding presets, so neither is written twice.
+
+Where tensors run is :mod:`resnet.runtime`; how many loader workers, :mod:`resnet.workers`.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
 
 from .archs import ARCHS, canonical_name
-from .distributed import DEVICES, DistEnv, LaunchError, detect_launch, init_distributed
+from .distributed import DEVICES
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
+from .workers import auto_workers, usable_cores
 
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # amp=: autocast dtype (resnet.runtime)
 
 
 class ConfigError(ValueError):
@@ -73,41 +71,6 @@ def check_run_config(cfg: DictConfig) -> None:
         raise ConfigError(str(err)) from None
     check_data_package()  # before check_data_config imports from it
     check_data_config(cfg.data)
-
-
-AUTO_WORKERS_CAP = 16  # past this, more decode processes mostly add memory (each holds its own copy of the dataset)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: taskset, cgroups, SLURM's binding):
-    the bound above which torch's DataLoader warns about too many workers."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def cores_per_process(local_world_size: int = 1) -> int:
-    """This process's share of the cores: its affinity, split between the processes of this node
-    when they all see every core (torchrun), as it is when the launcher bound each to its own
-    (srun --cpu-bind, SLURM's cgroups)."""
-    cores = usable_cores()
-    if cores == (os.cpu_count() or cores) and local_world_size > 1:
-        cores //= local_world_size
-    return max(cores, 1)
-
-
-def auto_workers(local_world_size: int | None = None) -> int:
-    """What ``data.workers=auto`` means here: this process's share of the cores, at most
-    :data:`AUTO_WORKERS_CAP`. ``local_world_size``: processes on this node (default: the launcher's)."""
-    if local_world_size is None:
-        try:
-            local_world_size = detect_launch().local_world_size
-        except LaunchError:  # join_job reports it, in its own line
-            local_world_size = 1
-    return min(cores_per_process(local_world_size), AUTO_WORKERS_CAP)
-
-
-def data_workers(data_cfg: DictConfig, local_world_size: int | None = None) -> int:
-    """``data.workers`` as a number (``auto``: :func:`auto_workers`); :func:`check_data_config` checks it first."""
-    return auto_workers(local_world_size) if str(data_cfg.workers) == "auto" else int(data_cfg.workers)
 
 
 def check_data_config(data_cfg: DictConfig) -> None:
@@ -156,67 +119,6 @@ def check_data_package() -> None:
             f"the 'data' package imported here is {found or 'a namespace package'}, not this project's {ours}; "
             "run from another directory (or rename that package)"
         )
-
-
-# --- where and how tensors run -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """This process's device (through its :class:`DistEnv`), autocast dtype and memory format."""
-
-    env: DistEnv
-    amp_dtype: torch.dtype | None = None  # None = float32; bfloat16 or float16 under autocast
-    channels_last: bool = False
-
-    @classmethod
-    def local(cls, device: str | torch.device = "cpu") -> Runtime:
-        """One process, float32, contiguous: for library calls (detection, tests)."""
-        return cls(DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device(device)))
-
-    @property
-    def device(self) -> torch.device:
-        return self.env.device
-
-    def autocast(self):
-        if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
-
-    def place(self, model: nn.Module) -> nn.Module:
-        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
-        return model.to(self.device, memory_format=memory_format)
-
-    def to_device(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        non_blocking = self.device.type == "cuda"
-        if hasattr(images, "decode"):  # data.decode=gpu: encoded JPEGs, decoded on the device (data.gpu_decode)
-            images = images.decode(self.device)
-        images = images.to(self.device, non_blocking=non_blocking)
-        labels = labels.to(self.device, non_blocking=non_blocking)
-        return images, labels
-
-    def memory_format(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
-
-
-def join_job(cfg: DictConfig) -> DistEnv:
-    """This process's place in the job (:func:`resnet.distributed.init_distributed`); a launch
-    that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
-    try:
-        return init_distributed(cfg.device)
-    except LaunchError as err:
-        raise ConfigError(str(err)) from None
-
-
-def runtime_for(cfg: DictConfig, env: DistEnv) -> Runtime:
-    """``amp``, ``channels_last`` (auto: on for CUDA) and ``deterministic`` of a run config."""
-    if cfg.get("deterministic"):
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
-    elif env.device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick its fastest kernels
-    channels_last = env.device.type == "cuda" if cfg.channels_last == "auto" else bool(cfg.channels_last)
-    return Runtime(env, AMP_DTYPES[cfg.amp], channels_last)
 
 
 # --- generated config options ---------------------------------------------------------------

@@ -18,8 +18,8 @@ group, evaluated once. Groups whose logits still agree on every image (a zero-pa
 pool after a ReLU equals a -inf one) are merged too. Presets in one group are reported as
 indistinguishable, never picked between.
 
-The command (``configs/detect.yaml``) reads weights and images as ``eval.py`` does
-(:mod:`resnet.detect_cli`), then runs :func:`detect_padding`.
+The command, ``resnet-detect`` (:mod:`resnet.cli.detect`, ``configs/detect.yaml``), reads weights
+and images as ``eval.py`` does, then runs :func:`detect_padding`.
 
 >>> report = detect_padding(model, loader, Normalize(model.meta.preprocessing), input_size=224)
 >>> print(report)
@@ -31,18 +31,16 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-import hydra
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
 from torch import nn
 
-from .config import Runtime, register_configs
 from .evaluation.loop import evaluate
 from .inspect import pad_table
 from .model import build_model, with_padding
 from .padding import PRESETS
 from .report.console import format_table
+from .runtime import Runtime
 
 SAME_LOGITS_ATOL = 1e-5  # relative to the largest |logit|: float32 noise, not a padding difference
 CLEAR_MARGIN = 2.0  # standard errors: a runner-up closer than this is within noise (~95 %, one-sided)
@@ -212,41 +210,7 @@ def _same_outputs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (a - b).abs().max().item() <= SAME_LOGITS_ATOL * scale
 
 
-# --- the command: python -m resnet.detect ----------------------------------------------------
+if __name__ == "__main__":  # python -m resnet.detect, kept for old scripts: the command is resnet/cli/detect.py
+    import runpy
 
-
-def run(cfg: DictConfig) -> DetectionReport:
-    """Detect the padding of ``cfg.weights`` on ``cfg.images`` images of ``cfg.data``
-    (``configs/detect.yaml``); print the ranking, and write it to ``cfg.out`` as JSON if given."""
-    from data import Normalize  # imported here so that composing configs stays fast
-
-    from .detect_cli import read_inputs, write_json
-
-    inputs = read_inputs(cfg)
-    model, protocol = inputs.model, inputs.protocol
-    normalize = Normalize(protocol.preprocessing).to(inputs.device)
-    report = detect_padding(model.to(inputs.device), inputs.batches, normalize, protocol.crop,
-                            num_classes=inputs.num_classes, progress=True)
-    declared = model.meta.padding_name  # "custom" where the weights' sites match no preset
-    rank = next((i for i, s in enumerate(report.scores, 1) if declared in s.presets), None)
-    agrees = "no preset" if rank is None else "the best fit" if rank == 1 else f"rank {rank} of {len(report.scores)}"
-    print(f"\n{report}\ndeclared by the weights: {declared}, {agrees}", flush=True)
-    if inputs.out is not None:
-        protocol_keys = {key: getattr(protocol, key) for key in ("resize", "crop", "interpolation", "preprocessing")}
-        record = {"weights": cfg.weights, "declared_padding": declared, "dataset": cfg.data.name, **protocol_keys}
-        write_json(inputs.out, record | report.as_dict())
-        print(f"ranking written to {inputs.out}", flush=True)
-    return report
-
-
-@hydra.main(config_path="../configs", config_name="detect", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    from .cli import one_line_errors
-
-    with one_line_errors("resnet.detect"):
-        run(cfg)
-
-
-if __name__ == "__main__":
-    register_configs()  # model=<arch>, generated from the architecture table
-    main()
+    runpy.run_module("resnet.cli.detect", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.detect

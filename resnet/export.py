@@ -15,28 +15,25 @@ still works offline in torch 2.14, but lowers each ``F.pad`` into a
 ConstantOfShape/Concat/Reshape/Slice/Transpose/Cast chain that computes the pads at
 run time; the dynamo exporter emits them as constants and folds pads into Conv.
 
-The command (``configs/export.yaml``) loads weights as ``eval.py`` does, exports them for
-their evaluation crop, runs random images of two batch sizes through onnxruntime and
-through PyTorch (:func:`check_onnx`), and only then moves the file into place.
+The command, ``resnet-export`` (:mod:`resnet.cli.export`, ``configs/export.yaml``), loads
+weights as ``eval.py`` does, exports them for their evaluation crop, runs random images of two
+batch sizes through onnxruntime and through PyTorch (:func:`check_onnx`), and only then moves
+the file into place.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import uuid
 from pathlib import Path
 
-import hydra
 import onnx
 import torch
-from omegaconf import DictConfig, OmegaConf
 from onnx import numpy_helper
 from torch import nn
 
-from .config import ConfigError, padding_from_config, register_configs
 from .padding import freeze_padding
 
 DEFAULT_OPSET = 18  # the dynamo exporter's native opset in torch 2.5-2.14
@@ -209,59 +206,7 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
 
 
-# --- the command: python -m resnet.export -----------------------------------------------------
+if __name__ == "__main__":  # python -m resnet.export, kept for old scripts: the command is resnet/cli/export.py
+    import runpy
 
-
-def run(cfg: DictConfig) -> Path:
-    """Export ``cfg.weights`` to ``cfg.out`` as ``configs/export.yaml`` says, checked against onnxruntime."""
-    from .detect_cli import out_file
-    from .evaluation.run import padded_as_configured, weights_spec
-    from .padding import resolve_padding
-    from .weights import load_weights
-
-    spec = weights_spec(cfg)
-    if OmegaConf.is_missing(cfg, "out") or cfg.out is None:
-        raise ConfigError("say where to write the file: out=model.onnx")
-    out = out_file(cfg.out, ".onnx", "out=model.onnx")
-    if cfg.crop is not None and (not isinstance(cfg.crop, int) or cfg.crop <= 0):
-        raise ConfigError(f"crop must be a positive number of pixels, got crop={cfg.crop} (e.g. crop=224)")
-    if importlib.util.find_spec("onnxruntime") is None:
-        raise ConfigError("the export is checked with onnxruntime, which is not installed: pip install onnxruntime")
-    if not 0 < cfg.tolerance < 1:
-        raise ConfigError(f"tolerance is relative to the largest |logit|: between 0 and 1, got {cfg.tolerance}")
-    try:
-        resolve_padding(padding_from_config(cfg))  # an unknown site or scheme fails before the weights load
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err)) from None
-
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
-    model = padded_as_configured(cfg, loaded.model)
-    size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
-    try:
-        checks = export_checked(model, out, size, cfg.opset, cfg.tolerance)
-    except OSError as err:  # the folder checked above went away, or the disk is full
-        raise ConfigError(f"cannot write {out}: {err.strerror or err}; choose another out=...onnx") from None
-    meta = model.meta
-    print(f"exported {out}: {meta.arch} under {meta.padding_name} padding, input [batch, {meta.in_chans}, {size}, "
-          f"{size}] ({meta.preprocessing} preprocessing), opset {cfg.opset}, {out.stat().st_size / 2**20:.1f} MB")
-    print(f"checked against onnxruntime on random images, max |logit difference| "
-          f"(allowed: {cfg.tolerance:.0e} x max(1, max |logit|)):")
-    for n, difference, allowed in checks:
-        print(f"  batch {n}: {difference:.1e} (allowed {allowed:.1e})")
-    return out
-
-
-@hydra.main(config_path="../configs", config_name="export", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    from .cli import one_line_errors
-
-    try:
-        with one_line_errors("resnet.export"):  # a bad value or bad weights: one line
-            run(cfg)
-    except OnnxMismatch as err:  # the file was not written
-        raise SystemExit(f"resnet.export: {err}; {cfg.out} was not written") from None
-
-
-if __name__ == "__main__":
-    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
-    main()
+    runpy.run_module("resnet.cli.export", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.export

@@ -9,7 +9,6 @@ and under TF ``same`` (docs/padding.md: under SAME at even n the 3x3/2 output i 
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,15 +164,7 @@ def _formula(centres: Sequence[float]) -> str:
     return ", ".join(f"{c:g}" for c in centres)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("docs/sampling_grid.png"))
-    parser.add_argument("--size", type=int, default=8, help="input size n (even: the schemes differ)")
-    args = parser.parse_args(argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    plot_sampling_grid(args.out, args.size)
-    print(f"wrote {args.out}")
+if __name__ == "__main__":  # python -m resnet.figures, kept for old scripts: the command is resnet/cli/figures.py
+    import runpy
 
-
-if __name__ == "__main__":
-    main()
+    runpy.run_module("resnet.cli.figures", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.figures

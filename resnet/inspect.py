@@ -8,7 +8,6 @@ included: a blurred site shows the pad of the BlurPool that subsamples there.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 
@@ -16,14 +15,12 @@ from torch import nn
 
 from .model import build_model
 from .padding import (
-    PRESETS,
     PadConv2d,
     PadMaxPool2d,
     SameConv2d,
     SameMaxPool2d,
     input_sizes,
     is_blur_pool,
-    resolve_padding,
     same_pad,
 )
 
@@ -152,24 +149,7 @@ def format_pad_tables(arch: str, sizes: list[int], presets: list[str]) -> str:
     return "\n".join(out)
 
 
-def _scheme_name(name: str) -> str:
-    """An argparse type: a preset, or a blurred one (``symmetric+blur(block_conv)``)."""
-    try:
-        resolve_padding(name)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return name
+if __name__ == "__main__":  # python -m resnet.inspect, kept for old scripts: the command is resnet/cli/inspect.py
+    import runpy
 
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("arch", nargs="?", default="resnet50")
-    parser.add_argument("--size", type=int, nargs="+", default=[224])
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), type=_scheme_name,
-                        help="columns: presets, or blurred ones such as 'symmetric+blur(block_conv)'")
-    args = parser.parse_args(argv)
-    print(format_pad_tables(args.arch, args.size, args.presets))
-
-
-if __name__ == "__main__":
-    main()
+    runpy.run_module("resnet.cli.inspect", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.inspect

@@ -14,6 +14,9 @@ remedies, each on a small sample of images and little compute:
 
 >>> model = with_padding(trained, "symmetric")        # the same tensors, the new grid
 >>> used = reestimate_bn(model, batches, normalize)   # images used
+
+The command, ``resnet-regrid`` (:mod:`resnet.cli.regrid`, ``configs/regrid.yaml``), re-grids
+the weights ``weights=`` names on a sample of training images and saves a checkpoint.
 """
 
 from __future__ import annotations
@@ -146,91 +149,7 @@ def regrid(
     return student.eval(), report
 
 
-# --- python -m resnet.regrid ---------------------------------------------------------------------
+if __name__ == "__main__":  # python -m resnet.regrid, kept for old scripts: the command is resnet/cli/regrid.py
+    import runpy
 
-
-def run(cfg) -> dict:
-    """The command (``configs/regrid.yaml``): read the weights and the sample, re-grid, save."""
-    import time
-
-    from data import Normalize
-
-    from .checkpoint import save_checkpoint
-    from .config import ConfigError, check_data_config, check_data_package, data_workers, padding_from_config
-    from .detect_cli import out_file, read_images, single_crop_protocol
-    from .distributed import pick_device
-    from .evaluation.loader import build_eval_loader
-    from .evaluation.run import check_fit, weights_spec
-    from .padding import PRESETS, resolve_padding
-    from .report.console import format_table
-    from .weights import load_weights
-
-    spec = weights_spec(cfg)
-    if cfg.get("padding") is None:
-        raise ConfigError("say which grid to move the weights to: +padding=<preset>, e.g. +padding=symmetric")
-    if cfg.method not in METHODS:
-        raise ConfigError(f"method={cfg.method} is not one of {', '.join(METHODS)}: pass method=bn or method=distill")
-    for key in ("images", "batch_size", "epochs"):
-        if not isinstance(cfg[key], int) or cfg[key] <= 0:
-            raise ConfigError(f"{key} must be a positive number, got {key}={cfg[key]} (e.g. {key}=512)")
-    if not isinstance(cfg.lr, (int, float)) or cfg.lr <= 0:
-        raise ConfigError(f"lr must be a positive number, got lr={cfg.lr} (e.g. lr=0.01)")
-    out = out_file(cfg.out, ".pt", "out=regridded.pt")
-    check_data_package()
-    check_data_config(cfg.data)
-    try:
-        device = pick_device(cfg.device)
-    except (ValueError, RuntimeError) as err:
-        raise ConfigError(str(err)) from None
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
-    source = loaded.model
-    try:
-        target = resolve_padding(padding_from_config(cfg), native=source.meta.padding)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err).splitlines()[0]) from None
-    if target == source.meta.padding:
-        others = [f"+padding={name}" for name in PRESETS if name != target.name][:2]
-        raise ConfigError(f"{spec.text} is already under {target.name}: pass the grid to move to, "
-                          f"e.g. {' or '.join(others)}")
-    protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
-    try:
-        data = build_eval_loader(cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size,
-                                 data_workers(cfg.data), split="train")  # fmt: skip
-    except (FileNotFoundError, ValueError) as err:
-        raise ConfigError(str(err)) from None
-    check_fit(source.meta, data)
-    trained = loaded.trained_for or source.meta.padding_name  # grid[a,b]: trained under each of those
-    print(f"{spec.text}: a {source.meta.arch} trained under {trained}; re-gridding to "
-          f"{target.name} by {cfg.method} on up to {cfg.images} training images of {cfg.data.name}", flush=True)
-    batches, skipped = read_images(data, protocol, cfg.images, cfg.batch_size)
-    images = [x.to(device) for x, _ in batches]
-    normalize = Normalize(protocol.preprocessing).to(device)
-    start = time.perf_counter()
-    model, report = regrid(source.to(device), target, cfg.method, images, normalize, epochs=cfg.epochs, lr=cfg.lr)
-    report |= {"from_padding": trained, "from": spec.text, "images": sum(x.shape[0] for x in images),
-               "skipped_images": skipped, "seconds": round(time.perf_counter() - start, 2), "dataset": cfg.data.name,
-               "split": "train"}  # fmt: skip
-    save_checkpoint(out, model.cpu(), regrid=report)
-    summary = {"weights": spec.text, "grid": f"{report['from_padding']} -> {report['to_padding']}",
-               "method": cfg.method, "images": report["images"], "seconds": report["seconds"], "written": str(out)}
-    print("\n" + format_table([summary]), flush=True)
-    return report
-
-
-def main() -> None:
-    import hydra
-
-    from .cli import one_line_errors
-    from .config import register_configs
-
-    @hydra.main(config_path="../configs", config_name="regrid", version_base="1.3")
-    def entry(cfg) -> None:
-        with one_line_errors("resnet.regrid"):
-            run(cfg)
-
-    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
-    entry()
-
-
-if __name__ == "__main__":
-    main()
+    runpy.run_module("resnet.cli.regrid", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.regrid

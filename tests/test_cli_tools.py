@@ -27,11 +27,11 @@ from data import Normalize
 from data.fashion_mnist import load_fashion_mnist
 from resnet import PRESETS
 from resnet.checkpoint import save_checkpoint
+from resnet.cli.detect import main as detect_main
+from resnet.cli.detect import run as detect
+from resnet.cli.export import main as export_main
+from resnet.cli.export import run as export
 from resnet.detect import DetectionReport, SchemeScore, detect_padding
-from resnet.detect import main as detect_main
-from resnet.detect import run as detect
-from resnet.export import main as export_main
-from resnet.export import run as export
 from tests.helpers.builtin_data import require_fashion_mnist
 from tests.helpers.compose import compose_config
 from tests.helpers.models import random_model

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from resnet.config import ConfigError, join_job
+from resnet.config import ConfigError
 from resnet.distributed import LaunchError, cuda_index, detect_launch, expand_hostlist, pick_device, tasks_per_node
+from resnet.runtime import join_job
 from tests.helpers.compose import compose_config
 from tests.helpers.faults import error_line, launch
 from tests.helpers.training import PY, REPO

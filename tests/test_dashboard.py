@@ -12,7 +12,7 @@ import wandb
 import wandb_workspaces  # noqa: F401  (the test extra's: a missing install fails here)
 from wandb.proto import wandb_internal_pb2 as pb
 
-from resnet import dashboard
+from resnet.cli import dashboard
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
 from tests.helpers.compose import compose_config

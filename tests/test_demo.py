@@ -9,7 +9,7 @@ import json
 import pytest
 
 from resnet.checkpoint import load_checkpoint
-from resnet.demo import main
+from resnet.cli.demo import main
 from tests.helpers.builtin_data import require_fashion_mnist
 
 

@@ -15,12 +15,13 @@ from data import Normalize
 from data.shards import convert
 from data.shards.write import Sample
 from resnet.checkpoint import save_checkpoint
-from resnet.config import ConfigError, Runtime
+from resnet.config import ConfigError
 from resnet.engine.loop import StepContext, train_one_epoch
 from resnet.engine.run import train
 from resnet.evaluation.loop import evaluate
 from resnet.evaluation.run import evaluate_weights
 from resnet.report.progress import ENV, Progress, progress_mode
+from resnet.runtime import Runtime
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import make_folder
 

@@ -21,9 +21,9 @@ from torch import nn
 
 import resnet
 from data import Normalize
-from resnet.config import Runtime
 from resnet.engine.loop import StepContext, train_one_epoch
 from resnet.grid import draw, make_grid, set_grid
+from resnet.runtime import Runtime
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

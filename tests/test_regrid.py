@@ -140,7 +140,7 @@ def test_bad_methods_and_empty_samples_are_one_line():
 
 
 def regrid_command(*overrides: str) -> dict:
-    from resnet.regrid import run
+    from resnet.cli.regrid import run
     from tests.helpers.compose import compose_config
 
     return run(compose_config("regrid", *overrides))

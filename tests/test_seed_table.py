@@ -22,8 +22,8 @@ from torch import nn
 
 import resnet
 from resnet.checkpoint import save_checkpoint
+from resnet.cli.seed_table import run
 from resnet.config import ConfigError
-from resnet.seed_table import run
 from resnet.weights.keras import _layer_name
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import make_folder

@@ -30,11 +30,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 import resnet
 from data import Normalize
 from resnet.checkpoint import load_checkpoint
-from resnet.config import Runtime
 from resnet.distributed import DistEnv
 from resnet.engine import loop
 from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss, StepContext
+from resnet.runtime import Runtime
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import make_folder
 

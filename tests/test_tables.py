@@ -16,12 +16,13 @@ from torch import nn
 
 from data import Normalize
 from resnet import ALIASES, PRESETS
+from resnet.cli.tables import main
 from resnet.detect import detect_padding, preset_groups
 from resnet.figures import plot_sampling_grid, sampling_grid
 from resnet.report.published import TENSORNETS, TENSORNETS_ZERO_POOL, tensornets_reference
 from resnet.report.rows import ROW_KEYS, check_row, latest_rows, read_rows, scheme_label
+from resnet.report.table_files import write_tables
 from resnet.report.tables import cross_markdown, cross_matrices, scheme_records, scheme_table, wandb_table
-from resnet.tables import main, write_tables
 from tests.helpers.models import random_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"

@@ -11,8 +11,8 @@ from torch import nn
 
 from data import Normalize
 from resnet import build_model
-from resnet.config import Runtime
 from resnet.engine.loop import StepContext, train_step
+from resnet.runtime import Runtime
 
 NUM_CLASSES = 5
 

@@ -10,8 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
-import resnet.config
-from resnet.config import AUTO_WORKERS_CAP, ConfigError, auto_workers, check_data_config, cores_per_process
+import resnet.workers
+from resnet.config import ConfigError, check_data_config
+from resnet.workers import AUTO_WORKERS_CAP, auto_workers, cores_per_process
 from tests.helpers.training import run_in_process
 
 
@@ -61,8 +62,8 @@ def test_the_check_refuses_exactly_what_torch_warns_about():
 
 def test_a_default_run_on_this_machine_gets_no_worker_warning(tiny_folder, tmp_path, monkeypatch):
     picked = []
-    real = resnet.config.auto_workers
-    monkeypatch.setattr(resnet.config, "auto_workers", lambda *a: picked.append(real(*a)) or picked[-1])
+    real = resnet.workers.auto_workers
+    monkeypatch.setattr(resnet.workers, "auto_workers", lambda *a: picked.append(real(*a)) or picked[-1])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run_in_process(tiny_folder, tmp_path, "data.workers=auto", "epochs=1")

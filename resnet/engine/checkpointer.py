@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoint import save_checkpoint
-from ..diagnose import error_line
+from ..checkpoint.errors import error_line
 from ..distributed import DistEnv, gather_objects
 from .optim import scheduler_state
 from .state import rng_state

@@ -9,8 +9,8 @@ import torch
 from omegaconf import DictConfig
 
 from ..checkpoint import CheckpointError, load_weights
+from ..checkpoint.errors import error_line
 from ..config import ConfigError
-from ..diagnose import error_line
 from ..distributed import DistEnv
 from .optim import load_scheduler_state
 from .state import find_resume, load_training_state

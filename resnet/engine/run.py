@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from ..config import ConfigError, Runtime, data_workers, join_job, padding_from_config, runtime_for
+from ..config import ConfigError, padding_from_config
 from ..distributed import DistEnv, shutdown
 from ..evaluation.loop import evaluate
 from ..evaluation.tencrop import flip_pair
@@ -22,6 +22,8 @@ from ..grid import draw, make_grid, set_grid
 from ..model import ModelMeta
 from ..report.console import format_table
 from ..report.rows import git_commit, library_versions
+from ..runtime import Runtime, join_job, runtime_for
+from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
 from .checks import check_train_config
 from .lock import own_run_dir

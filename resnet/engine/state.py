@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import CheckpointError, load_checkpoint
-from ..diagnose import describe
+from ..checkpoint.errors import describe
 
 
 def seed_everything(seed: int) -> None:

@@ -3,7 +3,7 @@
 A batch is ``(images, labels)`` or a :class:`data.Batch` / :class:`resnet.evaluation.loader.PaddedBatch`
 (``images, labels, skipped, skipped_paths[, sizes]``), images as uint8 NCHW. Per batch:
 
-1. move to the device (:class:`resnet.config.Runtime`);
+1. move to the device (:class:`resnet.runtime.Runtime`);
 2. the input transform ``view`` (none for training's validation; the protocol's crop for
    ``eval.py``, where 10-crop turns ``[N, C, H, W]`` into ``[N * 10, C, crop, crop]``);
 3. normalise, forward under the runtime's autocast;
@@ -29,9 +29,9 @@ from torch import nn
 
 from data.testsets import LabelSpace
 
-from ..config import Runtime
 from ..distributed import all_reduce_sum
 from ..report.progress import Progress
+from ..runtime import Runtime
 from .tencrop import average_crops
 
 View = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (images, sizes or None) -> network input

@@ -1,30 +1,30 @@
-"""The body of ``eval.py``: load the weights, choose the protocol, evaluate, append one row."""
+"""The body of ``eval.py``: load the weights, choose the protocol (:mod:`.protocol`), evaluate, append one row."""
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 
-import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from ..config import ConfigError, check_run_config, data_workers, join_job, padding_from_config, runtime_for
+from ..config import ConfigError, check_run_config
 from ..distributed import DistEnv, shutdown
-from ..model import ModelMeta, with_padding
 from ..report.console import summary
 from ..report.rows import append_row, git_commit, library_versions
-from ..weights import (
-    LoadedWeights,
-    OriginProtocol,
-    WeightsError,
-    WeightsSpec,
-    check_has_ema,
-    load_weights,
-    parse_weights,
-)
-from .loader import CROP_COUNTS, EvalData, EvalProtocol, build_eval_loader, eval_dir
+from ..runtime import join_job, runtime_for
+from ..weights import WeightsSpec, check_has_ema
+from ..workers import data_workers
+from .loader import CROP_COUNTS, build_eval_loader, eval_dir
 from .loop import Evaluation, evaluate
+from .protocol import (
+    check_fit,
+    check_logger,
+    load_once,
+    padded_as_configured,
+    resolve_protocol,
+    results_path,
+    weights_spec,
+)
 from .tencrop import protocol_view
 
 SUMMARY_COLUMNS = {
@@ -69,65 +69,10 @@ def _check_config(cfg: DictConfig) -> None:
             raise ConfigError(str(err)) from None
 
 
-def weights_spec(cfg: DictConfig) -> WeightsSpec:
-    """``cfg.weights`` parsed; missing, one line saying which forms to give."""
-    if OmegaConf.is_missing(cfg, "weights"):
-        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form configs/eval.yaml lists "
-                          "(torchvision:ResNet50_Weights.IMAGENET1K_V1, timm:resnet50.a1_in1k, keras:ResNet50 ...)")
-    return parse_weights(cfg.weights)
-
-
-def padded_as_configured(cfg: DictConfig, model):
-    """``model`` under ``+padding=`` / ``+padding.<site>=`` when given; sites left out keep the
-    weights' own scheme."""
-    override = padding_from_config(cfg)
-    if override is None:
-        return model
-    try:
-        return with_padding(model, override)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err)) from None
-
-
-def check_logger(cfg: DictConfig) -> None:
-    """A W&B mode wandb would refuse fails before any work, in one line."""
-    from ..report.wandb_log import wandb_mode
-
-    if cfg.get("logger") and cfg.logger.get("wandb"):
-        try:
-            wandb_mode(cfg.logger)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-
-
-def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
-    """Each setting: the config's when given, else the weights' origin's, else the default.
-
-    crop: model.meta.eval_size (224; 299 for the *_v2 models, as TensorNets).
-    resize: the origin's (torchvision's 232 -> 224) while crop and crop_pct are the
-    origin's too; else floor(crop / crop_pct), timm's rule (0.875: 256 -> 224, 341 -> 299).
-    """
-    crop = cfg.crop or origin.crop or meta.eval_size
-    crop_pct = cfg.crop_pct or origin.crop_pct or cfg.data.crop_pct
-    if cfg.resize:
-        resize = cfg.resize
-    elif origin.resize and cfg.crop is None and cfg.crop_pct is None:
-        resize = origin.resize
-    else:
-        resize = math.floor(crop / crop_pct)
-    return EvalProtocol(
-        crops=cfg.crops,
-        crop=crop,
-        resize=resize,
-        interpolation=cfg.interpolation or origin.interpolation or cfg.data.interpolation,
-        preprocessing=cfg.preprocessing or origin.preprocessing or meta.preprocessing,
-    )
-
-
 def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     from data import Normalize  # imported here so that composing configs stays fast
 
-    loaded = _load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env, cfg.ema)
+    loaded = load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env, cfg.ema)
     model, trained_padding = loaded.model, loaded.trained_for or loaded.model.meta.padding_name
     model = padded_as_configured(cfg, model)
     meta = model.meta
@@ -203,41 +148,6 @@ def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
     run = start_run(cfg.logger, row, group=f"trained {row['trained_padding']}", run_dir=path.parent, job_type="eval")
     log_evaluations(run, [row], read_rows(path), reference=True)
     run.finish()
-
-
-def _load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv, ema: bool = False) -> LoadedWeights:
-    """Every process loads the weights; a download happens once, on rank 0, the others then
-    read its cached copy (or raise rank 0's error instead of waiting forever). ``ema``: a
-    checkpoint's EMA weights (files only: nothing to download)."""
-    if ema or not (env.distributed and download and spec.published):
-        return load_weights(spec, arch, download, ema=ema)
-    if not (env.distributed and download and spec.published):
-        return load_weights(spec, arch, download)
-    loaded, error = None, [None]
-    if env.is_main:
-        try:
-            loaded = load_weights(spec, arch, download=True)
-        except WeightsError as err:
-            error = [str(err)]
-    dist.broadcast_object_list(error, src=0)
-    if error[0] is not None:
-        raise WeightsError(error[0])
-    return loaded if env.is_main else load_weights(spec, arch, download=False)
-
-
-def check_fit(meta: ModelMeta, data: EvalData) -> None:
-    """The weights' head and input channels fit the data (a head one class larger: TF-slim's background)."""
-    if meta.num_classes not in (data.num_classes, data.num_classes + 1):  # +1: TF-slim's background class
-        raise ConfigError(f"the weights have {meta.num_classes} classes but the dataset has {data.num_classes}")
-    if meta.in_chans != data.in_chans:
-        raise ConfigError(
-            f"the weights take {meta.in_chans}-channel images but the dataset has {data.in_chans} channels"
-        )
-
-
-def results_path(value: str) -> Path:
-    """``results_file`` as given: relative paths are taken from the working directory."""
-    return Path(value).expanduser()
 
 
 def _report(row: dict, result: Evaluation, path: Path) -> None:

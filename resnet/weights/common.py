@@ -20,7 +20,7 @@ from torch import nn
 
 from ..archs import canonical_name
 from ..checkpoint import CheckpointError, read_torch_file
-from ..diagnose import describe, error_line
+from ..checkpoint.errors import describe, error_line
 from ..model import ResNet, build_model
 from ..padding import init_blur_filters
 

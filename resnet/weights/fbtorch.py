@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..checkpoint import CheckpointError, read_torch_file
-from ..diagnose import describe, printable
+from ..checkpoint.errors import describe, printable
 from ..model import ResNet, build_model
 from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable, assign, pick_arch
 

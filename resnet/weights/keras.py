@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import CheckpointError
-from ..diagnose import error_line
+from ..checkpoint.errors import error_line
 from ..model import ResNet, build_model
 from .common import (
     LoadedWeights,

@@ -48,7 +48,7 @@ from torch import nn
 from ..archs import ARCHS as ARCH_TABLE
 from ..archs import canonical_name
 from ..checkpoint import CheckpointError
-from ..diagnose import error_line
+from ..checkpoint.errors import error_line
 from ..model import ResNet, build_model
 from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable, assign
 from .fbtorch import fold_conv_biases

@@ -12,6 +12,9 @@ pickled code, a newer format, malformed meta, another architecture's weights) ra
 
 State-dict keys never depend on the padding (``resnet.blocks``), so weights trained
 under one scheme run under another: ``resnet.with_padding(load_model(path), "symmetric")``.
+
+This package holds the checkpoint code here, and in :mod:`.errors` the one-line messages
+that say why a file cannot be used (:class:`CheckpointError`'s, and the weights loaders').
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .archs import canonical_name
-from .diagnose import SHOWN_KEYS, before_reading, describe, error_line, key_problems, printable, unreadable
-from .model import ResNet, build_model
-from .padding import freeze_padding
+from ..archs import canonical_name
+from ..model import ResNet, build_model
+from ..padding import freeze_padding
+from .errors import SHOWN_KEYS, before_reading, describe, error_line, key_problems, printable, unreadable
 
 # The checkpoint layout save_checkpoint writes, and the newest this code reads. A checkpoint
 # without a "format" entry (written before it was recorded) has layout 1. Raise it when a
@@ -112,7 +115,7 @@ def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = 
     ``weights_only=True`` refuses any pickled object instead of constructing it, so nothing
     in the file runs. A damaged file makes torch.load raise almost anything; each failure
     says what the file is (missing, empty, cut short, not a torch file, pickled code) and
-    what to do, with torch's own first line in parentheses (:mod:`resnet.diagnose`).
+    what to do, with torch's own first line in parentheses (:mod:`resnet.checkpoint.errors`).
     """
     problem = before_reading(path) if isinstance(path, (str, os.PathLike)) else None
     if problem is not None:

@@ -9,7 +9,8 @@ and the error, and appends torch's own first line, cut short, for the record.
 ``model.load_state_dict`` lists every differing key on a line of its own;
 :func:`key_problems` counts them and names a few.
 
-Only strings here: :mod:`resnet.checkpoint` raises them as ``CheckpointError``.
+Only strings here: :mod:`resnet.checkpoint` raises them as ``CheckpointError``, the weights
+loaders (:mod:`resnet.weights`) and training (:mod:`resnet.engine`) use them too.
 """
 
 from __future__ import annotations

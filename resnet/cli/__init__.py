@@ -1,0 +1,21 @@
+"""The commands, each a ``main`` over library code (``[project.scripts]`` in pyproject.toml), and
+what they share.
+
+* :mod:`.tables` (``resnet-tables``): the error tables of a results file;
+* :mod:`.seed_table` (``resnet-seed-table``): evaluate a model list under every scheme, then its tables;
+* :mod:`.demo` (``resnet-demo``): train, evaluate and re-grid on Fashion-MNIST, on a CPU;
+* :mod:`.detect` (``resnet-detect``): which padding preset weights were trained with;
+* :mod:`.regrid` (``resnet-regrid``): move weights to another padding grid;
+* :mod:`.export` (``resnet-export``): ONNX with every pad explicit, checked against onnxruntime;
+* :mod:`.inspect` (``resnet-inspect``): the pad of every strided layer, per preset;
+* :mod:`.figures` (``resnet-figures``): the sampling-grid figure;
+* :mod:`.dashboard` (``resnet-dashboard``): the project's W&B workspace;
+* :func:`one_line_errors` (:mod:`.errors`): an error the user can fix is one line, no traceback
+  (``train.py``, ``eval.py`` and every command here).
+
+Each runs as ``python -m resnet.cli.<name>`` and, for old scripts, ``python -m resnet.<name>``.
+"""
+
+from .errors import one_line_errors
+
+__all__ = ["one_line_errors"]

@@ -1,0 +1,218 @@
+"""The built-in demo: the padding question end to end on Fashion-MNIST, on a CPU.
+
+``resnet-demo`` (``python -m resnet.demo``) trains the default model (``python train.py``'s recipe on the
+3-epoch schedule of ``configs/experiment/demo.yaml``) once
+under each scheme (``symmetric`` and ``asymmetric`` by default) and once on the grid of
+them all (``train.py grid=[...]``: one grid-robust model), evaluates every checkpoint under
+every scheme, and prints the "trained with x evaluated with" table of top-1 and top-5 errors.
+Then it re-grids the model trained under the last scheme to the first
+(:mod:`resnet.cli.regrid`, each method of :data:`REGRID`) and prints what each method recovered
+with the images and seconds it used. It writes, under ``--out`` (default ``results/demo``):
+``eval.jsonl`` (one row per evaluation), ``cross.md`` / ``cross.csv`` / ``cross.png`` (the
+matrix), ``tensornets.md`` / ``.csv`` / ``.png`` (per-scheme errors) and ``regrid.md`` /
+``.csv`` / ``.png`` (the re-gridding table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from ..config import padding_overrides, register_configs
+from ..grid import grid_name, grid_paddings
+from ..padding import resolve_padding
+from ..report.charts import plot_regrid
+from ..report.console import format_table
+from ..report.rows import read_rows
+from ..report.table_files import write_tables
+from ..report.tables import to_markdown, write_csv
+from .errors import one_line_errors
+
+# Each re-gridding method the demo runs, as python -m resnet.regrid overrides. bn: the BatchNorm
+# statistics of 5,000 training images; distill: then two passes over 15,000 of them towards the
+# source model's predictions under its own grid (no labels read), one-cycle LR peaking at 0.05.
+REGRID = {
+    "bn": ("method=bn", "images=5000"),
+    "distill": ("method=distill", "images=15000", "epochs=2", "lr=0.05"),
+}
+
+
+def config_dir() -> Path:
+    """The project's ``configs/``: ``$RESNET_PADDING_CONFIGS``, else the working directory's
+    (the demo runs from a checkout: train.py and eval.py live there too)."""
+    path = Path(os.environ.get("RESNET_PADDING_CONFIGS", "configs")).resolve()
+    if not (path / "train.yaml").is_file():
+        raise SystemExit(
+            f"error: no train.yaml in {path}; run from the repository root or set RESNET_PADDING_CONFIGS=/repo/configs"
+        )
+    return path
+
+
+def _compose(name: str, overrides: list[str]):
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides)
+
+
+def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
+    """One of the demo's models: ``padding`` are the overrides choosing its scheme (``+padding=...``)
+    or its grid (``grid=[...]``)."""
+    from ..engine.run import train
+
+    return train(_compose("train", ["+experiment=demo", *padding, f"run_dir={run_dir}", *overrides]))
+
+
+def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, overrides: list[str]) -> dict:
+    from ..evaluation.run import evaluate_weights
+
+    return evaluate_weights(_compose("eval", [
+        f"weights={checkpoint}", "data=fashion_mnist", *padding_overrides(scheme),
+        f"results_file={results_file.resolve()}", *overrides,
+    ]))  # fmt: skip
+
+
+def regrid_to(checkpoint: Path, scheme: str, out: Path, method: tuple[str, ...]) -> dict:
+    from .regrid import run
+
+    return run(_compose("regrid", [f"weights={checkpoint}", *padding_overrides(scheme), f"out={out}", *method]))
+
+
+def _scheme_name(name: str) -> str:
+    """An argparse type: a scheme's name as result rows spell it (``resnet.padding.Padding.name``)."""
+    try:
+        return resolve_padding(name).name
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _dir_name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")  # no ( ) [ ] in a path
+
+
+def latest(rows: list[dict], trained: str, evaluated: str) -> dict | None:
+    """The last row of the weights trained under ``trained`` evaluated under ``evaluated``."""
+    hits = [r for r in rows if r["trained_padding"] == trained and r["padding_name"] == evaluated]
+    return hits[-1] if hits else None
+
+
+def matrix_rows(rows: list[dict], trained: list[str], evaluated: list[str]) -> list[dict]:
+    """One line per trained model: top-1 and top-5 error under every evaluation scheme."""
+    table = []
+    for label in trained:
+        line: dict = {"trained with \\ evaluated with": label}
+        for metric, short in (("top1_err", "top-1"), ("top5_err", "top-5")):
+            for scheme in evaluated:
+                row = latest(rows, label, scheme)
+                line[f"{short} err % ({scheme})"] = row[metric] if row else float("nan")
+        table.append(line)
+    return table
+
+
+def regrid_table(rows: list[dict], source: str, target: str, runs: dict[str, dict]) -> list[dict]:
+    """The source-trained weights under ``target``: as they are, then after each method; the
+    native error (under ``source``) on top for comparison."""
+    native, moved = latest(rows, source, source), latest(rows, source, target)
+    table = [
+        {"weights": f"trained under {source}", "evaluated with": source, "method": "none (native grid)",
+         "images": 0, "seconds": 0.0, "top-1 err %": native["top1_err"], "top-5 err %": native["top5_err"]},
+        {"weights": f"trained under {source}", "evaluated with": target, "method": "none",
+         "images": 0, "seconds": 0.0, "top-1 err %": moved["top1_err"], "top-5 err %": moved["top5_err"]},
+    ]
+    for method, run in runs.items():
+        passes = run["distill_images"] // max(run["images"], 1)
+        table.append({
+            "weights": f"re-gridded to {target}", "evaluated with": target,
+            "method": method if not passes else f"{method}, {passes} pass{'es' if passes > 1 else ''}",
+            "images": run["images"],
+            "seconds": run["seconds"], "top-1 err %": run["eval"]["top1_err"], "top-5 err %": run["eval"]["top5_err"],
+        })  # fmt: skip
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schemes", nargs="+", default=["symmetric", "asymmetric"], type=_scheme_name,
+                        help="presets, or blurred ones such as 'symmetric+blur(block_conv)'")
+    parser.add_argument("--no-grid", dest="grid", action="store_false",
+                        help="leave out the grid-robust model (trained on every scheme)")
+    parser.add_argument("--no-regrid", dest="regrid", action="store_false",
+                        help="leave out re-gridding the last scheme's model to the first scheme")
+    parser.add_argument("--regrid-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for every re-gridding method, e.g. images=512 (repeatable)")
+    parser.add_argument("--out", type=Path, default=Path("results/demo"))
+    parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. epochs=2")
+    args = parser.parse_args(argv)
+    if len(set(args.schemes)) < len(args.schemes):
+        parser.error(f"--schemes {' '.join(args.schemes)} names a scheme twice: give each once")
+    with_grid = args.grid and len(args.schemes) > 1
+    if with_grid:
+        try:  # checked before any training: blurred sites, mixed pool pad values
+            grid_paddings(args.schemes)
+        except ValueError as err:
+            parser.error(f"{err}; or pass --no-grid")
+    with_regrid = args.regrid and len(args.schemes) > 1
+    with one_line_errors("resnet.demo"):
+        run(args, with_grid, with_regrid)
+
+
+def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
+    """Train, evaluate, re-grid and write the tables (:func:`main` has checked the arguments)."""
+
+    start = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_file = args.out / "eval.jsonl"
+    results_file.unlink(missing_ok=True)  # the demo's tables hold this run only
+    (args.out / "regrid_eval.jsonl").unlink(missing_ok=True)
+    checkpoints = {}
+    for scheme in args.schemes:
+        print(f"\n=== training under {scheme} ===", flush=True)
+        run_dir = args.out / f"train_{_dir_name(scheme)}"
+        train_demo(padding_overrides(scheme), run_dir, args.overrides)
+        checkpoints[scheme] = run_dir / "last.pt"
+    if with_grid:
+        label = grid_name(args.schemes)
+        print(f"\n=== training on the grid {label} (each step under one of them, drawn per step) ===", flush=True)
+        run_dir = args.out / "train_grid"
+        train_demo([f"grid=[{','.join(args.schemes)}]"], run_dir, args.overrides)
+        checkpoints[label] = run_dir / "last.pt"
+    for trained, checkpoint in checkpoints.items():
+        for evaluated in args.schemes:
+            print(f"\n=== trained with {trained}, evaluated with {evaluated} ===", flush=True)
+            evaluate_under(checkpoint, evaluated, results_file, [])
+
+    regrid_runs: dict[str, dict] = {}
+    source, target = args.schemes[-1], args.schemes[0]
+    if with_regrid:
+        for method, overrides in REGRID.items():
+            print(f"\n=== re-gridding the {source}-trained model to {target}: {method} ===", flush=True)
+            out = args.out / f"regrid_{method}.pt"
+            run = regrid_to(checkpoints[source], target, out, [*overrides, *args.regrid_set])
+            run["eval"] = evaluate_under(out, target, args.out / "regrid_eval.jsonl", [])
+            regrid_runs[method] = run
+
+    rows = read_rows(results_file)
+    write_tables(results_file, args.out, schemes=args.schemes)
+    print("\nFashion-MNIST test set (10,000 images): error % of each trained model under each scheme\n")
+    print(format_table(matrix_rows(rows, list(checkpoints), args.schemes)))
+    files = "cross.md, cross.png, tensornets.md, tensornets.png"
+    if regrid_runs:
+        table = regrid_table(rows, source, target, regrid_runs)
+        columns = list(table[0])
+        (args.out / "regrid.md").write_text(to_markdown(columns, table) + "\n")
+        write_csv(args.out / "regrid.csv", columns, table)
+        plot_regrid(table, args.out / "regrid.png")
+        print(f"\nThe {source}-trained model under {target}, re-gridded on training images (seconds: the method "
+              "alone, on this machine)\n")
+        print(format_table(table))
+        files += ", regrid.md, regrid.png"
+    print(f"\ntables and charts: {args.out}/ {files}")
+    print(f"demo wall time: {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""``resnet-detect`` (``python -m resnet.detect``): which padding preset were these weights trained with?
+
+    resnet-detect weights=outputs/<date>/<time>/last.pt             # the built-in Fashion-MNIST
+    resnet-detect weights=timm:/models/model.safetensors data=imagenet data.root=/data/imagenet
+    resnet-detect weights=... data.root=/data/imagenet images=2000 out=ranking.json
+
+Reads what ``configs/detect.yaml`` asks for as ``eval.py`` reads it: the weights (:mod:`resnet.weights`,
+eval.py's ``weights=`` forms), the protocol (:func:`resnet.evaluation.protocol.single_crop_protocol`)
+and up to ``images`` labelled images of the evaluation split (:mod:`resnet.evaluation.sample`), every
+check that needs neither weights nor images done first; then ranks the presets
+(:func:`resnet.detect.detect_padding`). Every bad value is a :class:`resnet.config.ConfigError` (or a
+:class:`resnet.weights.WeightsError`) whose one line says what to type instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from ..config import ConfigError, check_data_config, check_data_package, register_configs
+from ..detect import DetectionReport, detect_padding
+from ..distributed import pick_device
+from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, eval_dir
+from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
+from ..evaluation.sample import read_images
+from ..model import ModelMeta
+from ..out_files import out_file, write_json
+from ..weights import load_weights
+from ..workers import data_workers
+from .errors import one_line_errors
+
+CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")  # absolute: found however the module is run
+
+
+@dataclass
+class DetectionInput:
+    model: nn.Module  # on the CPU, under the weights' own padding (its meta says which)
+    device: torch.device  # where to run it (device=)
+    protocol: EvalProtocol  # crops=1
+    batches: list[tuple[torch.Tensor, torch.Tensor]]  # uint8 [N, C, crop, crop], labels [N]
+    num_classes: int  # the data's (a head with one more has TF-slim's background class)
+    out: Path | None  # where to write the ranking as JSON
+
+
+def read_inputs(cfg: DictConfig) -> DetectionInput:
+    """The weights, protocol and images ``configs/detect.yaml`` asks for; prints what is read."""
+    spec = weights_spec(cfg)
+    out = _check_config(cfg)
+    try:
+        device = pick_device(cfg.device)
+    except (ValueError, RuntimeError) as err:  # device=cuda without a GPU
+        raise ConfigError(str(err)) from None
+    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
+    meta = loaded.model.meta
+    protocol = single_crop_protocol(cfg, meta, loaded.origin)
+    try:
+        data = build_eval_loader(
+            cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size, data_workers(cfg.data),
+            val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
+        )
+    except (FileNotFoundError, ValueError) as err:  # an empty class folder, a wnid that is none
+        raise ConfigError(str(err)) from None
+    _check_fit(meta, data, cfg.data.name)
+
+    print(f"{spec.text}: a {meta.arch} declared {meta.padding_name}; scoring every preset on up to {cfg.images} "
+          f"images of {cfg.data.name} (resize {protocol.resize} -> crop {protocol.crop}, {protocol.interpolation}, "
+          f"{protocol.preprocessing} preprocessing)", flush=True)
+    batches, skipped = read_images(data, protocol, cfg.images, cfg.batch_size)
+    if skipped:
+        print(f"skipped {skipped} unreadable image(s)", flush=True)
+    return DetectionInput(loaded.model, device, protocol, batches, data.num_classes, out)
+
+
+def _check_config(cfg: DictConfig) -> Path | None:
+    """Every check that needs no weights and no images; returns the ``out`` path (or None)."""
+    if cfg.get("padding") is not None:
+        raise ConfigError("detection runs the weights under every preset itself: drop +padding=...")
+    for key in ("images", "batch_size"):
+        if not isinstance(cfg[key], int) or cfg[key] <= 0:
+            raise ConfigError(f"{key} must be a positive number, got {key}={cfg[key]} (e.g. {key}=500)")
+    check_data_package()
+    check_data_config(cfg.data)
+    if cfg.data.name != "fashion_mnist":
+        try:
+            eval_dir(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
+        except FileNotFoundError as err:
+            raise ConfigError(str(err)) from None
+    return None if cfg.out is None else out_file(cfg.out, ".json", "out=ranking.json")
+
+
+def _check_fit(meta: ModelMeta, data: EvalData, dataset: str) -> None:
+    if data.labels is not None:  # ImageNet-R/A score a subset of the logits, ReaL sets of labels
+        raise ConfigError(f"data={dataset} is not scored one class per image over the weights' classes; "
+                          "use data=imagenet, imagenet_v2 or imagenet_sketch")
+    check_fit(meta, data)
+
+
+def run(cfg: DictConfig) -> DetectionReport:
+    """Detect the padding of ``cfg.weights`` on ``cfg.images`` images of ``cfg.data``
+    (``configs/detect.yaml``); print the ranking, and write it to ``cfg.out`` as JSON if given."""
+    from data import Normalize  # imported here so that composing configs stays fast
+
+    inputs = read_inputs(cfg)
+    model, protocol = inputs.model, inputs.protocol
+    normalize = Normalize(protocol.preprocessing).to(inputs.device)
+    report = detect_padding(model.to(inputs.device), inputs.batches, normalize, protocol.crop,
+                            num_classes=inputs.num_classes, progress=True)
+    declared = model.meta.padding_name  # "custom" where the weights' sites match no preset
+    rank = next((i for i, s in enumerate(report.scores, 1) if declared in s.presets), None)
+    agrees = "no preset" if rank is None else "the best fit" if rank == 1 else f"rank {rank} of {len(report.scores)}"
+    print(f"\n{report}\ndeclared by the weights: {declared}, {agrees}", flush=True)
+    if inputs.out is not None:
+        protocol_keys = {key: getattr(protocol, key) for key in ("resize", "crop", "interpolation", "preprocessing")}
+        record = {"weights": cfg.weights, "declared_padding": declared, "dataset": cfg.data.name, **protocol_keys}
+        write_json(inputs.out, record | report.as_dict())
+        print(f"ranking written to {inputs.out}", flush=True)
+    return report
+
+
+@hydra.main(config_path=CONFIGS, config_name="detect", version_base="1.3")
+def _main(cfg: DictConfig) -> None:
+    with one_line_errors("resnet.detect"):
+        run(cfg)
+
+
+def main(cfg: DictConfig | None = None) -> None:
+    """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
+    register_configs()  # model=<arch>, generated from the architecture table
+    _main(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""``resnet-export`` (``python -m resnet.export``): ONNX with every pad explicit, checked against onnxruntime.
+
+    resnet-export weights=outputs/<date>/<time>/last.pt out=tiny.onnx
+    resnet-export weights=timm:resnet50.a1_in1k out=resnet50.onnx download=true +padding=asymmetric
+
+Loads weights as ``eval.py`` does, exports them for their evaluation crop and checks the file
+(:func:`resnet.export.export_checked`) before moving it into place (``configs/export.yaml``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import ConfigError, padding_from_config, register_configs
+from ..export import OnnxMismatch, export_checked
+from ..out_files import out_file
+from .errors import one_line_errors
+
+CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")  # absolute: found however the module is run
+
+
+def run(cfg: DictConfig) -> Path:
+    """Export ``cfg.weights`` to ``cfg.out`` as ``configs/export.yaml`` says, checked against onnxruntime."""
+    from ..evaluation.protocol import padded_as_configured, weights_spec
+    from ..padding import resolve_padding
+    from ..weights import load_weights
+
+    spec = weights_spec(cfg)
+    if OmegaConf.is_missing(cfg, "out") or cfg.out is None:
+        raise ConfigError("say where to write the file: out=model.onnx")
+    out = out_file(cfg.out, ".onnx", "out=model.onnx")
+    if cfg.crop is not None and (not isinstance(cfg.crop, int) or cfg.crop <= 0):
+        raise ConfigError(f"crop must be a positive number of pixels, got crop={cfg.crop} (e.g. crop=224)")
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise ConfigError("the export is checked with onnxruntime, which is not installed: pip install onnxruntime")
+    if not 0 < cfg.tolerance < 1:
+        raise ConfigError(f"tolerance is relative to the largest |logit|: between 0 and 1, got {cfg.tolerance}")
+    try:
+        resolve_padding(padding_from_config(cfg))  # an unknown site or scheme fails before the weights load
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+
+    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
+    model = padded_as_configured(cfg, loaded.model)
+    size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
+    try:
+        checks = export_checked(model, out, size, cfg.opset, cfg.tolerance)
+    except OSError as err:  # the folder checked above went away, or the disk is full
+        raise ConfigError(f"cannot write {out}: {err.strerror or err}; choose another out=...onnx") from None
+    meta = model.meta
+    print(f"exported {out}: {meta.arch} under {meta.padding_name} padding, input [batch, {meta.in_chans}, {size}, "
+          f"{size}] ({meta.preprocessing} preprocessing), opset {cfg.opset}, {out.stat().st_size / 2**20:.1f} MB")
+    print(f"checked against onnxruntime on random images, max |logit difference| "
+          f"(allowed: {cfg.tolerance:.0e} x max(1, max |logit|)):")
+    for n, difference, allowed in checks:
+        print(f"  batch {n}: {difference:.1e} (allowed {allowed:.1e})")
+    return out
+
+
+@hydra.main(config_path=CONFIGS, config_name="export", version_base="1.3")
+def _main(cfg: DictConfig) -> None:
+    try:
+        with one_line_errors("resnet.export"):  # a bad value or bad weights: one line
+            run(cfg)
+    except OnnxMismatch as err:  # the file was not written
+        raise SystemExit(f"resnet.export: {err}; {cfg.out} was not written") from None
+
+
+def main(cfg: DictConfig | None = None) -> None:
+    """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
+    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
+    _main(cfg)
+
+
+if __name__ == "__main__":
+    main()

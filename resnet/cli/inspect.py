@@ -1,0 +1,39 @@
+"""``resnet-inspect`` (``python -m resnet.inspect``): the pad every strided layer applies, per preset.
+
+``resnet-inspect resnet50 --size 224 299`` prints the pad table of every preset (docs/padding.md,
+"ResNet-50 at 224x224") for that architecture (:func:`resnet.inspect.format_pad_tables`);
+``--presets symmetric "symmetric+blur(block_conv)"`` picks the columns, blurred schemes
+included: a blurred site shows the pad of the BlurPool that subsamples there.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..inspect import format_pad_tables
+from ..padding import PRESETS, resolve_padding
+
+DESCRIPTION = "Which pad every strided layer of a model applies at a given input size."  # --help's first line
+
+
+def _scheme_name(name: str) -> str:
+    """An argparse type: a preset, or a blurred one (``symmetric+blur(block_conv)``)."""
+    try:
+        resolve_padding(name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return name
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=DESCRIPTION)
+    parser.add_argument("arch", nargs="?", default="resnet50")
+    parser.add_argument("--size", type=int, nargs="+", default=[224])
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), type=_scheme_name,
+                        help="columns: presets, or blurred ones such as 'symmetric+blur(block_conv)'")
+    args = parser.parse_args(argv)
+    print(format_pad_tables(args.arch, args.size, args.presets))
+
+
+if __name__ == "__main__":
+    main()

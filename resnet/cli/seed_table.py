@@ -1,0 +1,187 @@
+"""The seed table in one command: ``resnet-seed-table data.root=/data/imagenet`` (``python -m resnet.seed_table``).
+
+Every model of a model list (``configs/table/<name>.yaml``; TensorNets issue #25's eleven by
+default) is evaluated under each scheme of ``schemes``, with each crop count of ``crops``,
+exactly as ``eval.py`` would (one results row each, appended to ``results_file``). Then the
+TensorNets-style table and the cross matrix are regenerated from that file into ``out/``
+(Markdown, CSV, PNG) beside the published numbers, and logged to W&B with ``logger=wandb``.
+
+A model whose weights cannot be had (not in its hub's cache without ``download=true``, a file
+the list needs but was not given) becomes a row naming what fills it: the flag, or the
+``table.files.<arch>=`` path. It is never dropped.
+
+    python -m resnet.seed_table data.root=/data/imagenet download=true
+    python -m resnet.seed_table data=imagenet_v2 data.root=/data/imagenetv2-matched-frequency-format-val
+    python -m resnet.seed_table data.root=/data/imagenet table.files.resnet200_v2=/models/resnet200.pth
+    torchrun --nproc_per_node=8 -m resnet.seed_table data.root=/data/imagenet
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ..config import ConfigError, padding_overrides, register_configs
+from ..padding import PRESETS, resolve_padding
+from .errors import one_line_errors
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # absolute: found however the module is run
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One model of the list, its weights= value resolved (``fill`` set: a file it needs is not given)."""
+
+    arch: str
+    weights: str
+    preset: str
+    resize: int
+    crop: int
+    fill: str | None = None  # what gives the weights when ``weights`` is None
+
+
+def entries(table: DictConfig) -> list[Entry]:
+    """The model list with ``{file}`` replaced by ``table.files.<arch>``."""
+    files = table.get("files") or {}
+    found = []
+    for row in table.models:
+        weights, fill = str(row.weights), None
+        if "{file}" in weights:
+            path = files.get(row.arch)
+            if path is None:
+                fill = f"table.files.{row.arch}=/path/to/its/file ({weights.split(':')[0]} weights)"
+                weights = weights.replace("{file}", f"<table.files.{row.arch}>")
+            else:
+                weights = weights.replace("{file}", str(path))
+        found.append(Entry(row.arch, weights, row.preset, int(row.resize), int(row.crop), fill))
+    return found
+
+
+def _scheme_name(name: object) -> bool:
+    """A name :func:`resnet.padding.resolve_padding` reads as written: a preset or ``<preset>+blur(<sites>)``."""
+    try:
+        return isinstance(name, str) and resolve_padding(name).name == name
+    except ValueError:
+        return False
+
+
+def check(cfg: DictConfig) -> None:
+    unknown = [s for s in cfg.schemes if not _scheme_name(s)]
+    if unknown or not cfg.schemes:
+        raise ConfigError(f"schemes={list(cfg.schemes)}: each must be a preset ({', '.join(PRESETS)}) or a "
+                          "blurred one ('symmetric+blur(block_conv)'), e.g. schemes=[symmetric,asymmetric]")
+    if not cfg.crops or any(c not in (1, 10) for c in cfg.crops):
+        raise ConfigError(f"crops={list(cfg.crops)}: each must be 1 or 10, e.g. crops=[1,10]")
+
+
+def eval_base(scheme: str) -> DictConfig:
+    """configs/eval.yaml under ``+padding=<scheme>``, composed once per scheme (composing is slow)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = padding_overrides(scheme)
+    if GlobalHydra.instance().is_initialized():  # inside the Hydra app
+        return compose(config_name="eval", overrides=overrides)
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):  # called as a function (tests)
+        return compose(config_name="eval", overrides=overrides)
+
+
+def eval_config(cfg: DictConfig, base: DictConfig, entry: Entry, crops: int) -> DictConfig:
+    """One evaluation of the table: ``base`` (:func:`eval_base`) with the table's data and settings."""
+    ecfg = copy.deepcopy(base)
+    with open_dict(ecfg):
+        ecfg.data = cfg.data
+        ecfg.logger = {"wandb": False}  # the table logs once, at the end
+        ecfg.weights, ecfg.crops, ecfg.crop, ecfg.resize = entry.weights, crops, entry.crop, entry.resize
+        for key in ("download", "interpolation", "batch_size", "device", "amp", "channels_last", "results_file"):
+            ecfg[key] = cfg[key]
+    return ecfg
+
+
+def run(cfg: DictConfig) -> dict:
+    """Evaluate the list, write the tables; returns {"rows", "missing", "markdown"}."""
+    from ..checkpoint import CheckpointError
+    from ..evaluation.protocol import check_logger, results_path
+    from ..evaluation.run import evaluate_weights
+    from ..report.rows import read_rows
+    from ..report.table_files import write_tables
+    from ..weights import WeightsError
+
+    check(cfg)
+    check_logger(cfg)
+    models = entries(cfg.table)
+    plan = [(e, s, c) for e in models for s in cfg.schemes for c in cfg.crops]
+    bases = {scheme: eval_base(scheme) for scheme in cfg.schemes}
+    rows, missing, failed = [], [], set()
+    for number, (entry, scheme, crops) in enumerate(plan, start=1):
+        if entry.arch in failed:
+            continue
+        print(f"[{number}/{len(plan)}] {entry.arch} ({entry.weights}) under {scheme}, "
+              f"{crops}-crop", flush=True)
+        fill = entry.fill
+        if fill is None:
+            try:
+                rows.append(evaluate_weights(eval_config(cfg, bases[scheme], entry, crops)))
+                if rows[-1]["trained_padding"] != entry.preset:
+                    print(f"note: {entry.weights} load with native padding {rows[-1]['trained_padding']}, the list "
+                          f"says {entry.preset}: fix its preset in configs/table/{cfg.table.name}.yaml", flush=True)
+                continue
+            except (WeightsError, CheckpointError) as err:  # not in the cache, a bad file: the row says so
+                fill = str(err)
+        failed.add(entry.arch)
+        missing.append({"arch": entry.arch, "weights": entry.weights,
+                        "trained_padding": entry.preset, "dataset": cfg.data.name,
+                        "protocol": f"resize {entry.resize} → crop {entry.crop}", "fix": fill})
+        print(f"  missing: {fill}", flush=True)
+    if not _is_main():
+        return {"rows": rows, "missing": missing, "markdown": None}
+    path = results_path(cfg.results_file)
+    if not rows:
+        raise ConfigError("no model of the table could be evaluated; fill them: "
+                          + "; ".join(f"{m['arch']}: {m['fix']}" for m in missing))
+    markdown = write_tables(path, cfg.out, list(cfg.schemes), reference=True, missing=missing, cross_sources=None)
+    print(markdown)
+    print(f"{len(rows)} evaluations of {len(models) - len(failed)} models, {len(missing)} missing; "
+          f"rows in {path}, tables in {cfg.out}/", flush=True)
+    if cfg.logger.get("wandb"):
+        _log_to_wandb(cfg, rows, read_rows(path), missing)
+    return {"rows": rows, "missing": missing, "markdown": markdown}
+
+
+def _is_main() -> bool:
+    from ..distributed import detect_launch
+
+    return detect_launch().rank == 0
+
+
+def _log_to_wandb(cfg: DictConfig, rows: list[dict], all_rows: list[dict], missing: list[dict]) -> None:
+    import wandb
+
+    from ..report.wandb_log import log_evaluations, start_run
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    run = start_run(cfg.logger, config, group=f"seed table {cfg.table.name}", run_dir=cfg.out, job_type="seed_table")
+    log_evaluations(run, rows, all_rows, reference=True, missing=missing)
+    charts = {name: Path(cfg.out) / f"{name}.png" for name in ("tensornets", "cross")}
+    run.log({f"padding/{name}_chart": wandb.Image(str(path)) for name, path in charts.items()})
+    run.finish()
+
+
+@hydra.main(config_path=str(CONFIGS), config_name="seed_table", version_base="1.3")
+def _main(cfg: DictConfig) -> None:
+    with one_line_errors("resnet.seed_table"):  # a bad value or data layout: one line, status 2
+        run(cfg)
+
+
+def main(cfg: DictConfig | None = None) -> None:
+    """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
+    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
+    _main(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The evaluation protocol as ``eval.py`` reads it from a config, for every command that reads weights
+as it does (``eval.py``, detection, re-gridding, export, the seed table):
+
+* :func:`weights_spec`: ``weights=`` parsed; :func:`load_once`: loaded, downloaded once per job;
+* :func:`resolve_protocol`: crop, resize, interpolation and preprocessing, from the config, else
+  the weights' origin, else the defaults; :func:`single_crop_protocol`: the same, one centre crop;
+* :func:`padded_as_configured`: the model under ``+padding=`` when given;
+* :func:`check_fit`, :func:`check_logger`: checks before any work; :func:`results_path`: ``results_file``.
+
+Every bad value is a :class:`resnet.config.ConfigError`, one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ..config import ConfigError, padding_from_config
+from ..distributed import DistEnv
+from ..model import ModelMeta, with_padding
+from ..weights import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, load_weights, parse_weights
+from .loader import EvalData, EvalProtocol
+
+
+def weights_spec(cfg: DictConfig) -> WeightsSpec:
+    """``cfg.weights`` parsed; missing, one line saying which forms to give."""
+    if OmegaConf.is_missing(cfg, "weights"):
+        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form configs/eval.yaml lists "
+                          "(torchvision:ResNet50_Weights.IMAGENET1K_V1, timm:resnet50.a1_in1k, keras:ResNet50 ...)")
+    return parse_weights(cfg.weights)
+
+
+def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
+    """Each setting: the config's when given, else the weights' origin's, else the default.
+
+    crop: model.meta.eval_size (224; 299 for the *_v2 models, as TensorNets).
+    resize: the origin's (torchvision's 232 -> 224) while crop and crop_pct are the
+    origin's too; else floor(crop / crop_pct), timm's rule (0.875: 256 -> 224, 341 -> 299).
+    """
+    crop = cfg.crop or origin.crop or meta.eval_size
+    crop_pct = cfg.crop_pct or origin.crop_pct or cfg.data.crop_pct
+    if cfg.resize:
+        resize = cfg.resize
+    elif origin.resize and cfg.crop is None and cfg.crop_pct is None:
+        resize = origin.resize
+    else:
+        resize = math.floor(crop / crop_pct)
+    return EvalProtocol(
+        crops=cfg.crops,
+        crop=crop,
+        resize=resize,
+        interpolation=cfg.interpolation or origin.interpolation or cfg.data.interpolation,
+        preprocessing=cfg.preprocessing or origin.preprocessing or meta.preprocessing,
+    )
+
+
+def single_crop_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
+    """eval.py's protocol for these weights, single centre crop."""
+    single = copy.deepcopy(cfg)
+    with open_dict(single):
+        single.crops = 1  # resolve_protocol reads eval.yaml's keys; detection scores centre crops
+    try:
+        return resolve_protocol(single, meta, origin)
+    except ValueError as err:  # crop larger than resize, an unknown interpolation
+        raise ConfigError(str(err)) from None
+
+
+def padded_as_configured(cfg: DictConfig, model):
+    """``model`` under ``+padding=`` / ``+padding.<site>=`` when given; sites left out keep the
+    weights' own scheme."""
+    override = padding_from_config(cfg)
+    if override is None:
+        return model
+    try:
+        return with_padding(model, override)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_fit(meta: ModelMeta, data: EvalData) -> None:
+    """The weights' head and input channels fit the data (a head one class larger: TF-slim's background)."""
+    if meta.num_classes not in (data.num_classes, data.num_classes + 1):  # +1: TF-slim's background class
+        raise ConfigError(f"the weights have {meta.num_classes} classes but the dataset has {data.num_classes}")
+    if meta.in_chans != data.in_chans:
+        raise ConfigError(
+            f"the weights take {meta.in_chans}-channel images but the dataset has {data.in_chans} channels"
+        )
+
+
+def check_logger(cfg: DictConfig) -> None:
+    """A W&B mode wandb would refuse fails before any work, in one line."""
+    from ..report.wandb_log import wandb_mode
+
+    if cfg.get("logger") and cfg.logger.get("wandb"):
+        try:
+            wandb_mode(cfg.logger)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+
+def load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv, ema: bool = False) -> LoadedWeights:
+    """Every process loads the weights; a download happens once, on rank 0, the others then
+    read its cached copy (or raise rank 0's error instead of waiting forever). ``ema``: a
+    checkpoint's EMA weights (files only: nothing to download)."""
+    if ema or not (env.distributed and download and spec.published):
+        return load_weights(spec, arch, download, ema=ema)
+    if not (env.distributed and download and spec.published):
+        return load_weights(spec, arch, download)
+    loaded, error = None, [None]
+    if env.is_main:
+        try:
+            loaded = load_weights(spec, arch, download=True)
+        except WeightsError as err:
+            error = [str(err)]
+    dist.broadcast_object_list(error, src=0)
+    if error[0] is not None:
+        raise WeightsError(error[0])
+    return loaded if env.is_main else load_weights(spec, arch, download=False)
+
+
+def results_path(value: str) -> Path:
+    """``results_file`` as given: relative paths are taken from the working directory."""
+    return Path(value).expanduser()

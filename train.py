@@ -5,7 +5,7 @@
     python train.py model=resnet50 data=imagenet data.root=/data/imagenet
     torchrun --nproc_per_node=8 train.py +experiment=tv_v1 data.root=/data/imagenet
 
-Configs live in configs/ (train.yaml is the root); see the README for every form.
+Configs live in configs/ (train.yaml is the root); docs/training.md has every form.
 """
 
 import hydra

@@ -21,7 +21,7 @@ from ..evaluation.tencrop import flip_pair
 from ..grid import draw, make_grid, set_grid
 from ..model import ModelMeta
 from ..report.console import format_table
-from ..report.rows import git_commit, library_versions
+from ..report.rows import TRAIN_SUMMARY, results_row
 from ..runtime import Runtime, join_job, runtime_for
 from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
@@ -37,20 +37,6 @@ from .state import epoch_seed, seed_everything, set_rng_state
 from .sync_bn import convert_sync_batchnorm
 
 __all__ = ["CheckpointWriteError", "LoaderWorkerDied", "RunFailed", "train"]
-
-SUMMARY_COLUMNS = {
-    "arch": "arch",
-    "padding": "padding_name",
-    "dataset": "dataset",
-    "epochs": "epochs",
-    "weights": "weights",
-    "amp": "amp",
-    "top1_err %": "top1_err",
-    "top5_err %": "top5_err",
-    "val images": "n_val_images",
-    "train img/s": "train_images_per_s",
-    "wall s": "wall_seconds",
-}
 
 
 class LoaderWorkerDied(RunFailed):
@@ -324,33 +310,25 @@ def _handing_over(stop: StopRequest, saver: Checkpointer) -> Iterator[None]:
 
 
 def _results(cfg: DictConfig, env: DistEnv, t: Training, fit: Fit, run_dir: Path, wall_seconds: float) -> dict:
-    val, ema_val, meta = fit.val, fit.ema_val, t.meta
-    return {
-        "arch": meta.arch,
-        "padding_name": meta.padding_name,
-        "padding": meta.padding.as_dict(),
-        "grid": t.grid,  # None, or the presets trained for (validated under the first)
-        "preprocessing": meta.preprocessing,
-        "dataset": cfg.data.name,
-        "epochs": fit.epochs,
-        "global_batch": cfg.batch_size * env.world_size,
-        "world_size": env.world_size,
-        "amp": cfg.amp,
-        "top1_err": val.get("top1_err"),
-        "top5_err": val.get("top5_err"),
-        "ema_decay": cfg.ema_decay,
-        "ema_top1_err": ema_val.get("top1_err"),  # None without EMA
-        "ema_top5_err": ema_val.get("top5_err"),
-        "n_val_images": val.get("n_images"),
-        "skipped_images": sum(int(r.get("skipped_images") or 0) for r in fit.history),  # training, every epoch
-        "val_skipped_images": val.get("skipped_images"),
-        "train_images_per_s": fit.train_rate,
-        "val_images_per_s": val.get("images_per_s"),
-        "wall_seconds": wall_seconds,
-        "versions": library_versions(),
-        "git_commit": git_commit(),
-        "run_dir": str(run_dir),
-    }
+    val, ema_val = fit.val, fit.ema_val
+    return results_row(
+        t.meta, cfg.data.name, cfg.amp, val,
+        grid=t.grid,  # None, or the presets trained for (validated under the first)
+        preprocessing=t.meta.preprocessing,
+        epochs=fit.epochs,
+        global_batch=cfg.batch_size * env.world_size,
+        world_size=env.world_size,
+        ema_decay=cfg.ema_decay,
+        ema_top1_err=ema_val.get("top1_err"),  # None without EMA
+        ema_top5_err=ema_val.get("top5_err"),
+        n_val_images=val.get("n_images"),
+        skipped_images=sum(int(r.get("skipped_images") or 0) for r in fit.history),  # training, every epoch
+        val_skipped_images=val.get("skipped_images"),
+        train_images_per_s=fit.train_rate,
+        val_images_per_s=val.get("images_per_s"),
+        wall_seconds=wall_seconds,
+        run_dir=str(run_dir),
+    )
 
 
 def _summary(results: dict, footer: str) -> str:
@@ -359,7 +337,7 @@ def _summary(results: dict, footer: str) -> str:
     if results["ema_top1_err"] is not None:
         rows.append({**results, "weights": f"EMA {results['ema_decay']:g}", "top1_err": results["ema_top1_err"],
                      "top5_err": results["ema_top5_err"]})
-    table = [{heading: row[key] for heading, key in SUMMARY_COLUMNS.items()} for row in rows]
+    table = [{heading: row[key] for heading, key in TRAIN_SUMMARY.items()} for row in rows]
     return "\n" + format_table(table) + "\n" + footer
 
 

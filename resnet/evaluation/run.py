@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -10,7 +9,7 @@ from omegaconf import DictConfig
 from ..config import ConfigError, check_run_config
 from ..distributed import DistEnv, shutdown
 from ..report.console import summary
-from ..report.rows import append_row, git_commit, library_versions
+from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
 from ..runtime import join_job, runtime_for
 from ..weights import WeightsSpec, check_has_ema
 from ..workers import data_workers
@@ -26,20 +25,6 @@ from .protocol import (
     weights_spec,
 )
 from .tencrop import protocol_view
-
-SUMMARY_COLUMNS = {
-    "arch": "arch",
-    "weights": "weights",
-    "trained": "trained_padding",
-    "padding": "padding_name",
-    "protocol": "protocol",
-    "crops": "crops",
-    "dataset": "dataset",
-    "top1_err %": "top1_err",
-    "top5_err %": "top5_err",
-    "images": "n_images",
-    "img/s": "images_per_s",
-}
 
 
 def evaluate_weights(cfg: DictConfig) -> dict:
@@ -107,30 +92,14 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     )
     if result.n_images == 0:
         raise RuntimeError(f"no image of the {data.size} could be evaluated")
-    row = {
-        "arch": meta.arch,
-        "weights": spec.text,
-        "weights_source": spec.source,
-        "ema": bool(cfg.ema),
-        "trained_padding": trained_padding,
-        "padding_name": meta.padding_name,
-        "padding": meta.padding.as_dict(),
-        "input_size": protocol.crop,
-        "resize": protocol.resize,
-        "crop": protocol.crop,
-        "interpolation": protocol.interpolation,
-        "preprocessing": protocol.preprocessing,
-        "amp": cfg.amp,
-        "crops": protocol.crops,
-        "dataset": cfg.data.name,
-        "top1_err": result.top1_err,
-        "top5_err": result.top5_err,
-        "n_images": result.n_images,
-        "skipped_images": result.skipped_images,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "versions": library_versions(),
-        "git_commit": git_commit(),
-    }
+    row = results_row(
+        meta, cfg.data.name, cfg.amp, {"top1_err": result.top1_err, "top5_err": result.top5_err},
+        weights=spec.text, weights_source=spec.source, ema=bool(cfg.ema), trained_padding=trained_padding,
+        input_size=protocol.crop, resize=protocol.resize, crop=protocol.crop, interpolation=protocol.interpolation,
+        preprocessing=protocol.preprocessing, crops=protocol.crops, n_images=result.n_images,
+        skipped_images=result.skipped_images,
+    )
+    row = {key: row[key] for key in ROW_KEYS}  # the order of every eval.py row
     if env.is_main:
         path = append_row(results_path(cfg.results_file), row)
         _report(row, result, path)
@@ -158,4 +127,4 @@ def _report(row: dict, result: Evaluation, path: Path) -> None:
         )
     protocol = f"{row['resize']}->{row['crop']} {row['interpolation']} {row['preprocessing']}"
     record = {**row, "protocol": protocol, "images_per_s": result.images_per_s}
-    print(summary(record, SUMMARY_COLUMNS, f"appended to {path}"), flush=True)
+    print(summary(record, EVAL_SUMMARY, f"appended to {path}"), flush=True)

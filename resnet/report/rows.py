@@ -195,3 +195,36 @@ def library_versions() -> dict[str, str]:
         except PackageNotFoundError:
             found[name] = "absent"
     return found
+
+
+# The closing table each command prints: heading -> key of its results row.
+TRAIN_SUMMARY = {
+    "arch": "arch", "padding": "padding_name", "dataset": "dataset", "epochs": "epochs", "weights": "weights",
+    "amp": "amp", "top1_err %": "top1_err", "top5_err %": "top5_err", "val images": "n_val_images",
+    "train img/s": "train_images_per_s", "wall s": "wall_seconds",
+}  # fmt: skip
+EVAL_SUMMARY = {
+    "arch": "arch", "weights": "weights", "trained": "trained_padding", "padding": "padding_name",
+    "protocol": "protocol", "crops": "crops", "dataset": "dataset", "top1_err %": "top1_err",
+    "top5_err %": "top5_err", "images": "n_images", "img/s": "images_per_s",
+}  # fmt: skip
+
+
+def results_row(meta, dataset: str, amp: str, metrics: Mapping, **fields) -> dict:
+    """A results row, ``train.py``'s (results.json) and ``eval.py``'s (:data:`ROW_KEYS`) alike:
+    the architecture and the padding ``meta`` (:class:`resnet.model.ModelMeta`) ran under, the
+    data, the errors of ``metrics``, when, and with which code; ``fields`` add what only one of
+    them records (an ``eval.py`` row is then put in :data:`ROW_KEYS`' order by the caller)."""
+    return {
+        "arch": meta.arch,
+        "padding_name": meta.padding_name,
+        "padding": meta.padding.as_dict(),
+        "dataset": dataset,
+        "amp": amp,
+        "top1_err": metrics.get("top1_err"),
+        "top5_err": metrics.get("top5_err"),
+        **fields,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "versions": library_versions(),
+        "git_commit": git_commit(),
+    }

@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.arch, args.batch, args.size, args.steps, args.repeats, args.workers, args.images = (
-            "resnet_tiny", 4, 32, 2, 1, 1, 16)
+            "resnet_tiny", 4, 16, 1, 1, 1, 16)
         args.no_compile = True
     return args
 

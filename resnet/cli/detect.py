@@ -17,12 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from ..config import ConfigError, check_data_config, check_data_package, register_configs
+from ..config import ConfigError, check_data_config, check_data_package
 from ..detect import DetectionReport, detect_padding
 from ..distributed import pick_device
 from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, eval_dir
@@ -32,9 +31,7 @@ from ..model import ModelMeta
 from ..out_files import out_file, write_json
 from ..weights import load_weights
 from ..workers import data_workers
-from .errors import one_line_errors
-
-CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")  # absolute: found however the module is run
+from .hydra_app import hydra_command
 
 
 @dataclass
@@ -122,16 +119,7 @@ def run(cfg: DictConfig) -> DetectionReport:
     return report
 
 
-@hydra.main(config_path=CONFIGS, config_name="detect", version_base="1.3")
-def _main(cfg: DictConfig) -> None:
-    with one_line_errors("resnet.detect"):
-        run(cfg)
-
-
-def main(cfg: DictConfig | None = None) -> None:
-    """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
-    register_configs()  # model=<arch>, generated from the architecture table
-    _main(cfg)
+main = hydra_command("detect", "resnet.detect", lambda cfg: run(cfg))  # run looked up at each call
 
 
 if __name__ == "__main__":

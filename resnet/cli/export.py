@@ -12,15 +12,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import ConfigError, padding_from_config, register_configs
+from ..config import ConfigError, padding_from_config
 from ..export import OnnxMismatch, export_checked
 from ..out_files import out_file
-from .errors import one_line_errors
-
-CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")  # absolute: found however the module is run
+from .hydra_app import hydra_command
 
 
 def run(cfg: DictConfig) -> Path:
@@ -61,19 +58,14 @@ def run(cfg: DictConfig) -> Path:
     return out
 
 
-@hydra.main(config_path=CONFIGS, config_name="export", version_base="1.3")
-def _main(cfg: DictConfig) -> None:
+def _run(cfg: DictConfig) -> None:
     try:
-        with one_line_errors("resnet.export"):  # a bad value or bad weights: one line
-            run(cfg)
+        run(cfg)
     except OnnxMismatch as err:  # the file was not written
         raise SystemExit(f"resnet.export: {err}; {cfg.out} was not written") from None
 
 
-def main(cfg: DictConfig | None = None) -> None:
-    """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
-    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
-    _main(cfg)
+main = hydra_command("export", "resnet.export", _run)
 
 
 if __name__ == "__main__":

@@ -9,16 +9,8 @@ Reads the weights and a sample of training images as ``eval.py`` reads them, re-
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import hydra
-from omegaconf import DictConfig
-
-from ..config import register_configs
 from ..regrid import METHODS, regrid
-from .errors import one_line_errors
-
-CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")  # absolute: found however the module is run
+from .hydra_app import hydra_command
 
 
 def run(cfg) -> dict:
@@ -91,16 +83,7 @@ def run(cfg) -> dict:
     return report
 
 
-@hydra.main(config_path=CONFIGS, config_name="regrid", version_base="1.3")
-def _main(cfg: DictConfig) -> None:
-    with one_line_errors("resnet.regrid"):
-        run(cfg)
-
-
-def main(cfg: DictConfig | None = None) -> None:
-    """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
-    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
-    _main(cfg)
+main = hydra_command("regrid", "resnet.regrid", lambda cfg: run(cfg))  # run looked up at each call
 
 
 if __name__ == "__main__":

@@ -22,14 +22,11 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ..config import ConfigError, padding_overrides, register_configs
+from ..config import ConfigError, padding_overrides
 from ..padding import PRESETS, resolve_padding
-from .errors import one_line_errors
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # absolute: found however the module is run
+from .hydra_app import CONFIGS, hydra_command
 
 
 @dataclass(frozen=True)
@@ -171,16 +168,7 @@ def _log_to_wandb(cfg: DictConfig, rows: list[dict], all_rows: list[dict], missi
     run.finish()
 
 
-@hydra.main(config_path=str(CONFIGS), config_name="seed_table", version_base="1.3")
-def _main(cfg: DictConfig) -> None:
-    with one_line_errors("resnet.seed_table"):  # a bad value or data layout: one line, status 2
-        run(cfg)
-
-
-def main(cfg: DictConfig | None = None) -> None:
-    """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
-    register_configs()  # model=<arch> and padding=<preset>, generated from the tables
-    _main(cfg)
+main = hydra_command("seed_table", "resnet.seed_table", lambda cfg: run(cfg))  # run looked up at each call
 
 
 if __name__ == "__main__":

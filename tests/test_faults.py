@@ -23,12 +23,11 @@ from torch.utils.data import DistributedSampler
 from data.imagefolder import find_classes, find_images
 from resnet.checkpoint import CheckpointError, load_checkpoint
 from resnet.config import ConfigError, check_run_config
-from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss
 from resnet.weights import WeightsError
 from tests.helpers.compose import compose_config
 from tests.helpers.evaluation import folder_overrides, run_eval
-from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, error_line, launch
+from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, error_line, launch, nan_at
 from tests.helpers.imagegen import make_folder
 from tests.helpers.training import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
 
@@ -192,23 +191,6 @@ def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_fo
 
 
 # --- non-finite loss ---------------------------------------------------------------------
-
-
-def nan_at(monkeypatch, n: int) -> None:
-    """The ``n``-th loss of the next in-process run is NaN."""
-    real = engine_run.loss_and_augment
-
-    def loss_and_augment(cfg, num_classes, device):
-        loss_fn, augment = real(cfg, num_classes, device)
-        calls = [0]
-
-        def loss(logits, labels):
-            calls[0] += 1
-            return loss_fn(logits, labels) * (float("nan") if calls[0] == n else 1.0)
-
-        return loss, augment
-
-    monkeypatch.setattr(engine_run, "loss_and_augment", loss_and_augment)
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny_folder, tmp_path, monkeypatch):

@@ -36,6 +36,7 @@ from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss, StepContext
 from resnet.runtime import Runtime
 from tests.helpers.compose import compose_config
+from tests.helpers.faults import nan_at
 from tests.helpers.imagegen import make_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -182,19 +183,7 @@ def test_a_checkpoint_due_after_an_unread_nonfinite_loss_is_not_written(twenty_s
     # The losses are read at the log_every steps (50: none in this epoch), at the epoch's end and
     # before every checkpoint. The 5th loss (step 4, batch 4) is NaN; the checkpoint due after 6
     # batches reads it and stops the run: last.pt is the one written after 4 batches, steps 0-3.
-    real = engine_run.loss_and_augment
-
-    def loss_and_augment(cfg, num_classes, device):
-        loss_fn, augment = real(cfg, num_classes, device)
-        calls = [0]
-
-        def loss(logits, labels):
-            calls[0] += 1
-            return loss_fn(logits, labels) * (float("nan") if calls[0] == 5 else 1.0)
-
-        return loss, augment
-
-    monkeypatch.setattr(engine_run, "loss_and_augment", loss_and_augment)
+    nan_at(monkeypatch, 5)
     with pytest.raises(NonFiniteLoss, match=r"non-finite loss \(nan\) at step 4 \(epoch 0, batch 4\)"):
         train_twenty_steps(twenty_steps, tmp_path, "log_every=50", "checkpoint_every=2")
     checkpoint = load_checkpoint(tmp_path / "last.pt")

@@ -8,6 +8,7 @@ import subprocess
 
 import torch
 
+from resnet.engine import run as engine_run
 from tests.helpers import procs
 
 WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault from $FAULT.
@@ -139,3 +140,20 @@ def assert_same_training(a: dict, b: dict) -> None:
         return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
 
     assert untimed(a["history"]) == untimed(b["history"])  # every epoch's loss and val errors, bit for bit
+
+
+def nan_at(monkeypatch, n: int) -> None:
+    """The ``n``-th loss of the next in-process run is NaN."""
+    real = engine_run.loss_and_augment
+
+    def loss_and_augment(cfg, num_classes, device):
+        loss_fn, augment = real(cfg, num_classes, device)
+        calls = [0]
+
+        def loss(logits, labels):
+            calls[0] += 1
+            return loss_fn(logits, labels) * (float("nan") if calls[0] == n else 1.0)
+
+        return loss, augment
+
+    monkeypatch.setattr(engine_run, "loss_and_augment", loss_and_augment)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,20 @@ def read_records(path: Path):
             yield record
 
 
+def finished_log(run_dir: Path, seconds: float = 60.0) -> Path:
+    """The run's ``.wandb`` file once it holds the run's exit record: wandb's service process
+    writes it, and may still be flushing when ``run.finish()`` has returned (seen on a busy machine)."""
+    (log,) = run_dir.glob("run-*.wandb")
+    deadline = time.monotonic() + seconds
+    while not any(record.WhichOneof("record_type") == "exit" for record in read_records(log)):
+        assert time.monotonic() < deadline, f"{log} has no exit record after {seconds:.0f} s"
+        time.sleep(0.2)
+    return log
+
+
 def logged_keys(run_dir: Path) -> dict[str, set[str]]:
     """The top-level keys one offline run logged: history, summary, and its run attributes."""
-    (log,) = run_dir.glob("run-*.wandb")
+    log = finished_log(run_dir)
     keys: dict[str, set[str]] = {"history": set(), "summary": set(), "run": set()}
 
     def names(items):

@@ -238,7 +238,8 @@ def _rank_main(rank: int, store: str, out: Path, nan_step: int | None, on_nonfin
 
 
 def two_processes(tmp_path: Path, nan_step: int | None, on_nonfinite: str = "stop") -> list[dict]:
-    context = multiprocessing.get_context("fork")  # the parent's imports: a second each, not ten
+    # spawn, not fork: a parent whose autograd has run (an earlier test on this worker) cannot fork safely
+    context = multiprocessing.get_context("spawn")
     out = tmp_path / f"{on_nonfinite}_{nan_step}"
     out.mkdir()
     procs = [context.Process(target=_rank_main, args=(rank, str(out / "store"), out, nan_step, on_nonfinite))

@@ -182,6 +182,47 @@ def train_candidate(name: str, seed: int, epochs: int, work: Path, extra: list[s
     return {"model": captured["model"], "seconds": seconds, "val_top1_err": results["top1_err"]}
 
 
+def analyse_per_grid_bn(path: Path, test) -> list[dict]:
+    """A per-grid-BN run's ``last.pt`` evaluated under each preset with each preset's own
+    statistics, with the presets' statistics averaged (close to what shared statistics hold),
+    and with preset 0's statistics everywhere (what a loader that drops the grid keys gives)."""
+    from data import Normalize
+
+    from resnet import build_model
+    from resnet.checkpoint import load_checkpoint
+    from resnet.grid import GridBatchNorm2d, make_grid, preset_state_dict, set_grid
+
+    checkpoint = load_checkpoint(path)
+    meta, state = checkpoint["meta"], checkpoint["model"]
+    model = make_grid(build_model(meta["arch"], meta["num_classes"], PRESETS[0], in_chans=1), PRESETS,
+                      per_grid_bn=True)
+    normalize = Normalize("torch")
+    rows = []
+    for label in ("own statistics", "statistics averaged over the presets", "preset 0's statistics everywhere"):
+        model.load_state_dict(state)
+        for bn in (m for m in model.modules() if isinstance(m, GridBatchNorm2d)):
+            stats = [bn.statistics(i) for i in range(len(PRESETS))]
+            for i, (mean, var, _) in enumerate(stats):
+                if label.startswith("statistics averaged"):
+                    mean.copy_(torch.stack([s[0] for s in stats]).mean(0)) if i == 0 else mean.copy_(stats[0][0])
+                    var.copy_(torch.stack([s[1] for s in stats]).mean(0)) if i == 0 else var.copy_(stats[0][1])
+                elif label.startswith("preset 0") and i:
+                    mean.copy_(stats[0][0])
+                    var.copy_(stats[0][1])
+        row = {"checkpoint": str(path), "BN statistics": label}
+        for index, preset in enumerate(PRESETS):
+            set_grid(model, index)
+            row[f"top1_err {preset}"] = round(top1_err(model, *test, normalize), 2)
+        rows.append(row)
+    # the plain loader's view: preset_state_dict picks each preset's statistics for a plain model
+    for index, preset in enumerate(PRESETS):
+        plain = build_model(meta["arch"], meta["num_classes"], preset, in_chans=1)
+        plain.load_state_dict(preset_state_dict(state, index))
+        rows.append({"checkpoint": str(path), "BN statistics": f"plain {preset} model, preset_state_dict(state, {index})",
+                     f"top1_err {preset}": round(top1_err(plain, *test, normalize), 2)})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", default="grid,grid_bn", help=f"comma-separated, of {', '.join(CANDIDATES)}")
@@ -189,8 +230,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp/grid_robust"))
     parser.add_argument("--out", type=Path, default=Path("results/grid_robust.json"))
+    parser.add_argument("--analyse", type=Path, help="only evaluate a per-grid-BN run's last.pt (see analyse_per_grid_bn)")
     parser.add_argument("overrides", nargs="*", help="more train.py overrides")
     args = parser.parse_args(argv)
+    if args.analyse:
+        from data.fashion_mnist import load_fashion_mnist
+        from resnet.report.console import format_table
+
+        print(format_table(analyse_per_grid_bn(args.analyse, load_fashion_mnist("test"))))
+        return
     names = args.candidates.split(",")
     for name in names:
         if name not in CANDIDATES:

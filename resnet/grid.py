@@ -17,9 +17,10 @@ row's ``trained_padding`` is :func:`grid_name` of the list.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .padding import BLUR_SITES, Padding, conv_pad, conv_with_pads, make_max_pool, resolve_padding, same_pads
@@ -72,6 +73,73 @@ class GridMaxPool2d(nn.Module):
         return self.variants[self.active](x)
 
 
+class GridBatchNorm2d(nn.BatchNorm2d):
+    """A BatchNorm whose running statistics follow the active preset (``per_grid_bn``): one
+    running mean, variance and batch count per preset, the affine weight and bias shared.
+
+    Preset 0's statistics are the plain BatchNorm's buffers (``running_mean``, ``running_var``,
+    ``num_batches_tracked``), so a plain model loading the state dict (the ``grid_*`` keys
+    dropped, :func:`preset_state_dict`) runs under the grid's first preset as the grid model
+    does. Presets 1.. are rows of ``grid_running_mean`` / ``grid_running_var`` [presets - 1, C]
+    and entries of ``grid_num_batches_tracked`` [presets - 1]. In training mode a forward
+    updates the active preset's statistics only; :meth:`reset_running_stats` resets the active
+    preset's only (so :func:`resnet.regrid.reestimate_bn` re-measures the active grid's)."""
+
+    def __init__(self, num_features: int, presets: int, **kwargs) -> None:
+        super().__init__(num_features, **kwargs)
+        if not self.track_running_stats:
+            raise ValueError("per-grid statistics need a BatchNorm that tracks running statistics")
+        factory = {"device": self.running_mean.device}
+        self.register_buffer("grid_running_mean", torch.zeros(presets - 1, num_features, **factory))
+        self.register_buffer("grid_running_var", torch.ones(presets - 1, num_features, **factory))
+        self.register_buffer("grid_num_batches_tracked", torch.zeros(presets - 1, dtype=torch.long, **factory))
+        self.active = 0
+
+    @classmethod
+    def like(cls, bn: nn.BatchNorm2d, presets: int) -> GridBatchNorm2d:
+        """A GridBatchNorm2d holding ``bn``'s parameters and preset-0 buffers (the same tensors),
+        every other preset's statistics starting as copies of ``bn``'s."""
+        with torch.device("meta"):
+            grid = cls(bn.num_features, presets, eps=bn.eps, momentum=bn.momentum, affine=bn.affine)
+        grid.weight, grid.bias = bn.weight, bn.bias
+        grid.running_mean, grid.running_var = bn.running_mean, bn.running_var
+        grid.num_batches_tracked = bn.num_batches_tracked
+        grid.grid_running_mean = bn.running_mean.detach().clone().expand(presets - 1, -1).contiguous()
+        grid.grid_running_var = bn.running_var.detach().clone().expand(presets - 1, -1).contiguous()
+        grid.grid_num_batches_tracked = bn.num_batches_tracked.detach().clone().expand(presets - 1).contiguous()
+        return grid.train(bn.training)
+
+    def statistics(self, preset: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(running mean, running var, batches tracked) of ``preset`` (default: the active one):
+        views of the buffers, so that updating them in place updates that preset's."""
+        index = self.active if preset is None else preset
+        if index == 0:
+            return self.running_mean, self.running_var, self.num_batches_tracked
+        return self.grid_running_mean[index - 1], self.grid_running_var[index - 1], \
+            self.grid_num_batches_tracked[index - 1]
+
+    def reset_running_stats(self) -> None:
+        if not hasattr(self, "grid_running_mean"):  # nn.BatchNorm2d.__init__ calls it before they exist
+            return super().reset_running_stats()
+        mean, var, count = self.statistics()
+        mean.zero_()
+        var.fill_(1)
+        count.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # nn.BatchNorm2d.forward, the active preset's statistics in place of the buffers
+        self._check_input_dim(x)
+        mean, var, count = self.statistics()
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training:
+            count.add_(1)
+            factor = 1.0 / float(count) if self.momentum is None else self.momentum
+        return F.batch_norm(x, mean, var, self.weight, self.bias, self.training, factor, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, presets={self.grid_running_mean.shape[0] + 1}"
+
+
 def grid_paddings(presets: Sequence[str]) -> list[Padding]:
     """The presets' Paddings, checked: at least two, all different, no blurred site, one pool pad value."""
     paddings = [resolve_padding(name) for name in presets]
@@ -84,9 +152,11 @@ def grid_paddings(presets: Sequence[str]) -> list[Padding]:
     return paddings
 
 
-def make_grid(model: nn.Module, presets: Sequence[str]) -> nn.Module:
+def make_grid(model: nn.Module, presets: Sequence[str], per_grid_bn: bool = False) -> nn.Module:
     """Make ``model`` (built under ``presets[0]``, pads not frozen) switchable between ``presets``,
-    in place; returns it. Sites where every preset agrees are left as they are."""
+    in place; returns it. Sites where every preset agrees are left as they are. ``per_grid_bn``:
+    every BatchNorm2d becomes a :class:`GridBatchNorm2d`, its running statistics kept per preset
+    and switched with the pads."""
     paddings = grid_paddings(presets)
     if model.meta.padding != paddings[0]:
         raise ValueError(f"the model is built under {model.meta.padding_name}; build it under {presets[0]}, the "
@@ -102,9 +172,15 @@ def make_grid(model: nn.Module, presets: Sequence[str]) -> nn.Module:
             if name.startswith("layer") and _strided(module):
                 parent, _, child = name.rpartition(".")
                 setattr(model.get_submodule(parent), child, GridConv2d.like(module, sites["block_conv"]))
+    if per_grid_bn:
+        for name, module in list(model.named_modules()):
+            if type(module) is nn.BatchNorm2d:
+                parent, _, child = name.rpartition(".")
+                owner = model.get_submodule(parent) if parent else model
+                setattr(owner, child, GridBatchNorm2d.like(module, len(paddings)))
     model.grid = tuple(presets)
     # the switchable sites, found once here: set_grid runs before every training step
-    model.grid_sites = tuple(m for m in model.modules() if isinstance(m, (GridConv2d, GridMaxPool2d)))
+    model.grid_sites = tuple(m for m in model.modules() if isinstance(m, (GridConv2d, GridMaxPool2d, GridBatchNorm2d)))
     return model
 
 
@@ -134,3 +210,33 @@ def grid_members(name: str) -> tuple[str, ...]:
 def draw(seed: int, step: int, count: int) -> int:
     """The preset index of optimizer step ``step``: uniform, a function of (seed, step) alone."""
     return int(torch.randint(count, (), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)))
+
+
+def alternate(seed: int, step: int, count: int) -> int:
+    """A schedule of :func:`draw`'s signature: the presets in turn (step + seed) mod ``count``, so
+    that every stretch of steps gives each preset its share."""
+    return (step + seed) % count
+
+
+GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_tracked")
+
+
+def has_grid_bn(state: Mapping[str, torch.Tensor]) -> bool:
+    """Whether a state dict holds per-grid BatchNorm statistics (``make_grid(per_grid_bn=True)``)."""
+    return any(key.rpartition(".")[2] in GRID_BN_KEYS for key in state)
+
+
+def preset_state_dict(state: Mapping[str, torch.Tensor], preset: int) -> dict[str, torch.Tensor]:
+    """A plain model's state dict from a per-grid-BN one: every BatchNorm's running mean, var and
+    batch count are those of the grid's ``preset`` (its index), the ``grid_*`` keys dropped. A
+    state dict without per-grid statistics comes back as it is (a copy of the mapping)."""
+    plain = {key: value for key, value in state.items() if key.rpartition(".")[2] not in GRID_BN_KEYS}
+    if preset == 0:
+        return plain
+    for key in state:
+        prefix, _, name = key.rpartition(".")
+        if name == "grid_running_mean":
+            plain[f"{prefix}.running_mean"] = state[key][preset - 1].clone()
+            plain[f"{prefix}.running_var"] = state[f"{prefix}.grid_running_var"][preset - 1].clone()
+            plain[f"{prefix}.num_batches_tracked"] = state[f"{prefix}.grid_num_batches_tracked"][preset - 1].clone()
+    return plain

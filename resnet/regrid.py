@@ -21,6 +21,7 @@ the weights ``weights=`` names on a sample of training images and saves a checkp
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable, Sequence
 
@@ -75,37 +76,78 @@ def distill(
     temperature: float = 2.0,
     epochs: int = 1,
     seed: int = 0,
+    augment: int = 0,
+    features: float = 0.0,
 ) -> int:
     """``epochs`` passes of fine-tuning ``student`` towards ``teacher``'s softened predictions on
     the images of ``batches`` (uint8), reshuffled each pass (seeded): SGD with momentum 0.9, the
     LR one-cycle (:func:`one_cycle`), BatchNorm statistics held where they are (both models in
-    eval mode: run :func:`reestimate_bn` first). The teacher sees each image once: its
-    predictions are computed before the first step and reused. The images are gathered on the
-    CPU and each batch moved to the models' device, so the device holds no second copy of the
-    sample. Returns the images used (images x passes); the teacher is not changed."""
+    eval mode: run :func:`reestimate_bn` first). Without ``augment`` the teacher sees each image
+    once: its predictions are computed before the first step and reused. ``augment`` > 0: each
+    step's images are the training augmentation of Fashion-MNIST (zero-pad by ``augment`` pixels,
+    random crop, random horizontal flip; seeded), the teacher run on the same augmented images.
+    ``features`` > 0 adds that weight x the mean squared difference of the globally pooled
+    features (the classifier's input; spatially pooled, so the grids' one-pixel shift does not
+    misalign them). The images are gathered on the CPU and each batch moved to the models'
+    device, so the device holds no second copy of the sample. Returns the images used
+    (images x passes); the teacher is not changed."""
     teacher.eval()
     student.eval()  # BN uses its (re-estimated) running statistics, and keeps them
     if not batches:
         return 0
     device = batches[0].device
     images = torch.cat([x.cpu() for x in batches])
-    with torch.no_grad():
-        targets = torch.cat([F.softmax(teacher(normalize(x)) / temperature, dim=1) for x in batches])
     size, count = batches[0].shape[0], images.shape[0]
-    params = [p for p in student.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, one_cycle(epochs * -(-count // size)))
-    order = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for chosen in torch.randperm(count, generator=order).split(size):
-            x = images[chosen].to(device, non_blocking=True)
-            log_probs = F.log_softmax(student(normalize(x)) / temperature, dim=1)
-            loss = F.kl_div(log_probs, targets[chosen.to(device)], reduction="batchmean") * temperature**2
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+    with _pooled(teacher) as teacher_pooled, _pooled(student) as student_pooled:
+        targets = pooled = None
+        if not augment:
+            with torch.no_grad():
+                logits = [teacher(normalize(x)) for x in batches]
+                pooled = torch.cat(teacher_pooled) if features else None
+                teacher_pooled.clear()
+                targets = torch.cat([F.softmax(z / temperature, dim=1) for z in logits])
+        params = [p for p in student.parameters() if p.requires_grad]
+        optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, one_cycle(epochs * -(-count // size)))
+        order = torch.Generator().manual_seed(seed)
+        for _ in range(epochs):
+            for chosen in torch.randperm(count, generator=order).split(size):
+                x = images[chosen]
+                if augment:
+                    from data.transforms import random_crop_flip
+
+                    x = random_crop_flip(x, augment, generator=order).to(device, non_blocking=True)
+                    with torch.no_grad():
+                        target = F.softmax(teacher(normalize(x)) / temperature, dim=1)
+                        target_pooled = teacher_pooled.pop()
+                else:
+                    x = x.to(device, non_blocking=True)
+                    index = chosen.to(device)
+                    target = targets[index]
+                    target_pooled = pooled[index] if features else None
+                    teacher_pooled.clear()
+                log_probs = F.log_softmax(student(normalize(x)) / temperature, dim=1)
+                loss = F.kl_div(log_probs, target, reduction="batchmean") * temperature**2
+                if features:
+                    loss = loss + features * F.mse_loss(student_pooled[-1], target_pooled)
+                student_pooled.clear()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                schedule.step()
     return count * epochs
+
+
+@contextlib.contextmanager
+def _pooled(model: nn.Module):
+    """A list that each forward of ``model`` appends its pooled features to (the input of its
+    classifier ``fc``), while inside the block."""
+    seen: list[torch.Tensor] = []
+    handle = model.fc.register_forward_pre_hook(lambda module, args: seen.append(args[0].flatten(1)))
+    try:
+        yield seen
+    finally:
+        handle.remove()
 
 
 def one_cycle(steps: int, warm_up: float = 0.15) -> Callable[[int], float]:
@@ -133,18 +175,20 @@ def regrid(
     normalize: Normalize,
     epochs: int = 1,
     lr: float = 0.01,
+    **distill_options,
 ) -> tuple[nn.Module, dict]:
     """``model``'s weights adapted to ``padding`` (a preset name, mapping or Padding) by
     ``method`` (:data:`METHODS`) on ``batches`` (uint8 images, read ``epochs`` times by
     ``distill``); ``model`` itself is not changed. Returns the new model (eval mode; its meta
-    records the new scheme) and what was done: method, schemes, images per stage."""
+    records the new scheme) and what was done: method, schemes, images per stage.
+    ``distill_options``: :func:`distill`'s ``temperature``, ``seed``, ``augment``, ``features``."""
     if method not in METHODS:
         raise ValueError(f"method={method} is not one of {', '.join(METHODS)}")
     source = model.eval()
     student = with_padding(copy.deepcopy(source), padding).eval()  # its own tensors: the source stays as it was
     report = {"method": method, "from_padding": source.meta.padding_name, "to_padding": student.meta.padding_name}
     report["bn_images"] = reestimate_bn(student, batches, normalize)
-    distilled = distill(student, source, batches, normalize, lr, epochs=epochs) if method == "distill" else 0
+    distilled = distill(student, source, batches, normalize, lr, epochs=epochs, **distill_options) if method == "distill" else 0
     report["distill_images"] = distilled
     return student.eval(), report
 

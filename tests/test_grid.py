@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from resnet import build_model, with_padding
-from resnet.grid import GridConv2d, draw, make_grid, set_grid
+from resnet.grid import (
+    GridBatchNorm2d,
+    GridConv2d,
+    alternate,
+    draw,
+    has_grid_bn,
+    make_grid,
+    preset_state_dict,
+    set_grid,
+)
 
 PRESETS = ["symmetric", "asymmetric", "tf_same", "tf_slim", "caffe"]
 
@@ -101,3 +110,82 @@ def test_grid_and_padding_together_are_one_line(tiny_folder, tmp_path):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric,asymmetric]", "+padding=symmetric")
     with pytest.raises(ConfigError, match="needs two or more different presets"):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric]")
+
+
+def _per_grid_model(presets=("symmetric", "asymmetric", "tf_same")):
+    torch.manual_seed(0)
+    model = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding=presets[0]), list(presets),
+                      per_grid_bn=True)
+    model.train()
+    with torch.no_grad():
+        for index in range(len(presets)):  # each preset's statistics measured on different data
+            set_grid(model, index)
+            for _ in range(index + 1):
+                model(torch.randn(16, 1, 28, 28) * (index + 1) + index)
+    return model.eval()
+
+
+def test_per_grid_bn_under_each_preset_equals_a_plain_model_holding_that_presets_statistics():
+    model = _per_grid_model()
+    x = torch.randn(4, 1, 28, 28)
+    outputs = []
+    for index, preset in enumerate(model.grid):
+        set_grid(model, index)
+        plain = build_model("resnet_small", num_classes=10, in_chans=1, padding=preset).eval()
+        plain.load_state_dict(preset_state_dict(model.state_dict(), index))  # strict: the plain keys exactly
+        with torch.no_grad():
+            got = model(x)
+            assert torch.equal(got, plain(x)), preset
+        outputs.append(got)
+    assert not torch.equal(outputs[0], outputs[2])  # the statistics differ between presets
+
+
+def test_per_grid_bn_training_updates_only_the_active_presets_statistics():
+    model = _per_grid_model()
+    norms = [m for m in model.modules() if isinstance(m, GridBatchNorm2d)]
+    assert len(norms) == sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()) > 0
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    counts = [norms[0].statistics(i)[2].item() for i in range(3)]
+    assert counts == [1, 2, 3]  # each preset counted its own batches
+    set_grid(model, 1)
+    with torch.no_grad():
+        model.train()(torch.randn(8, 1, 28, 28))
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.rpartition(".")[2].startswith("grid_") for k in changed)  # presets 1.. live there
+    for bn in norms:
+        for index in (0, 2):
+            assert torch.equal(bn.statistics(index)[0], _before(model, bn, index, before))
+        assert not torch.equal(bn.statistics(1)[0], _before(model, bn, 1, before))
+    # re-estimation resets the active preset's statistics only
+    bn = norms[0]
+    bn.reset_running_stats()
+    assert bn.statistics(1)[2].item() == 0 and bn.statistics(0)[2].item() == 1 and bn.statistics(2)[2].item() == 3
+
+
+def _before(model, bn, index, state):
+    """``bn``'s running mean of preset ``index`` in the state dict ``state``."""
+    name = next(n for n, m in model.named_modules() if m is bn)
+    return state[f"{name}.running_mean"] if index == 0 else state[f"{name}.grid_running_mean"][index - 1]
+
+
+def test_per_grid_bn_state_dict_keeps_the_plain_keys_and_adds_grid_ones():
+    model = _per_grid_model(("symmetric", "asymmetric"))
+    plain = build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric")
+    state = model.state_dict()
+    assert has_grid_bn(state) and not has_grid_bn(plain.state_dict())
+    assert set(plain.state_dict()) < set(state)
+    assert {k.rpartition(".")[2] for k in set(state) - set(plain.state_dict())} == {
+        "grid_running_mean", "grid_running_var", "grid_num_batches_tracked"}
+    assert preset_state_dict(state, 0).keys() == plain.state_dict().keys()
+    assert torch.equal(preset_state_dict(state, 0)["bn1.running_mean"], state["bn1.running_mean"])
+    assert torch.equal(preset_state_dict(state, 1)["bn1.running_mean"], state["bn1.grid_running_mean"][0])
+    # a model made anew with per-grid BN loads it back (the trained run's checkpoint)
+    again = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric"),
+                      ["symmetric", "asymmetric"], per_grid_bn=True)
+    again.load_state_dict(state)
+
+
+def test_alternate_gives_each_preset_its_turn():
+    assert [alternate(0, step, 3) for step in range(6)] == [0, 1, 2, 0, 1, 2]
+    assert [alternate(1, step, 2) for step in range(4)] == [1, 0, 1, 0]

@@ -241,3 +241,45 @@ def test_the_command_line_prints_one_line_for_a_bad_value(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr  # missing weights: status 1, as eval.py
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("resnet.regrid: no checkpoint at") and "none.pt" in line
+
+
+def _student_after(seed: int, **options) -> dict:
+    teacher = trained_like()
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    student = with_padding(trained_like(), "symmetric")
+    distill(student, teacher, batches(count=3), identity, lr=0.05, epochs=2, seed=seed, **options)
+    assert all(torch.equal(v, before[k]) for k, v in teacher.state_dict().items())  # the teacher is untouched
+    return student.state_dict()
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(torch.equal(v, b[k]) for k, v in a.items())
+
+
+def test_augmented_distillation_is_seeded_and_differs_from_plain():
+    augmented = _student_after(7, augment=2)
+    assert _same(augmented, _student_after(7, augment=2))  # the crops and flips are drawn from the seed
+    assert not _same(augmented, _student_after(8, augment=2))
+    assert not _same(augmented, _student_after(7))  # the augmentation is applied
+
+
+def test_augmented_distillation_asks_the_teacher_for_every_augmented_batch():
+    teacher, calls = trained_like(), []
+    teacher.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    distill(with_padding(trained_like(), "symmetric"), teacher, batches(count=3), identity, epochs=2, augment=2)
+    assert calls == [8] * 6  # the augmented images differ every pass: the teacher sees each
+
+
+def test_feature_matching_adds_a_term_and_leaves_no_hook_behind():
+    matched = _student_after(7, features=1.0)
+    assert not _same(matched, _student_after(7))
+    teacher = trained_like()
+    distill(with_padding(trained_like(), "symmetric"), teacher, batches(count=2), identity, features=1.0)
+    assert not teacher.fc._forward_pre_hooks  # the pooled-feature hooks are removed
+
+
+def test_regrid_passes_the_distillation_options_on():
+    source, data = trained_like(), batches(count=3)
+    plain, _ = regrid(source, "symmetric", "distill", data, identity, lr=0.05)
+    hotter, _ = regrid(source, "symmetric", "distill", data, identity, lr=0.05, temperature=4.0)
+    assert not _same(plain.state_dict(), hotter.state_dict())

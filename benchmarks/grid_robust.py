@@ -1,0 +1,269 @@
+"""Grid-robust training at the demo's budget: which remedy closes the grid gap (issue 26).
+
+``python -m benchmarks.grid_robust [--candidates a,b,...] [--seeds 0 1] [--epochs 3]`` trains the
+demo's model (``+experiment=demo``: resnet_small, Fashion-MNIST, 3 epochs, seed per ``--seeds``)
+once per candidate through :func:`resnet.engine.run.train` itself, each candidate a small patch
+of what train.py calls (written out below, so that the lead can move it into the engine), then
+evaluates the trained model under each preset on the test split (10,000 images) and prints the
+table; JSON rows go to ``results/grid_robust.json`` (appended per run, one row per candidate and seed).
+
+Candidates (``grid=[symmetric,asymmetric]`` unless said):
+
+* ``symmetric`` / ``asymmetric``: the single-scheme references (the diagonal);
+* ``grid``: as train.py does now, one preset per step drawn uniformly (:func:`resnet.grid.draw`),
+  every BatchNorm's running statistics shared;
+* ``grid_bn``: the same steps, BatchNorm statistics kept per preset
+  (``make_grid(per_grid_bn=True)``), each preset evaluated with its own;
+* ``grid_alt`` / ``grid_bn_alt``: the presets in turn (:func:`resnet.grid.alternate`) instead of drawn;
+* ``grid_bn_split``: every step runs half the batch under each preset (same images per step,
+  same steps), per-grid statistics;
+* ``grid_bn_consist``: every step runs the whole batch under both presets, cross-entropy on both
+  plus a KL consistency term between them (twice the compute per step: NOT equal cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PRESETS = ["symmetric", "asymmetric"]
+CANDIDATES = ["symmetric", "asymmetric", "grid", "grid_bn", "grid_alt", "grid_bn_alt", "grid_bn_split",
+              "grid_bn_consist"]
+
+
+class SplitGrid(nn.Module):
+    """The training forward of ``grid_bn_split``: the batch cut into one part per preset, each
+    part run under its preset (its own batch statistics, its own running statistics)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from resnet.grid import set_grid
+
+        outs = []
+        for index, part in enumerate(x.tensor_split(len(self.model.grid))):
+            set_grid(self.model, index)
+            outs.append(self.model(part))
+        return torch.cat(outs)
+
+
+class BothGrids(nn.Module):
+    """The training forward of ``grid_bn_consist``: the whole batch under every preset, the
+    outputs stacked [presets, N, classes] for :class:`ConsistencyLoss`."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from resnet.grid import set_grid
+
+        outs = []
+        for index in range(len(self.model.grid)):
+            set_grid(self.model, index)
+            outs.append(self.model(x))
+        return torch.stack(outs)
+
+
+class ConsistencyLoss(nn.Module):
+    """The run's loss on every preset's outputs (averaged) plus ``weight`` x the KL divergence of
+    each preset's predictions from their mean (detached: a target, as in R-Drop / mean teacher)."""
+
+    def __init__(self, loss: nn.Module, weight: float = 1.0) -> None:
+        super().__init__()
+        self.loss, self.weight = loss, weight
+
+    def forward(self, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if outputs.dim() == 2:  # validation or a plain forward
+            return self.loss(outputs, labels)
+        ce = sum(self.loss(o, labels) for o in outputs) / len(outputs)
+        mean = F.softmax(outputs, dim=-1).mean(0).detach()
+        kl = sum(F.kl_div(F.log_softmax(o, dim=-1), mean, reduction="batchmean") for o in outputs) / len(outputs)
+        return ce + self.weight * kl
+
+
+@contextlib.contextmanager
+def candidate_patches(name: str, captured: dict):
+    """What the candidate changes in resnet.engine.run, undone on exit. ``captured['model']``:
+    the model the run built (the object trained, for evaluation without reading last.pt)."""
+    import resnet.engine.run as run
+    from resnet import grid as grid_lib
+
+    saved = {key: getattr(run, key) for key in ("make_grid", "draw", "wrap_for_training", "loss_and_augment",
+                                                 "build_run_model")}
+    original_build = run.build_run_model
+
+    def build(cfg):
+        captured["model"] = model = original_build(cfg)
+        return model
+
+    run.build_run_model = build
+    if "_bn" in name:
+        run.make_grid = partial(grid_lib.make_grid, per_grid_bn=True)
+    if name.endswith("_alt"):
+        run.draw = grid_lib.alternate
+    if name.endswith(("_split", "_consist")):
+        wrapper = SplitGrid if name.endswith("_split") else BothGrids
+        original_wrap = saved["wrap_for_training"]
+        run.wrap_for_training = lambda model, *a, **k: original_wrap(wrapper(model), *a, **k)
+        run.draw = lambda seed, step, count: 0  # the wrapper sets the presets; before_step is moot
+    if name.endswith("_consist"):
+        original_loss = saved["loss_and_augment"]
+
+        def loss_and_augment(cfg, classes, device):
+            loss, augment = original_loss(cfg, classes, device)
+            return ConsistencyLoss(loss), augment
+
+        run.loss_and_augment = loss_and_augment
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(run, key, value)
+
+
+def compose_train(overrides: list[str]):
+    from resnet.demo import _compose
+
+    return _compose("train", overrides)
+
+
+@torch.no_grad()
+def top1_err(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, normalize, batch: int = 1000) -> float:
+    model.eval()
+    wrong = 0
+    for x, y in zip(images.split(batch), labels.split(batch)):
+        wrong += int((model(normalize(x)).argmax(1) != y).sum())
+    return 100.0 * wrong / len(labels)
+
+
+def evaluate_under_each(model: nn.Module, name: str, test) -> dict[str, float]:
+    """Top-1 error % under each preset: a grid model switched (its own statistics with per-grid
+    BN), a single-scheme model re-built under the preset (resnet.model.with_padding)."""
+    from data import Normalize
+
+    from resnet import with_padding
+    from resnet.grid import set_grid
+
+    normalize = Normalize("torch")
+    model = model.cpu().eval()
+    errors = {}
+    for index, preset in enumerate(PRESETS):
+        if hasattr(model, "grid"):
+            set_grid(model, index)
+            errors[preset] = top1_err(model, *test, normalize)
+        else:
+            errors[preset] = top1_err(with_padding(model, preset), *test, normalize)
+    return errors
+
+
+def train_candidate(name: str, seed: int, epochs: int, work: Path, extra: list[str]) -> dict:
+    from resnet.engine.run import train
+
+    choice = [f"+padding={name}"] if name in PRESETS else [f"grid=[{','.join(PRESETS)}]"]
+    run_dir = work / f"{name}_s{seed}"
+    overrides = ["+experiment=demo", *choice, f"seed={seed}", f"epochs={epochs}", f"run_dir={run_dir}",
+                 "log_every=1000", *extra]
+    captured: dict = {}
+    start = time.perf_counter()
+    with candidate_patches(name, captured):
+        results = train(compose_train(overrides))
+    seconds = time.perf_counter() - start
+    return {"model": captured["model"], "seconds": seconds, "val_top1_err": results["top1_err"]}
+
+
+def analyse_per_grid_bn(path: Path, test) -> list[dict]:
+    """A per-grid-BN run's ``last.pt`` evaluated under each preset with each preset's own
+    statistics, with the presets' statistics averaged (close to what shared statistics hold),
+    and with preset 0's statistics everywhere (what a loader that drops the grid keys gives)."""
+    from data import Normalize
+
+    from resnet import build_model
+    from resnet.checkpoint import load_checkpoint
+    from resnet.grid import GridBatchNorm2d, make_grid, preset_state_dict, set_grid
+
+    checkpoint = load_checkpoint(path)
+    meta, state = checkpoint["meta"], checkpoint["model"]
+    model = make_grid(build_model(meta["arch"], meta["num_classes"], PRESETS[0], in_chans=1), PRESETS,
+                      per_grid_bn=True)
+    normalize = Normalize("torch")
+    rows = []
+    for label in ("own statistics", "statistics averaged over the presets", "preset 0's statistics everywhere"):
+        model.load_state_dict(state)
+        for bn in (m for m in model.modules() if isinstance(m, GridBatchNorm2d)):
+            stats = [bn.statistics(i) for i in range(len(PRESETS))]
+            for i, (mean, var, _) in enumerate(stats):
+                if label.startswith("statistics averaged"):
+                    mean.copy_(torch.stack([s[0] for s in stats]).mean(0)) if i == 0 else mean.copy_(stats[0][0])
+                    var.copy_(torch.stack([s[1] for s in stats]).mean(0)) if i == 0 else var.copy_(stats[0][1])
+                elif label.startswith("preset 0") and i:
+                    mean.copy_(stats[0][0])
+                    var.copy_(stats[0][1])
+        row = {"checkpoint": str(path), "BN statistics": label}
+        for index, preset in enumerate(PRESETS):
+            set_grid(model, index)
+            row[f"top1_err {preset}"] = round(top1_err(model, *test, normalize), 2)
+        rows.append(row)
+    # the plain loader's view: preset_state_dict picks each preset's statistics for a plain model
+    for index, preset in enumerate(PRESETS):
+        plain = build_model(meta["arch"], meta["num_classes"], preset, in_chans=1)
+        plain.load_state_dict(preset_state_dict(state, index))
+        rows.append({"checkpoint": str(path), "BN statistics": f"plain {preset} model, preset_state_dict(state, {index})",
+                     f"top1_err {preset}": round(top1_err(plain, *test, normalize), 2)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", default="grid,grid_bn", help=f"comma-separated, of {', '.join(CANDIDATES)}")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/grid_robust"))
+    parser.add_argument("--out", type=Path, default=Path("results/grid_robust.json"))
+    parser.add_argument("--analyse", type=Path, help="only evaluate a per-grid-BN run's last.pt (see analyse_per_grid_bn)")
+    parser.add_argument("overrides", nargs="*", help="more train.py overrides")
+    args = parser.parse_args(argv)
+    if args.analyse:
+        from data.fashion_mnist import load_fashion_mnist
+        from resnet.report.console import format_table
+
+        print(format_table(analyse_per_grid_bn(args.analyse, load_fashion_mnist("test"))))
+        return
+    names = args.candidates.split(",")
+    for name in names:
+        if name not in CANDIDATES:
+            parser.error(f"unknown candidate {name}; choose from {', '.join(CANDIDATES)}")
+    from data.fashion_mnist import load_fashion_mnist
+
+    test = load_fashion_mnist("test")
+    rows = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for seed in args.seeds:
+        for name in names:
+            print(f"\n=== {name}, seed {seed} ===", flush=True)
+            trained = train_candidate(name, seed, args.epochs, args.work, args.overrides)
+            errors = evaluate_under_each(trained["model"], name, test)
+            row = {"candidate": name, "seed": seed, "epochs": args.epochs,
+                   **{f"top1_err {p}": round(e, 2) for p, e in errors.items()},
+                   "train seconds": round(trained["seconds"], 1), "date": time.strftime("%Y-%m-%d %H:%M")}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            with args.out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+    from resnet.report.console import format_table
+
+    print("\n" + format_table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -133,7 +133,7 @@ def candidate_patches(name: str, captured: dict):
 
 
 def compose_train(overrides: list[str]):
-    from resnet.demo import _compose
+    from resnet.cli.demo import _compose
 
     return _compose("train", overrides)
 
@@ -151,7 +151,6 @@ def evaluate_under_each(model: nn.Module, name: str, test) -> dict[str, float]:
     """Top-1 error % under each preset: a grid model switched (its own statistics with per-grid
     BN), a single-scheme model re-built under the preset (resnet.model.with_padding)."""
     from data import Normalize
-
     from resnet import with_padding
     from resnet.grid import set_grid
 
@@ -187,7 +186,6 @@ def analyse_per_grid_bn(path: Path, test) -> list[dict]:
     statistics, with the presets' statistics averaged (close to what shared statistics hold),
     and with preset 0's statistics everywhere (what a loader that drops the grid keys gives)."""
     from data import Normalize
-
     from resnet import build_model
     from resnet.checkpoint import load_checkpoint
     from resnet.grid import GridBatchNorm2d, make_grid, preset_state_dict, set_grid
@@ -218,7 +216,8 @@ def analyse_per_grid_bn(path: Path, test) -> list[dict]:
     for index, preset in enumerate(PRESETS):
         plain = build_model(meta["arch"], meta["num_classes"], preset, in_chans=1)
         plain.load_state_dict(preset_state_dict(state, index))
-        rows.append({"checkpoint": str(path), "BN statistics": f"plain {preset} model, preset_state_dict(state, {index})",
+        rows.append({"checkpoint": str(path),
+                     "BN statistics": f"plain {preset} model, preset_state_dict(state, {index})",
                      f"top1_err {preset}": round(top1_err(plain, *test, normalize), 2)})
     return rows
 
@@ -230,7 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp/grid_robust"))
     parser.add_argument("--out", type=Path, default=Path("results/grid_robust.json"))
-    parser.add_argument("--analyse", type=Path, help="only evaluate a per-grid-BN run's last.pt (see analyse_per_grid_bn)")
+    parser.add_argument("--analyse", type=Path,
+                        help="only evaluate a per-grid-BN run's last.pt (see analyse_per_grid_bn)")
     parser.add_argument("overrides", nargs="*", help="more train.py overrides")
     args = parser.parse_args(argv)
     if args.analyse:

@@ -86,7 +86,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from data import Normalize
     from data.fashion_mnist import load_fashion_mnist
-
     from resnet import with_padding
     from resnet.checkpoint import load_model
     from resnet.grid import set_grid

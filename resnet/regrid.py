@@ -188,7 +188,9 @@ def regrid(
     student = with_padding(copy.deepcopy(source), padding).eval()  # its own tensors: the source stays as it was
     report = {"method": method, "from_padding": source.meta.padding_name, "to_padding": student.meta.padding_name}
     report["bn_images"] = reestimate_bn(student, batches, normalize)
-    distilled = distill(student, source, batches, normalize, lr, epochs=epochs, **distill_options) if method == "distill" else 0
+    distilled = 0
+    if method == "distill":
+        distilled = distill(student, source, batches, normalize, lr, epochs=epochs, **distill_options)
     report["distill_images"] = distilled
     return student.eval(), report
 

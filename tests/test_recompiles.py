@@ -90,7 +90,7 @@ def test_short_batches_add_no_graph_one_graph_per_preset(fresh_dynamo):
     assert train_compiled(grid_model(PRESETS), [batches(sizes, 32)]) == [len(PRESETS)]
 
 
-def test_progressive_sizes_add_one_graph_per_preset_and_later_epochs_none(fresh_dynamo, monkeypatch):
+def test_progressive_sizes_add_one_graph_per_preset_and_later_epochs_none(fresh_dynamo):
     # Two training sizes, as data.progressive_resize makes them, then both again: the second size
     # recompiles each preset once with height and width dynamic, and those graphs serve every size
     # after, the first included. Bounded by presets x 2, however many steps and epochs.
@@ -99,10 +99,12 @@ def test_progressive_sizes_add_one_graph_per_preset_and_later_epochs_none(fresh_
     # train.py raises the limit to what its grid needs before compiling.
     from resnet.engine.run import allow_recompiles, compiled_graphs
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
-    allow_recompiles(compiled_graphs(PRESETS))
     sizes = [4, 4, 3, 4, 4, 4]
     assert all(presets_drawn(first, len(sizes), 2) == {0, 1} for first in (0, 6))
     epochs = [batches(sizes, image_size, seed) for seed, image_size in enumerate([32, 48, 32, 48])]
-    assert train_compiled(grid_model(PRESETS), epochs) == [len(PRESETS), *[2 * len(PRESETS)] * 3]
+    # torch's own patch, restored on exit (pytest's monkeypatch leaves dynamo's config entry hidden)
+    with torch._dynamo.config.patch(recompile_limit=3):
+        allow_recompiles(compiled_graphs(PRESETS))
+        graphs = train_compiled(grid_model(PRESETS), epochs)
+    assert graphs == [len(PRESETS), *[2 * len(PRESETS)] * 3]
 

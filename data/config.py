@@ -32,18 +32,9 @@ class DataConfig:
 
     @classmethod
     def from_config(cls, data_cfg: Mapping, workers: int) -> DataConfig:
-        """From a ``data:`` config (a plain mapping or an OmegaConf node, resolved), with the
-        worker count already decided (``workers: auto`` is the caller's to resolve)."""
+        """From a ``data:`` config as a plain mapping (``OmegaConf.to_container(cfg.data,
+        resolve=True)``), with the worker count already decided (``workers: auto`` is the
+        caller's to resolve)."""
         known = {f.name for f in fields(cls)} - {"workers", "progressive"}
-        values = {key: _plain(data_cfg[key]) for key in known if data_cfg.get(key) is not None}
-        return cls(**values, workers=workers, progressive=_plain(data_cfg.get("progressive_resize")) or None)
-
-
-def _plain(value):
-    """An OmegaConf container as plain Python (without importing omegaconf where nobody uses it)."""
-    to_container = getattr(type(value), "__module__", "").startswith("omegaconf")
-    if to_container:
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(value, resolve=True)
-    return value
+        values = {key: data_cfg[key] for key in known if data_cfg.get(key) is not None}
+        return cls(**values, workers=workers, progressive=data_cfg.get("progressive_resize") or None)

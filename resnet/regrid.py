@@ -98,6 +98,8 @@ def distill(
     device = batches[0].device
     images = torch.cat([x.cpu() for x in batches])
     size, count = batches[0].shape[0], images.shape[0]
+    if augment:
+        from data.transforms import random_crop_flip  # data is imported only where a method needs it
     with _pooled(teacher) as teacher_pooled, _pooled(student) as student_pooled:
         targets = pooled = None
         if not augment:
@@ -114,8 +116,6 @@ def distill(
             for chosen in torch.randperm(count, generator=order).split(size):
                 x = images[chosen]
                 if augment:
-                    from data.transforms import random_crop_flip
-
                     x = random_crop_flip(x, augment, generator=order).to(device, non_blocking=True)
                     with torch.no_grad():
                         target = F.softmax(teacher(normalize(x)) / temperature, dim=1)

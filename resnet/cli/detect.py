@@ -119,7 +119,7 @@ def run(cfg: DictConfig) -> DetectionReport:
     return report
 
 
-main = hydra_command("detect", "resnet.detect", lambda cfg: run(cfg))  # run looked up at each call
+main = hydra_command("detect", "resnet.detect", run)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def run(cfg) -> dict:
     return report
 
 
-main = hydra_command("regrid", "resnet.regrid", lambda cfg: run(cfg))  # run looked up at each call
+main = hydra_command("regrid", "resnet.regrid", run)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
     from data import DataConfig, build_loaders  # imported here so that composing configs stays fast
     from data.gpu_decode import check_decode
 
-    data = DataConfig.from_config(data_cfg, workers=data_workers(data_cfg, env.local_world_size))
+    data = DataConfig.from_config(OmegaConf.to_container(data_cfg, resolve=True),
+                                  workers=data_workers(data_cfg, env.local_world_size))
     try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
         check_decode(data.decode, env.device)  # decode=gpu needs a CUDA device to decode on
         loaders = build_loaders(data, batch_size, rank=env.rank, world_size=env.world_size, seed=seed)

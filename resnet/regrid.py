@@ -9,8 +9,9 @@ remedies, each on a small sample of images and little compute:
   running statistics measured again on unlabelled images (a cumulative average, no gradient).
   Nothing else changes.
 * :func:`distill` (``method=distill``): BN re-estimation, then a short fine-tune of every weight
-  towards the source model's predictions under its own grid (the teacher; KL divergence of the
-  softened outputs, a one-cycle LR): no labels needed.
+  towards the source model under its own grid (the teacher): KL divergence of the softened
+  outputs plus, with ``features``, the distance of every stage's feature maps; a one-cycle LR,
+  no labels needed.
 
 >>> model = with_padding(trained, "symmetric")        # the same tensors, the new grid
 >>> used = reestimate_bn(model, batches, normalize)   # images used
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
@@ -78,19 +80,23 @@ def distill(
     seed: int = 0,
     augment: int = 0,
     features: float = 0.0,
+    clip: float = 1.0,
 ) -> int:
     """``epochs`` passes of fine-tuning ``student`` towards ``teacher``'s softened predictions on
     the images of ``batches`` (uint8), reshuffled each pass (seeded): SGD with momentum 0.9, the
     LR one-cycle (:func:`one_cycle`), BatchNorm statistics held where they are (both models in
-    eval mode: run :func:`reestimate_bn` first). Without ``augment`` the teacher sees each image
-    once: its predictions are computed before the first step and reused. ``augment`` > 0: each
-    step's images are the training augmentation of Fashion-MNIST (zero-pad by ``augment`` pixels,
-    random crop, random horizontal flip; seeded), the teacher run on the same augmented images.
-    ``features`` > 0 adds that weight x the mean squared difference of the globally pooled
-    features (the classifier's input; spatially pooled, so the grids' one-pixel shift does not
-    misalign them). The images are gathered on the CPU and each batch moved to the models'
-    device, so the device holds no second copy of the sample. Returns the images used
-    (images x passes); the teacher is not changed."""
+    eval mode: run :func:`reestimate_bn` first). Plain, the teacher sees each image once: its
+    predictions are computed before the first step and reused. ``augment`` > 0: each step's
+    images are the training augmentation of Fashion-MNIST (zero-pad by ``augment`` pixels, random
+    crop, random horizontal flip; seeded), the teacher run on the same augmented images.
+    ``features`` > 0 adds, for each stage (``layer1``, ``layer2``, ...), that weight x the mean
+    squared difference between the student's output and the teacher's, over the teacher's
+    variance in the batch (averaged over channels): a dense target for the layers next to the
+    stride-2 sites whose grid moved (the teacher then runs on every step's images). Each step's
+    gradient norm is clipped at ``clip`` (0: not clipped): the first steps, far from the
+    teacher's features, would otherwise throw the weights out of reach. The images are gathered
+    on the CPU and each batch moved to the models' device, so the device holds no second copy of
+    the sample. Returns the images used (images x passes); the teacher is not changed."""
     teacher.eval()
     student.eval()  # BN uses its (re-estimated) running statistics, and keeps them
     if not batches:
@@ -100,54 +106,74 @@ def distill(
     size, count = batches[0].shape[0], images.shape[0]
     if augment:
         from data.transforms import random_crop_flip  # data is imported only where a method needs it
-    with _pooled(teacher) as teacher_pooled, _pooled(student) as student_pooled:
-        targets = pooled = None
-        if not augment:
-            with torch.no_grad():
-                logits = [teacher(normalize(x)) for x in batches]
-                pooled = torch.cat(teacher_pooled) if features else None
-                teacher_pooled.clear()
-                targets = torch.cat([F.softmax(z / temperature, dim=1) for z in logits])
-        params = [p for p in student.parameters() if p.requires_grad]
-        optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, one_cycle(epochs * -(-count // size)))
-        order = torch.Generator().manual_seed(seed)
+    every_step = bool(augment or features)  # the teacher's outputs are needed for each step's images
+    targets = None
+    if not every_step:
+        with torch.no_grad():
+            targets = torch.cat([F.softmax(teacher(normalize(x)) / temperature, dim=1) for x in batches])
+    params = [p for p in student.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, one_cycle(epochs * -(-count // size)))
+    order = torch.Generator().manual_seed(seed)
+    with _stage_outputs(teacher, features) as teacher_stages, _stage_outputs(student, features) as student_stages:
         for _ in range(epochs):
             for chosen in torch.randperm(count, generator=order).split(size):
                 x = images[chosen]
                 if augment:
-                    x = random_crop_flip(x, augment, generator=order).to(device, non_blocking=True)
+                    x = random_crop_flip(x, augment, generator=order)
+                x = normalize(x.to(device, non_blocking=True))
+                if every_step:
                     with torch.no_grad():
-                        target = F.softmax(teacher(normalize(x)) / temperature, dim=1)
-                        target_pooled = teacher_pooled.pop()
+                        target = F.softmax(teacher(x) / temperature, dim=1)
                 else:
-                    x = x.to(device, non_blocking=True)
-                    index = chosen.to(device)
-                    target = targets[index]
-                    target_pooled = pooled[index] if features else None
-                    teacher_pooled.clear()
-                log_probs = F.log_softmax(student(normalize(x)) / temperature, dim=1)
+                    target = targets[chosen.to(device)]
+                log_probs = F.log_softmax(student(x) / temperature, dim=1)
                 loss = F.kl_div(log_probs, target, reduction="batchmean") * temperature**2
                 if features:
-                    loss = loss + features * F.mse_loss(student_pooled[-1], target_pooled)
-                student_pooled.clear()
+                    loss = loss + features * _stage_distance(student_stages, teacher_stages)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if clip:
+                    torch.nn.utils.clip_grad_norm_(params, clip)
                 optimizer.step()
                 schedule.step()
     return count * epochs
 
 
+def stages(model: nn.Module) -> list[nn.Module]:
+    """The model's stages (its children ``layer1``, ``layer2``, ...), in order."""
+    found = [module for name, module in model.named_children() if re.fullmatch(r"layer\d+", name)]
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no layer1, layer2, ... children to match features at")
+    return found
+
+
 @contextlib.contextmanager
-def _pooled(model: nn.Module):
-    """A list that each forward of ``model`` appends its pooled features to (the input of its
-    classifier ``fc``), while inside the block."""
-    seen: list[torch.Tensor] = []
-    handle = model.fc.register_forward_pre_hook(lambda module, args: seen.append(args[0].flatten(1)))
+def _stage_outputs(model: nn.Module, enabled: float):
+    """A list that holds the outputs of ``model``'s :func:`stages` in its last forward (empty and
+    no hook when not ``enabled``), while inside the block."""
+    outputs: list[torch.Tensor] = []
+    handles = []
+    if enabled:
+        found = stages(model)
+        handles.append(found[0].register_forward_pre_hook(lambda module, args: outputs.clear()))
+        handles += [stage.register_forward_hook(lambda module, args, out: outputs.append(out)) for stage in found]
     try:
-        yield seen
+        yield outputs
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
+
+
+def _stage_distance(student: list[torch.Tensor], teacher: list[torch.Tensor]) -> torch.Tensor:
+    """The sum over stages of the mean squared difference of their outputs, each divided by the
+    teacher's variance in the batch averaged over its channels (so that every stage weighs alike,
+    and a channel that barely varies does not weigh more)."""
+    total = 0.0
+    for s, t in zip(student, teacher, strict=True):
+        scale = t.float().var(dim=(0, 2, 3)).mean() + 1e-5
+        total = total + ((s.float() - t.float()) ** 2).mean() / scale
+    return total
 
 
 def one_cycle(steps: int, warm_up: float = 0.15) -> Callable[[int], float]:
@@ -181,7 +207,8 @@ def regrid(
     ``method`` (:data:`METHODS`) on ``batches`` (uint8 images, read ``epochs`` times by
     ``distill``); ``model`` itself is not changed. Returns the new model (eval mode; its meta
     records the new scheme) and what was done: method, schemes, images per stage.
-    ``distill_options``: :func:`distill`'s ``temperature``, ``seed``, ``augment``, ``features``."""
+    ``distill_options``: :func:`distill`'s ``temperature``, ``seed``, ``augment``, ``features``,
+    ``clip`` (recorded in the report)."""
     if method not in METHODS:
         raise ValueError(f"method={method} is not one of {', '.join(METHODS)}")
     source = model.eval()
@@ -191,6 +218,7 @@ def regrid(
     distilled = 0
     if method == "distill":
         distilled = distill(student, source, batches, normalize, lr, epochs=epochs, **distill_options)
+        report |= {"lr": lr, "epochs": epochs, **distill_options}
     report["distill_images"] = distilled
     return student.eval(), report
 

@@ -34,7 +34,7 @@ def test_demo_trains_three_models_evaluates_each_under_both_schemes_regrids_and_
         table = list(csv.DictReader(f))
     assert [(r["method"], r["evaluated with"], r["images"]) for r in table] == [
         ("none (native grid)", "asymmetric", "0"), ("none", "symmetric", "0"),
-        ("bn", "symmetric", "64"), ("distill, 1 pass", "symmetric", "64")]
+        ("bn", "symmetric", "64"), ("distill + features, 1 pass", "symmetric", "64")]
     own = {(r["trained_padding"], r["padding_name"]): r["top1_err"] for r in rows}
     assert float(table[0]["top-1 err %"]) == own["asymmetric", "asymmetric"]
     assert float(table[1]["top-1 err %"]) == own["asymmetric", "symmetric"]

@@ -273,9 +273,29 @@ def test_augmented_distillation_asks_the_teacher_for_every_augmented_batch():
 def test_feature_matching_adds_a_term_and_leaves_no_hook_behind():
     matched = _student_after(7, features=1.0)
     assert not _same(matched, _student_after(7))
-    teacher = trained_like()
-    distill(with_padding(trained_like(), "symmetric"), teacher, batches(count=2), identity, features=1.0)
-    assert not teacher.fc._forward_pre_hooks  # the pooled-feature hooks are removed
+    teacher, student = trained_like(), with_padding(trained_like(), "symmetric")
+    distill(student, teacher, batches(count=2), identity, features=1.0)
+    for model in (teacher, student):
+        assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_feature_matching_compares_every_stage_output_per_channel_scale():
+    """The term is, per stage, the squared difference over the teacher's channel variance,
+    averaged per stage mean, summed over the stages: zero for equal outputs, and unchanged when
+    a stage's outputs are all scaled alike."""
+    from resnet.regrid import _stage_distance, stages
+
+    model = trained_like()
+    assert [name for name, m in model.named_children() if any(m is s for s in stages(model))] == \
+        [f"layer{i}" for i in range(1, len(stages(model)) + 1)]
+    gen = torch.Generator().manual_seed(0)
+    teacher = [torch.randn(4, c, 6, 6, generator=gen) for c in (3, 5)]
+    student = [t + 0.5 * torch.randn(t.shape, generator=gen) for t in teacher]
+    assert float(_stage_distance(teacher, teacher)) == 0
+    expected = sum(((s - t) ** 2).mean() / t.var(dim=(0, 2, 3)).mean() for s, t in zip(student, teacher))
+    assert torch.allclose(_stage_distance(student, teacher), expected, rtol=1e-4)
+    scaled = _stage_distance([10 * s for s in student], [10 * t for t in teacher])
+    assert torch.allclose(scaled, expected, rtol=1e-4)
 
 
 def test_regrid_passes_the_distillation_options_on():

@@ -34,11 +34,12 @@ from ..report.tables import to_markdown, write_csv
 from .errors import one_line_errors
 
 # Each re-gridding method the demo runs, as python -m resnet.regrid overrides. bn: the BatchNorm
-# statistics of 5,000 training images; distill: then two passes over 15,000 of them towards the
-# source model's predictions under its own grid (no labels read), one-cycle LR peaking at 0.05.
+# statistics of 5,000 training images; distill: then two passes over 15,000 of them
+# towards the source model under its own grid, its predictions and its feature maps after each
+# stage (no labels read), one-cycle LR peaking at 0.05.
 REGRID = {
     "bn": ("method=bn", "images=5000"),
-    "distill": ("method=distill", "images=15000", "epochs=2", "lr=0.05"),
+    "distill": ("method=distill", "images=15000", "epochs=2", "lr=0.05", "features=3"),
 }
 
 
@@ -127,7 +128,8 @@ def regrid_table(rows: list[dict], source: str, target: str, runs: dict[str, dic
         passes = run["distill_images"] // max(run["images"], 1)
         table.append({
             "weights": f"re-gridded to {target}", "evaluated with": target,
-            "method": method if not passes else f"{method}, {passes} pass{'es' if passes > 1 else ''}",
+            "method": method + (" + features" if run.get("features") else "")
+            + (f", {passes} pass{'es' if passes > 1 else ''}" if passes else ""),
             "images": run["images"],
             "seconds": run["seconds"], "top-1 err %": run["eval"]["top1_err"], "top-5 err %": run["eval"]["top5_err"],
         })  # fmt: skip

@@ -41,6 +41,8 @@ def run(cfg) -> dict:
             raise ConfigError(f"{key} must be a positive number, got {key}={cfg[key]} (e.g. {key}=512)")
     if not isinstance(cfg.lr, (int, float)) or cfg.lr <= 0:
         raise ConfigError(f"lr must be a positive number, got lr={cfg.lr} (e.g. lr=0.01)")
+    if not isinstance(cfg.features, (int, float)) or cfg.features < 0:
+        raise ConfigError(f"features must be a number >= 0, got features={cfg.features} (features=0: the outputs only)")
     out = out_file(cfg.out, ".pt", "out=regridded.pt")
     check_data_package()
     check_data_config(cfg.data)
@@ -72,7 +74,8 @@ def run(cfg) -> dict:
     images = [x.to(device) for x, _ in batches]
     normalize = Normalize(protocol.preprocessing).to(device)
     start = time.perf_counter()
-    model, report = regrid(source.to(device), target, cfg.method, images, normalize, epochs=cfg.epochs, lr=cfg.lr)
+    model, report = regrid(source.to(device), target, cfg.method, images, normalize, epochs=cfg.epochs, lr=cfg.lr,
+                           features=cfg.features)
     report |= {"from_padding": trained, "from": spec.text, "images": sum(x.shape[0] for x in images),
                "skipped_images": skipped, "seconds": round(time.perf_counter() - start, 2), "dataset": cfg.data.name,
                "split": "train"}  # fmt: skip

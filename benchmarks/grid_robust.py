@@ -17,6 +17,9 @@ Candidates (``grid=[symmetric,asymmetric]`` unless said):
 * ``grid_alt`` / ``grid_bn_alt``: the presets in turn (:func:`resnet.grid.alternate`) instead of drawn;
 * ``grid_bn_split``: every step runs half the batch under each preset (same images per step,
   same steps), per-grid statistics;
+* ``grid_bn_pair``: every step runs the first half of the batch under both presets (equal
+  compute per step: as many forwards as the plain run), cross-entropy on both plus the KL
+  consistency term; each step trains on half the images;
 * ``grid_bn_consist``: every step runs the whole batch under both presets, cross-entropy on both
   plus a KL consistency term between them (twice the compute per step: NOT equal cost).
 """
@@ -36,7 +39,7 @@ from torch import nn
 
 PRESETS = ["symmetric", "asymmetric"]
 CANDIDATES = ["symmetric", "asymmetric", "grid", "grid_bn", "grid_alt", "grid_bn_alt", "grid_bn_split",
-              "grid_bn_consist"]
+              "grid_bn_consist", "grid_bn_pair"]
 
 
 class SplitGrid(nn.Module):
@@ -75,6 +78,14 @@ class BothGrids(nn.Module):
         return torch.stack(outs)
 
 
+class PairGrids(BothGrids):
+    """The training forward of ``grid_bn_pair``: the first half of the batch under every preset
+    (as many forwards per step as the plain run; half the images), stacked as :class:`BothGrids`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x[: x.shape[0] // len(self.model.grid)]) if self.training else self.model(x)
+
+
 class ConsistencyLoss(nn.Module):
     """The run's loss on every preset's outputs (averaged) plus ``weight`` x the KL divergence of
     each preset's predictions from their mean (detached: a target, as in R-Drop / mean teacher)."""
@@ -86,6 +97,7 @@ class ConsistencyLoss(nn.Module):
     def forward(self, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if outputs.dim() == 2:  # validation or a plain forward
             return self.loss(outputs, labels)
+        labels = labels[: outputs.shape[1]]  # PairGrids: the half the presets ran on
         ce = sum(self.loss(o, labels) for o in outputs) / len(outputs)
         mean = F.softmax(outputs, dim=-1).mean(0).detach()
         kl = sum(F.kl_div(F.log_softmax(o, dim=-1), mean, reduction="batchmean") for o in outputs) / len(outputs)
@@ -112,12 +124,12 @@ def candidate_patches(name: str, captured: dict):
         run.make_grid = partial(grid_lib.make_grid, per_grid_bn=True)
     if name.endswith("_alt"):
         run.draw = grid_lib.alternate
-    if name.endswith(("_split", "_consist")):
-        wrapper = SplitGrid if name.endswith("_split") else BothGrids
+    if name.endswith(("_split", "_consist", "_pair")):
+        wrapper = {"_split": SplitGrid, "_consist": BothGrids, "_pair": PairGrids}["_" + name.rpartition("_")[2]]
         original_wrap = saved["wrap_for_training"]
         run.wrap_for_training = lambda model, *a, **k: original_wrap(wrapper(model), *a, **k)
         run.draw = lambda seed, step, count: 0  # the wrapper sets the presets; before_step is moot
-    if name.endswith("_consist"):
+    if name.endswith(("_consist", "_pair")):
         original_loss = saved["loss_and_augment"]
 
         def loss_and_augment(cfg, classes, device):

@@ -1,19 +1,22 @@
 """Grid-robust training at the demo's budget: which remedy closes the grid gap (issue 26).
 
-``python -m benchmarks.grid_robust [--candidates a,b,...] [--seeds 0 1] [--epochs 3]`` trains the
-demo's model (``+experiment=demo``: resnet_small, Fashion-MNIST, 3 epochs, seed per ``--seeds``)
-once per candidate through :func:`resnet.engine.run.train` itself, each candidate a small patch
-of what train.py calls (written out below, so that the lead can move it into the engine), then
-evaluates the trained model under each preset on the test split (10,000 images) and prints the
-table; JSON rows go to ``results/grid_robust.json`` (appended per run, one row per candidate and seed).
+``python -m benchmarks.grid_robust [--candidates a,b,...] [--seeds 0 1] [--epochs 5] [overrides]``
+trains the demo's model (``+experiment=demo``: resnet_small, Fashion-MNIST, ``--epochs``, seed per
+``--seeds``; pass ``amp=bf16`` for the demo's bf16 on a CPU with AMX) once per candidate through
+:func:`resnet.engine.run.train` itself, each candidate a ``grid_bn=`` value or a small patch of
+what train.py calls (written out below), then evaluates the trained model under each preset on the
+test split (10,000 images) and prints the table; JSON rows go to ``results/grid_robust.json``
+(appended per run, one row per candidate and seed).
 
 Candidates (``grid=[symmetric,asymmetric]`` unless said):
 
 * ``symmetric`` / ``asymmetric``: the single-scheme references (the diagonal);
-* ``grid``: as train.py does now, one preset per step drawn uniformly (:func:`resnet.grid.draw`),
-  every BatchNorm's running statistics shared;
-* ``grid_bn``: the same steps, BatchNorm statistics kept per preset
-  (``make_grid(per_grid_bn=True)``), each preset evaluated with its own;
+* ``grid``: one preset per step drawn uniformly (:func:`resnet.grid.draw`), every BatchNorm
+  shared (``grid_bn=shared``);
+* ``grid_bn``: the same steps, BatchNorm running statistics kept per preset
+  (``grid_bn=statistics``), each preset evaluated with its own;
+* ``grid_bn_affine``: statistics and the affine weight and bias per preset (``grid_bn=affine``,
+  train.py's default);
 * ``grid_alt`` / ``grid_bn_alt``: the presets in turn (:func:`resnet.grid.alternate`) instead of drawn;
 * ``grid_bn_split``: every step runs half the batch under each preset (same images per step,
   same steps), per-grid statistics;
@@ -30,7 +33,6 @@ import argparse
 import contextlib
 import json
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,7 +41,8 @@ from torch import nn
 
 PRESETS = ["symmetric", "asymmetric"]
 CANDIDATES = ["symmetric", "asymmetric", "grid", "grid_bn", "grid_alt", "grid_bn_alt", "grid_bn_split",
-              "grid_bn_consist", "grid_bn_pair"]
+              "grid_bn_consist", "grid_bn_pair", "grid_bn_affine", "grid_bn_affine_stem",
+              "grid_bn_affine_p60"]
 
 
 class SplitGrid(nn.Module):
@@ -104,6 +107,37 @@ class ConsistencyLoss(nn.Module):
         return ce + self.weight * kl
 
 
+def per_grid_stem(model: nn.Module) -> nn.Module:
+    """``grid_bn_affine_stem``: the stem conv's weights per preset too (presets 1.. in
+    ``conv1.grid_weight``; every forward indexes the stack of all, as GridBatchNorm2d does)."""
+    from resnet.grid import GridConv2d
+    from resnet.padding import conv_with_pads, same_pads
+
+    class StemPerGrid(GridConv2d):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            pads = self.fixed_pads[self.active]
+            if pads is None:
+                pads = same_pads(self, x.shape[-2], x.shape[-1])
+            out = self.weight.shape[0]  # grid_weight: presets 1.. stacked along dim 0 (4-D, for channels_last)
+            weight = torch.cat((self.weight, self.grid_weight))[self.active * out : (self.active + 1) * out]
+            return conv_with_pads(_Weighted(self, weight), x, *pads)
+
+    stem = model.conv1
+    stem.__class__ = StemPerGrid
+    stem.grid_weight = nn.Parameter(torch.cat([stem.weight.detach()] * (len(model.grid) - 1)))
+    return model
+
+
+class _Weighted:
+    """A conv's attributes with another weight (what conv_with_pads reads)."""
+
+    def __init__(self, conv: nn.Conv2d, weight: torch.Tensor) -> None:
+        self.conv, self.weight = conv, weight
+
+    def __getattr__(self, name: str):
+        return getattr(self.conv, name)
+
+
 @contextlib.contextmanager
 def candidate_patches(name: str, captured: dict):
     """What the candidate changes in resnet.engine.run, undone on exit. ``captured['model']``:
@@ -120,8 +154,12 @@ def candidate_patches(name: str, captured: dict):
         return model
 
     run.build_run_model = build
-    if "_bn" in name:
-        run.make_grid = partial(grid_lib.make_grid, per_grid_bn=True)
+    if name.endswith("_stem"):
+        original_make = saved["make_grid"]
+        run.make_grid = lambda *args, **kwargs: per_grid_stem(original_make(*args, **kwargs))
+    if name.endswith("_p60"):  # the second preset (asymmetric) drawn on 60% of the steps
+        run.draw = lambda seed, step, count: int(
+            torch.rand((), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)) < 0.6)
     if name.endswith("_alt"):
         run.draw = grid_lib.alternate
     if name.endswith(("_split", "_consist", "_pair")):
@@ -181,7 +219,8 @@ def evaluate_under_each(model: nn.Module, name: str, test) -> dict[str, float]:
 def train_candidate(name: str, seed: int, epochs: int, work: Path, extra: list[str]) -> dict:
     from resnet.engine.run import train
 
-    choice = [f"+padding={name}"] if name in PRESETS else [f"grid=[{','.join(PRESETS)}]"]
+    norms = "affine" if "_affine" in name else "statistics" if "_bn" in name else "shared"
+    choice = [f"+padding={name}"] if name in PRESETS else [f"grid=[{','.join(PRESETS)}]", f"grid_bn={norms}"]
     run_dir = work / f"{name}_s{seed}"
     overrides = ["+experiment=demo", *choice, f"seed={seed}", f"epochs={epochs}", f"run_dir={run_dir}",
                  "log_every=1000", *extra]
@@ -238,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", default="grid,grid_bn", help=f"comma-separated, of {', '.join(CANDIDATES)}")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("/tmp/grid_robust"))
     parser.add_argument("--out", type=Path, default=Path("results/grid_robust.json"))
     parser.add_argument("--analyse", type=Path,

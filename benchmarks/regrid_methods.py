@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 # name: (regrid method, regrid keyword arguments); every distill row runs after BN re-estimation
-# unless it says otherwise. The demo's REGRID["distill"] is "distill": 2 passes, lr 0.05, T 2.
+# unless it says otherwise; each clips the gradient norm at 1 (distill's default) unless it says
+# clip 0. The demo's REGRID["distill"] is "distill_feat3": 2 passes, lr 0.05, T 2, features 3.
 METHODS = {
     "bn": ("bn", {}),
     "distill": ("distill", {"epochs": 2, "lr": 0.05}),
@@ -34,6 +35,9 @@ METHODS = {
     "distill_aug2": ("distill", {"epochs": 2, "lr": 0.05, "augment": 2}),
     "distill_aug2_ep3": ("distill", {"epochs": 3, "lr": 0.05, "augment": 2}),
     "distill_feat": ("distill", {"epochs": 2, "lr": 0.05, "features": 1.0}),
+    "distill_feat3": ("distill", {"epochs": 2, "lr": 0.05, "features": 3.0}),  # the demo's (configs/regrid.yaml)
+    "distill_feat3_noclip": ("distill", {"epochs": 2, "lr": 0.05, "features": 3.0, "clip": 0.0}),
+    "distill_feat3_ep1": ("distill", {"epochs": 1, "lr": 0.05, "features": 3.0}),
     "distill_nobn": ("distill_nobn", {"epochs": 2, "lr": 0.05}),
     "grid_bn": ("grid_bn", {}),
 }

@@ -75,7 +75,8 @@ class GridMaxPool2d(nn.Module):
 
 class GridBatchNorm2d(nn.BatchNorm2d):
     """A BatchNorm whose running statistics follow the active preset (``per_grid_bn``): one
-    running mean, variance and batch count per preset, the affine weight and bias shared.
+    running mean, variance and batch count per preset; the affine weight and bias shared, or with
+    ``affine_per_preset`` one per preset too (``per_grid_affine``).
 
     Preset 0's statistics are the plain BatchNorm's buffers (``running_mean``, ``running_var``,
     ``num_batches_tracked``), so a plain model loading the state dict (the ``grid_*`` keys
@@ -83,9 +84,14 @@ class GridBatchNorm2d(nn.BatchNorm2d):
     does. Presets 1.. are rows of ``grid_running_mean`` / ``grid_running_var`` [presets - 1, C]
     and entries of ``grid_num_batches_tracked`` [presets - 1]. In training mode a forward
     updates the active preset's statistics only; :meth:`reset_running_stats` resets the active
-    preset's only (so :func:`resnet.regrid.reestimate_bn` re-measures the active grid's)."""
+    preset's only (so :func:`resnet.regrid.reestimate_bn` re-measures the active grid's).
 
-    def __init__(self, num_features: int, presets: int, **kwargs) -> None:
+    Per-preset affine: presets 1.. have rows of the parameters ``grid_weight`` / ``grid_bias``
+    [presets - 1, C], preset 0 the plain ``weight`` / ``bias``. Every forward indexes the stack of
+    all of them, so every parameter is in every step's graph (DDP finds none unused; the rows of
+    the other presets get zero gradients)."""
+
+    def __init__(self, num_features: int, presets: int, affine_per_preset: bool = False, **kwargs) -> None:
         super().__init__(num_features, **kwargs)
         if not self.track_running_stats:
             raise ValueError("per-grid statistics need a BatchNorm that tracks running statistics")
@@ -93,20 +99,28 @@ class GridBatchNorm2d(nn.BatchNorm2d):
         self.register_buffer("grid_running_mean", torch.zeros(presets - 1, num_features, **factory))
         self.register_buffer("grid_running_var", torch.ones(presets - 1, num_features, **factory))
         self.register_buffer("grid_num_batches_tracked", torch.zeros(presets - 1, dtype=torch.long, **factory))
+        if affine_per_preset:
+            if not self.affine:
+                raise ValueError("per-grid affine weights need a BatchNorm with affine weights")
+            self.grid_weight = nn.Parameter(torch.ones(presets - 1, num_features, **factory))
+            self.grid_bias = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
         self.active = 0
 
     @classmethod
-    def like(cls, bn: nn.BatchNorm2d, presets: int) -> GridBatchNorm2d:
+    def like(cls, bn: nn.BatchNorm2d, presets: int, affine_per_preset: bool = False) -> GridBatchNorm2d:
         """A GridBatchNorm2d holding ``bn``'s parameters and preset-0 buffers (the same tensors),
-        every other preset's statistics starting as copies of ``bn``'s."""
+        every other preset's statistics (and affine weights) starting as copies of ``bn``'s."""
         with torch.device("meta"):
-            grid = cls(bn.num_features, presets, eps=bn.eps, momentum=bn.momentum, affine=bn.affine)
+            grid = cls(bn.num_features, presets, affine_per_preset, eps=bn.eps, momentum=bn.momentum, affine=bn.affine)
         grid.weight, grid.bias = bn.weight, bn.bias
         grid.running_mean, grid.running_var = bn.running_mean, bn.running_var
         grid.num_batches_tracked = bn.num_batches_tracked
         grid.grid_running_mean = bn.running_mean.detach().clone().expand(presets - 1, -1).contiguous()
         grid.grid_running_var = bn.running_var.detach().clone().expand(presets - 1, -1).contiguous()
         grid.grid_num_batches_tracked = bn.num_batches_tracked.detach().clone().expand(presets - 1).contiguous()
+        if affine_per_preset:
+            grid.grid_weight = nn.Parameter(bn.weight.detach().clone().expand(presets - 1, -1).contiguous())
+            grid.grid_bias = nn.Parameter(bn.bias.detach().clone().expand(presets - 1, -1).contiguous())
         return grid.train(bn.training)
 
     def statistics(self, preset: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -134,10 +148,15 @@ class GridBatchNorm2d(nn.BatchNorm2d):
         if self.training:
             count.add_(1)
             factor = 1.0 / float(count) if self.momentum is None else self.momentum
-        return F.batch_norm(x, mean, var, self.weight, self.bias, self.training, factor, self.eps)
+        weight, bias = self.weight, self.bias
+        if hasattr(self, "grid_weight"):
+            weight = torch.cat((weight.unsqueeze(0), self.grid_weight))[self.active]
+            bias = torch.cat((bias.unsqueeze(0), self.grid_bias))[self.active]
+        return F.batch_norm(x, mean, var, weight, bias, self.training, factor, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, presets={self.grid_running_mean.shape[0] + 1}"
+        affine = ", affine_per_preset=True" if hasattr(self, "grid_weight") else ""
+        return f"{super().extra_repr()}, presets={self.grid_running_mean.shape[0] + 1}{affine}"
 
 
 def grid_paddings(presets: Sequence[str]) -> list[Padding]:
@@ -152,11 +171,16 @@ def grid_paddings(presets: Sequence[str]) -> list[Padding]:
     return paddings
 
 
-def make_grid(model: nn.Module, presets: Sequence[str], per_grid_bn: bool = False) -> nn.Module:
+def make_grid(
+    model: nn.Module, presets: Sequence[str], per_grid_bn: bool = False, per_grid_affine: bool = False
+) -> nn.Module:
     """Make ``model`` (built under ``presets[0]``, pads not frozen) switchable between ``presets``,
     in place; returns it. Sites where every preset agrees are left as they are. ``per_grid_bn``:
     every BatchNorm2d becomes a :class:`GridBatchNorm2d`, its running statistics kept per preset
-    and switched with the pads."""
+    and switched with the pads; ``per_grid_affine`` (with ``per_grid_bn``): its affine weight and
+    bias too."""
+    if per_grid_affine and not per_grid_bn:
+        raise ValueError("per_grid_affine=True needs per_grid_bn=True")
     paddings = grid_paddings(presets)
     if model.meta.padding != paddings[0]:
         raise ValueError(f"the model is built under {model.meta.padding_name}; build it under {presets[0]}, the "
@@ -177,7 +201,7 @@ def make_grid(model: nn.Module, presets: Sequence[str], per_grid_bn: bool = Fals
             if type(module) is nn.BatchNorm2d:
                 parent, _, child = name.rpartition(".")
                 owner = model.get_submodule(parent) if parent else model
-                setattr(owner, child, GridBatchNorm2d.like(module, len(paddings)))
+                setattr(owner, child, GridBatchNorm2d.like(module, len(paddings), per_grid_affine))
     model.grid = tuple(presets)
     # the switchable sites, found once here: set_grid runs before every training step
     model.grid_sites = tuple(m for m in model.modules() if isinstance(m, (GridConv2d, GridMaxPool2d, GridBatchNorm2d)))
@@ -218,7 +242,7 @@ def alternate(seed: int, step: int, count: int) -> int:
     return (step + seed) % count
 
 
-GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_tracked")
+GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_tracked", "grid_weight", "grid_bias")
 
 
 def has_grid_bn(state: Mapping[str, torch.Tensor]) -> bool:
@@ -228,7 +252,8 @@ def has_grid_bn(state: Mapping[str, torch.Tensor]) -> bool:
 
 def preset_state_dict(state: Mapping[str, torch.Tensor], preset: int) -> dict[str, torch.Tensor]:
     """A plain model's state dict from a per-grid-BN one: every BatchNorm's running mean, var and
-    batch count are those of the grid's ``preset`` (its index), the ``grid_*`` keys dropped. A
+    batch count (and with per-grid affine, weight and bias) are those of the grid's ``preset`` (its
+    index), the ``grid_*`` keys dropped. A
     state dict without per-grid statistics comes back as it is (a copy of the mapping)."""
     plain = {key: value for key, value in state.items() if key.rpartition(".")[2] not in GRID_BN_KEYS}
     if preset == 0:
@@ -239,4 +264,33 @@ def preset_state_dict(state: Mapping[str, torch.Tensor], preset: int) -> dict[st
             plain[f"{prefix}.running_mean"] = state[key][preset - 1].clone()
             plain[f"{prefix}.running_var"] = state[f"{prefix}.grid_running_var"][preset - 1].clone()
             plain[f"{prefix}.num_batches_tracked"] = state[f"{prefix}.grid_num_batches_tracked"][preset - 1].clone()
+            if f"{prefix}.grid_weight" in state:
+                plain[f"{prefix}.weight"] = state[f"{prefix}.grid_weight"][preset - 1].clone()
+                plain[f"{prefix}.bias"] = state[f"{prefix}.grid_bias"][preset - 1].clone()
     return plain
+
+
+def preset_norms(state: Mapping[str, torch.Tensor], presets: Sequence[str]) -> dict[str, dict[str, torch.Tensor]]:
+    """Each preset's BatchNorm entries from a per-grid-BN state dict, by preset name
+    (:attr:`resnet.padding.Padding.name`): running statistics, and weight and bias with per-grid
+    affine; what :func:`use_preset_norms` loads into a plain model run under that preset. Empty
+    for a state dict without per-grid BatchNorm."""
+    if not has_grid_bn(state):
+        return {}
+    norms = {key.rpartition(".")[0] for key in state if key.endswith(".grid_running_mean")}
+    return {
+        resolve_padding(name).name: {key: value for key, value in preset_state_dict(state, index).items()
+                                     if key.rpartition(".")[0] in norms}
+        for index, name in enumerate(presets)
+    }  # fmt: skip
+
+
+def use_preset_norms(model: nn.Module, norms: Mapping[str, Mapping[str, torch.Tensor]]) -> nn.Module:
+    """``model`` (a plain model, run under ``model.meta.padding_name``) with that preset's
+    BatchNorm entries from :func:`preset_norms`, assigned, not copied: a model sharing its tensors
+    (:func:`resnet.model.with_padding`) keeps its own. A scheme outside the grid keeps what the
+    model holds (the grid's first preset's). Returns ``model``."""
+    chosen = norms.get(model.meta.padding_name)
+    if chosen:
+        model.load_state_dict(dict(chosen), strict=False, assign=True)
+    return model

@@ -112,10 +112,57 @@ def test_grid_and_padding_together_are_one_line(tiny_folder, tmp_path):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric]")
 
 
-def _per_grid_model(presets=("symmetric", "asymmetric", "tf_same")):
+def test_a_grid_run_keeps_norms_per_preset_and_eval_reads_the_chosen_presets(tiny_folder, tmp_path):
+    from resnet.checkpoint import load_checkpoint
+    from resnet.evaluation.protocol import padded_as_configured
+    from resnet.weights import load_weights, parse_weights
+    from tests.helpers.compose import compose_config
+    from tests.helpers.training import run_in_process
+
+    presets = ["symmetric", "tf_same"]
+    run_in_process(tiny_folder, tmp_path, f"grid=[{','.join(presets)}]", "epochs=1", "seed=3")
+    saved = load_checkpoint(tmp_path / "last.pt")
+    assert has_grid_bn(saved["model"]) and "bn1.grid_weight" in saved["model"]  # grid_bn=affine is the default
+    trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, per_grid_bn=True,
+                        per_grid_affine=True)
+    trained.load_state_dict(saved["model"])
+    trained.eval()
+    loaded = load_weights(parse_weights(str(tmp_path / "last.pt")), None, download=False)
+    first = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    x = torch.randn(2, 3, 32, 32)
+    outputs = []
+    for index, preset in enumerate(presets):  # eval.py weights=<run>/last.pt +padding=<preset>
+        model = padded_as_configured(compose_config("eval", f"+padding={preset}"), loaded.model, loaded.preset_norms)
+        set_grid(trained, index)
+        with torch.no_grad():
+            outputs.append(model(x))
+            assert torch.equal(outputs[-1], trained(x)), preset
+    first_norms = with_padding(loaded.model, presets[1])  # the second preset's pads, the first's norms
+    with torch.no_grad():
+        assert not torch.equal(first_norms(x), outputs[1])  # the norms matter, so the test can fail
+    assert all(torch.equal(v, loaded.model.state_dict()[k]) for k, v in first.items())  # the loaded model kept its own
+
+
+def test_shared_statistics_and_sync_bn_with_a_grid(tiny_folder, tmp_path):
+    from resnet.checkpoint import load_checkpoint
+    from resnet.config import ConfigError
+    from tests.helpers.training import run_in_process
+
+    with pytest.raises(ConfigError, match="grid_bn=affine keeps .* pass grid_bn=shared or sync_bn=false"):
+        run_in_process(tiny_folder, tmp_path / "sync", "grid=[symmetric,asymmetric]", "sync_bn=true")
+    with pytest.raises(ConfigError, match="unknown grid_bn=true; choose one of affine, statistics, shared"):
+        run_in_process(tiny_folder, tmp_path / "bad", "grid=[symmetric,asymmetric]", "grid_bn=true")
+    run_in_process(tiny_folder, tmp_path / "shared", "grid=[symmetric,tf_same]", "grid_bn=shared", "epochs=1")
+    assert not has_grid_bn(load_checkpoint(tmp_path / "shared" / "last.pt")["model"])
+    run_in_process(tiny_folder, tmp_path / "stats", "grid=[symmetric,tf_same]", "grid_bn=statistics", "epochs=1")
+    state = load_checkpoint(tmp_path / "stats" / "last.pt")["model"]
+    assert has_grid_bn(state) and not any(key.endswith(("grid_weight", "grid_bias")) for key in state)
+
+
+def _per_grid_model(presets=("symmetric", "asymmetric", "tf_same"), affine: bool = False):
     torch.manual_seed(0)
     model = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding=presets[0]), list(presets),
-                      per_grid_bn=True)
+                      per_grid_bn=True, per_grid_affine=affine)
     model.train()
     with torch.no_grad():
         for index in range(len(presets)):  # each preset's statistics measured on different data
@@ -138,6 +185,33 @@ def test_per_grid_bn_under_each_preset_equals_a_plain_model_holding_that_presets
             assert torch.equal(got, plain(x)), preset
         outputs.append(got)
     assert not torch.equal(outputs[0], outputs[2])  # the statistics differ between presets
+
+
+def test_per_grid_affine_switches_exactly_and_every_parameter_is_in_every_step():
+    from resnet.engine.optim import undecayed
+
+    model = _per_grid_model(affine=True)
+    norms = [m for m in model.modules() if isinstance(m, GridBatchNorm2d)]
+    with torch.no_grad():  # each preset's affine its own
+        for bn in norms:
+            bn.grid_weight.normal_()
+            bn.grid_bias.normal_()
+    x = torch.randn(4, 1, 28, 28)
+    for index, preset in enumerate(model.grid):
+        set_grid(model, index)
+        plain = build_model("resnet_small", num_classes=10, in_chans=1, padding=preset).eval()
+        plain.load_state_dict(preset_state_dict(model.state_dict(), index))
+        with torch.no_grad():
+            assert torch.equal(model(x), plain(x)), preset
+    set_grid(model, 1)
+    model.train()(x).sum().backward()  # under preset 1: preset 0's and 2's rows in the graph, gradient zero
+    assert all(p.grad is not None for p in model.parameters())  # DDP would find none unused
+    for bn in norms:
+        assert bn.weight.grad.abs().sum() == 0 and bn.grid_weight.grad[0].abs().sum() > 0
+        assert bn.grid_weight.grad[1].abs().sum() == 0
+    assert {bn.grid_weight for bn in norms} <= undecayed(model, "norm_and_bias")  # norm weights: no decay
+    with pytest.raises(ValueError, match="per_grid_affine=True needs per_grid_bn=True"):
+        make_grid(build_model("resnet_tiny", padding="symmetric"), ["symmetric", "asymmetric"], per_grid_affine=True)
 
 
 def test_per_grid_bn_training_updates_only_the_active_presets_statistics():

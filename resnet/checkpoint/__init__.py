@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ..archs import canonical_name
+from ..grid import has_grid_bn, preset_state_dict
 from ..model import ResNet, build_model
 from ..padding import freeze_padding
 from .errors import SHOWN_KEYS, before_reading, describe, error_line, key_problems, printable, unreadable
@@ -155,6 +156,8 @@ def model_from_checkpoint(
     ``where`` names the checkpoint in error messages (its path)."""
     checkpoint = _checked(checkpoint, where)
     recorded, state = checkpoint["meta"], checkpoint["model"]
+    if has_grid_bn(state):  # train.py grid=[...] with per-grid BN: the first preset's, as the meta's padding
+        state = preset_state_dict(state, 0)
     if "eval_size" not in recorded and "input_size" in recorded:  # the name before eval_size
         recorded = {**recorded, "eval_size": recorded["input_size"]}
     overrides = {**recorded.get("overrides", {}), **{k: recorded[k] for k in _ARCH_FIELDS if k in recorded}}

@@ -65,22 +65,48 @@ def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
     or its grid (``grid=[...]``)."""
     from ..engine.run import train
 
-    return train(_compose("train", ["+experiment=demo", *padding, f"run_dir={run_dir}", *overrides]))
+    return train(_compose("train", ["+experiment=demo", *native_bf16(overrides), *padding, f"run_dir={run_dir}",
+                                    *overrides]))
 
 
-def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, overrides: list[str]) -> dict:
+def native_bf16(overrides: list[str]) -> list[str]:
+    """``amp=bf16`` where the demo trains on a CPU that computes bfloat16 natively (AMX or
+    AVX512-BF16: 1.6-1.7x the float32 images/s of the demo's model on 2 cores, docs/benchmarks.md),
+    unless the overrides choose ``amp`` or a device; elsewhere bf16 is emulated, slower than float32."""
+    import torch
+
+    if any(o.partition("=")[0] in ("amp", "device") for o in overrides) or torch.cuda.is_available():
+        return []
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # torch.cpu's, private: looked up
+    native = any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+    return ["amp=bf16"] if native else []
+
+
+def data_overrides(overrides: list[str]) -> list[str]:
+    """The ``data=`` / ``data.<key>=`` overrides of the training runs, which evaluation and
+    re-gridding read too (the built-in Fashion-MNIST when there are none)."""
+    picked = [o for o in overrides if o.lstrip("+~").partition("=")[0].split(".")[0] == "data"]
+    return picked or ["data=fashion_mnist"]
+
+
+def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, data: list[str]) -> dict:
     from ..evaluation.run import evaluate_weights
 
     return evaluate_weights(_compose("eval", [
-        f"weights={checkpoint}", "data=fashion_mnist", *padding_overrides(scheme),
-        f"results_file={results_file.resolve()}", *overrides,
+        f"weights={checkpoint}", *data, *padding_overrides(scheme), f"results_file={results_file.resolve()}",
     ]))  # fmt: skip
 
 
-def regrid_to(checkpoint: Path, scheme: str, out: Path, method: tuple[str, ...]) -> dict:
+def regrid_to(checkpoint: Path, scheme: str, out: Path, method: list[str], data: list[str]) -> dict:
     from .regrid import run
 
-    return run(_compose("regrid", [f"weights={checkpoint}", *padding_overrides(scheme), f"out={out}", *method]))
+    return run(_compose("regrid", [f"weights={checkpoint}", *padding_overrides(scheme), f"out={out}", *data, *method]))
+
+
+def merged(overrides: tuple[str, ...], extra: list[str]) -> list[str]:
+    """``overrides`` with each key that ``extra`` sets replaced by ``extra``'s value."""
+    keys = {o.partition("=")[0] for o in extra}
+    return [o for o in overrides if o.partition("=")[0] not in keys] + extra
 
 
 def _scheme_name(name: str) -> str:
@@ -148,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="an override for every re-gridding method, e.g. images=512 (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
     parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. epochs=2")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # train.py overrides before and after the options
     if len(set(args.schemes)) < len(args.schemes):
         parser.error(f"--schemes {' '.join(args.schemes)} names a scheme twice: give each once")
     with_grid = args.grid and len(args.schemes) > 1
@@ -171,6 +197,7 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     results_file.unlink(missing_ok=True)  # the demo's tables hold this run only
     (args.out / "regrid_eval.jsonl").unlink(missing_ok=True)
     checkpoints = {}
+    data = data_overrides(args.overrides)
     for scheme in args.schemes:
         print(f"\n=== training under {scheme} ===", flush=True)
         run_dir = args.out / f"train_{_dir_name(scheme)}"
@@ -185,7 +212,7 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     for trained, checkpoint in checkpoints.items():
         for evaluated in args.schemes:
             print(f"\n=== trained with {trained}, evaluated with {evaluated} ===", flush=True)
-            evaluate_under(checkpoint, evaluated, results_file, [])
+            evaluate_under(checkpoint, evaluated, results_file, data)
 
     regrid_runs: dict[str, dict] = {}
     source, target = args.schemes[-1], args.schemes[0]
@@ -193,13 +220,14 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
         for method, overrides in REGRID.items():
             print(f"\n=== re-gridding the {source}-trained model to {target}: {method} ===", flush=True)
             out = args.out / f"regrid_{method}.pt"
-            run = regrid_to(checkpoints[source], target, out, [*overrides, *args.regrid_set])
-            run["eval"] = evaluate_under(out, target, args.out / "regrid_eval.jsonl", [])
+            run = regrid_to(checkpoints[source], target, out, merged(overrides, args.regrid_set), data)
+            run["eval"] = evaluate_under(out, target, args.out / "regrid_eval.jsonl", data)
             regrid_runs[method] = run
 
     rows = read_rows(results_file)
     write_tables(results_file, args.out, schemes=args.schemes)
-    print("\nFashion-MNIST test set (10,000 images): error % of each trained model under each scheme\n")
+    print(f"\n{rows[0]['dataset']} ({rows[0]['n_images']:,} evaluation images): error % of each trained model "
+          "under each scheme\n")
     print(format_table(matrix_rows(rows, list(checkpoints), args.schemes)))
     files = "cross.md, cross.png, tensornets.md, tensornets.png"
     if regrid_runs:

@@ -42,7 +42,7 @@ def run(cfg: DictConfig) -> Path:
         raise ConfigError(str(err)) from None
 
     loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
-    model = padded_as_configured(cfg, loaded.model)
+    model = padded_as_configured(cfg, loaded.model, loaded.preset_norms)
     size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
     try:
         checks = export_checked(model, out, size, cfg.opset, cfg.tolerance)

@@ -10,6 +10,8 @@ from ..config import ConfigError, check_run_config
 from ..grid import grid_paddings
 from .losses import LOSSES
 
+GRID_BN = ("affine", "statistics", "shared")  # train.py grid_bn=: what each BatchNorm keeps per preset
+
 
 def check_train_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first value of ``cfg`` that cannot train."""
@@ -53,6 +55,13 @@ def _check_grid(cfg: DictConfig) -> None:
     if cfg.get("padding") is not None:
         raise ConfigError("grid= and +padding= both choose the padding: drop +padding (the model is built "
                           "under the grid's first preset)")
+    norms = cfg.get("grid_bn", "affine")
+    if norms not in GRID_BN:
+        given = str(norms).lower() if isinstance(norms, bool) else norms  # YAML reads true as a boolean
+        raise ConfigError(f"unknown grid_bn={given}; choose one of {', '.join(GRID_BN)} (grid_bn=affine)")
+    if norms != "shared" and cfg.sync_bn:
+        raise ConfigError(f"grid_bn={norms} keeps BatchNorm entries per preset, which synchronised BatchNorm does not: "
+                          "pass grid_bn=shared or sync_bn=false")
     try:
         grid_paddings(list(cfg.grid))
     except ValueError as err:

@@ -52,7 +52,10 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
     grid = list(cfg.grid) if cfg.get("grid") else None
     padding = grid[0] if grid else padding_from_config(cfg)
     model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
-    return make_grid(model, grid) if grid else model
+    if not grid:
+        return model
+    norms = cfg.get("grid_bn", "affine")
+    return make_grid(model, grid, per_grid_bn=norms != "shared", per_grid_affine=norms == "affine")
 
 
 def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:

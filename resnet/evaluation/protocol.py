@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..config import ConfigError, padding_from_config
 from ..distributed import DistEnv
+from ..grid import use_preset_norms
 from ..model import ModelMeta, with_padding
 from ..weights import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, load_weights, parse_weights
 from .loader import EvalData, EvalProtocol
@@ -69,14 +72,15 @@ def single_crop_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtoco
         raise ConfigError(str(err)) from None
 
 
-def padded_as_configured(cfg: DictConfig, model):
+def padded_as_configured(cfg: DictConfig, model, preset_norms: Mapping = MappingProxyType({})):
     """``model`` under ``+padding=`` / ``+padding.<site>=`` when given; sites left out keep the
-    weights' own scheme."""
+    weights' own scheme. ``preset_norms``: a per-grid-BN checkpoint's BatchNorm entries by preset
+    (:attr:`resnet.weights.LoadedWeights.preset_norms`), the chosen preset's put in."""
     override = padding_from_config(cfg)
     if override is None:
         return model
     try:
-        return with_padding(model, override)
+        return use_preset_norms(with_padding(model, override), preset_norms)
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
 

@@ -59,7 +59,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
 
     loaded = load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env, cfg.ema)
     model, trained_padding = loaded.model, loaded.trained_for or loaded.model.meta.padding_name
-    model = padded_as_configured(cfg, model)
+    model = padded_as_configured(cfg, model, loaded.preset_norms)
     meta = model.meta
     protocol = resolve_protocol(cfg, meta, loaded.origin)
     # batch_size counts network inputs, so that one setting fits memory in both protocols.

@@ -8,7 +8,7 @@ the run validated at come from the config train.py records in it. The file is re
 from __future__ import annotations
 
 from ..checkpoint import load_checkpoint, model_from_checkpoint
-from ..grid import grid_name
+from ..grid import grid_name, preset_norms
 from .common import LoadedWeights, OriginProtocol, WeightsSpec, WeightsUnavailable
 
 FORMS = ("/path/to/last.pt or checkpoint:/path/to/last.pt",)
@@ -39,4 +39,5 @@ def load(spec: WeightsSpec, arch: str | None, download: bool, ema: bool = False)
         interpolation=data.get("interpolation"),
     )
     grid = checkpoint.get("grid")  # train.py grid=[...]: trained under each of these presets
-    return LoadedWeights(model, origin, trained_for=grid_name(grid) if grid else None)
+    norms = preset_norms(checkpoint["model"], grid) if grid else {}
+    return LoadedWeights(model, origin, trained_for=grid_name(grid) if grid else None, preset_norms=norms)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -73,6 +73,9 @@ class LoadedWeights:
     model: ResNet  # eval mode, on the CPU, under the weights' native padding
     origin: OriginProtocol  # how the weights' publisher (or the training run) evaluates them
     trained_for: str | None = None  # what they were trained under when not the meta's preset (grid[a,b])
+    # per-grid BN (train.py grid=[...]): each preset's BatchNorm entries, by preset name; the model
+    # holds the first's (resnet.grid.use_preset_norms puts another's in)
+    preset_norms: Mapping[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)
 
 
 # --- files -------------------------------------------------------------------------

@@ -38,6 +38,8 @@ METHODS = {
     "distill_feat3": ("distill", {"epochs": 2, "lr": 0.05, "features": 3.0}),  # the demo's (configs/regrid.yaml)
     "distill_feat3_noclip": ("distill", {"epochs": 2, "lr": 0.05, "features": 3.0, "clip": 0.0}),
     "distill_feat3_ep1": ("distill", {"epochs": 1, "lr": 0.05, "features": 3.0}),
+    "distill_feat3_ep3": ("distill", {"epochs": 3, "lr": 0.05, "features": 3.0}),
+    "distill_feat3_aug2": ("distill", {"epochs": 2, "lr": 0.05, "features": 3.0, "augment": 2}),
     "distill_nobn": ("distill_nobn", {"epochs": 2, "lr": 0.05}),
     "grid_bn": ("grid_bn", {}),
 }

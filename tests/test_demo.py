@@ -9,7 +9,7 @@ import json
 import pytest
 
 from resnet.checkpoint import load_checkpoint
-from resnet.cli.demo import main
+from resnet.cli.demo import data_overrides, main, merged, native_bf16
 from tests.helpers.builtin_data import require_fashion_mnist
 
 
@@ -59,3 +59,22 @@ def test_schemes_that_cannot_make_the_demo_are_one_line_before_any_training(sche
     assert exited.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]  # argparse: the usage, then "<prog>: error: ..."
     assert ": error: " in line and message in line and not (tmp_path / "out").exists()
+
+
+def test_bf16_only_where_the_cpu_computes_it_natively_and_never_over_the_users_choice(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for amx, avx512_bf16, expected in ((True, False, ["amp=bf16"]), (False, True, ["amp=bf16"]), (False, False, [])):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda value=avx512_bf16: value)
+        assert native_bf16(["epochs=1"]) == expected
+        assert native_bf16(["amp=none"]) == [] and native_bf16(["device=cuda"]) == []
+
+
+def test_the_training_data_reaches_evaluation_and_regridding_and_later_values_win():
+    assert data_overrides(["epochs=1", "model=resnet18"]) == ["data=fashion_mnist"]
+    given = ["data=imagefolder", "data.root=/x", "+data.extra=1", "epochs=2"]
+    assert data_overrides(given) == ["data=imagefolder", "data.root=/x", "+data.extra=1"]
+    assert merged(("method=distill", "images=15000", "epochs=2"), ["images=64", "lr=0.1"]) == [
+        "method=distill", "epochs=2", "images=64", "lr=0.1"]

@@ -1,8 +1,8 @@
 """The built-in demo: the padding question end to end on Fashion-MNIST, on a CPU.
 
 ``resnet-demo`` (``python -m resnet.demo``) trains the default model (``python train.py``'s recipe on the
-3-epoch schedule of ``configs/experiment/demo.yaml``) once
-under each scheme (``symmetric`` and ``asymmetric`` by default) and once on the grid of
+5-epoch schedule of ``configs/experiment/demo.yaml``, in bf16 where the CPU computes it natively)
+once under each scheme (``symmetric`` and ``asymmetric`` by default) and once on the grid of
 them all (``train.py grid=[...]``: one grid-robust model), evaluates every checkpoint under
 every scheme, and prints the "trained with x evaluated with" table of top-1 and top-5 errors.
 Then it re-grids the model trained under the last scheme to the first
@@ -10,7 +10,8 @@ Then it re-grids the model trained under the last scheme to the first
 with the images and seconds it used. It writes, under ``--out`` (default ``results/demo``):
 ``eval.jsonl`` (one row per evaluation), ``cross.md`` / ``cross.csv`` / ``cross.png`` (the
 matrix), ``tensornets.md`` / ``.csv`` / ``.png`` (per-scheme errors) and ``regrid.md`` /
-``.csv`` / ``.png`` (the re-gridding table).
+``.csv`` / ``.png`` (the re-gridding table). ``data=...`` overrides reach the evaluations and the
+re-gridding too (``benchmarks/imagenet_proxy.py`` runs the demo on ImageNet-layout folders).
 """
 
 from __future__ import annotations

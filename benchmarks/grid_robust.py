@@ -14,9 +14,8 @@ Candidates (``grid=[symmetric,asymmetric]`` unless said):
 * ``grid``: one preset per step drawn uniformly (:func:`resnet.grid.draw`), every BatchNorm
   shared (``grid_bn=shared``);
 * ``grid_bn``: the same steps, BatchNorm running statistics kept per preset
-  (``grid_bn=statistics``), each preset evaluated with its own;
-* ``grid_bn_affine``: statistics and the affine weight and bias per preset (``grid_bn=affine``,
-  train.py's default);
+  (``grid_bn=statistics``, train.py's default), each preset evaluated with its own;
+* ``grid_bn_affine``: statistics and the affine weight and bias per preset (``grid_bn=affine``);
 * ``grid_alt`` / ``grid_bn_alt``: the presets in turn (:func:`resnet.grid.alternate`) instead of drawn;
 * ``grid_bn_split``: every step runs half the batch under each preset (same images per step,
   same steps), per-grid statistics;
@@ -244,7 +243,7 @@ def analyse_per_grid_bn(path: Path, test) -> list[dict]:
     checkpoint = load_checkpoint(path)
     meta, state = checkpoint["meta"], checkpoint["model"]
     model = make_grid(build_model(meta["arch"], meta["num_classes"], PRESETS[0], in_chans=1), PRESETS,
-                      per_grid_bn=True)
+                      per_grid_bn=True, per_grid_affine=any(key.endswith(".grid_weight") for key in state))
     normalize = Normalize("torch")
     rows = []
     for label in ("own statistics", "statistics averaged over the presets", "preset 0's statistics everywhere"):

@@ -247,15 +247,22 @@ GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_track
 
 def has_grid_bn(state: Mapping[str, torch.Tensor]) -> bool:
     """Whether a state dict holds per-grid BatchNorm statistics (``make_grid(per_grid_bn=True)``)."""
-    return any(key.rpartition(".")[2] in GRID_BN_KEYS for key in state)
+    return bool(_grid_norms(state))
+
+
+def _grid_norms(state: Mapping[str, torch.Tensor]) -> set[str]:
+    """The module names of a state dict's per-grid BatchNorms (those with ``grid_running_mean``)."""
+    return {key.rpartition(".")[0] for key in state if key.rpartition(".")[2] == "grid_running_mean"}
 
 
 def preset_state_dict(state: Mapping[str, torch.Tensor], preset: int) -> dict[str, torch.Tensor]:
     """A plain model's state dict from a per-grid-BN one: every BatchNorm's running mean, var and
     batch count (and with per-grid affine, weight and bias) are those of the grid's ``preset`` (its
-    index), the ``grid_*`` keys dropped. A
-    state dict without per-grid statistics comes back as it is (a copy of the mapping)."""
-    plain = {key: value for key, value in state.items() if key.rpartition(".")[2] not in GRID_BN_KEYS}
+    index), their ``grid_*`` keys dropped. A state dict without per-grid statistics comes back as
+    it is (a copy of the mapping)."""
+    norms = _grid_norms(state)
+    plain = {key: value for key, value in state.items()
+             if not (key.rpartition(".")[0] in norms and key.rpartition(".")[2] in GRID_BN_KEYS)}
     if preset == 0:
         return plain
     for key in state:
@@ -277,7 +284,7 @@ def preset_norms(state: Mapping[str, torch.Tensor], presets: Sequence[str]) -> d
     for a state dict without per-grid BatchNorm."""
     if not has_grid_bn(state):
         return {}
-    norms = {key.rpartition(".")[0] for key in state if key.endswith(".grid_running_mean")}
+    norms = _grid_norms(state)
     return {
         resolve_padding(name).name: {key: value for key, value in preset_state_dict(state, index).items()
                                      if key.rpartition(".")[0] in norms}
@@ -292,5 +299,8 @@ def use_preset_norms(model: nn.Module, norms: Mapping[str, Mapping[str, torch.Te
     model holds (the grid's first preset's). Returns ``model``."""
     chosen = norms.get(model.meta.padding_name)
     if chosen:
-        model.load_state_dict(dict(chosen), strict=False, assign=True)
+        unexpected = model.load_state_dict(dict(chosen), strict=False, assign=True).unexpected_keys
+        if unexpected:  # entries of another architecture: refuse rather than run half-loaded
+            raise ValueError(f"the per-preset BatchNorm entries do not fit this {model.meta.arch} "
+                             f"({len(unexpected)} unexpected keys, e.g. {unexpected[0]})")
     return model

@@ -74,6 +74,7 @@ def test_bf16_only_where_the_cpu_computes_it_natively_and_never_over_the_users_c
 
 def test_the_training_data_reaches_evaluation_and_regridding_and_later_values_win():
     assert data_overrides(["epochs=1", "model=resnet18"]) == ["data=fashion_mnist"]
+    assert data_overrides(["data.workers=0"]) == ["data=fashion_mnist", "data.workers=0"]  # eval.yaml's is imagenet
     given = ["data=imagefolder", "data.root=/x", "+data.extra=1", "epochs=2"]
     assert data_overrides(given) == ["data=imagefolder", "data.root=/x", "+data.extra=1"]
     assert merged(("method=distill", "images=15000", "epochs=2"), ["images=64", "lr=0.1"]) == [

@@ -120,9 +120,9 @@ def test_a_grid_run_keeps_norms_per_preset_and_eval_reads_the_chosen_presets(tin
     from tests.helpers.training import run_in_process
 
     presets = ["symmetric", "tf_same"]
-    run_in_process(tiny_folder, tmp_path, f"grid=[{','.join(presets)}]", "epochs=1", "seed=3")
+    run_in_process(tiny_folder, tmp_path, f"grid=[{','.join(presets)}]", "epochs=1", "seed=3", "grid_bn=affine")
     saved = load_checkpoint(tmp_path / "last.pt")
-    assert has_grid_bn(saved["model"]) and "bn1.grid_weight" in saved["model"]  # grid_bn=affine is the default
+    assert has_grid_bn(saved["model"]) and "bn1.grid_weight" in saved["model"]
     trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, per_grid_bn=True,
                         per_grid_affine=True)
     trained.load_state_dict(saved["model"])
@@ -148,15 +148,44 @@ def test_shared_statistics_and_sync_bn_with_a_grid(tiny_folder, tmp_path):
     from resnet.config import ConfigError
     from tests.helpers.training import run_in_process
 
-    with pytest.raises(ConfigError, match="grid_bn=affine keeps .* pass grid_bn=shared or sync_bn=false"):
+    with pytest.raises(ConfigError, match="grid_bn=statistics keeps .* pass grid_bn=shared or sync_bn=false"):
         run_in_process(tiny_folder, tmp_path / "sync", "grid=[symmetric,asymmetric]", "sync_bn=true")
-    with pytest.raises(ConfigError, match="unknown grid_bn=true; choose one of affine, statistics, shared"):
+    with pytest.raises(ConfigError, match="unknown grid_bn=true; choose one of statistics, affine, shared"):
         run_in_process(tiny_folder, tmp_path / "bad", "grid=[symmetric,asymmetric]", "grid_bn=true")
     run_in_process(tiny_folder, tmp_path / "shared", "grid=[symmetric,tf_same]", "grid_bn=shared", "epochs=1")
     assert not has_grid_bn(load_checkpoint(tmp_path / "shared" / "last.pt")["model"])
-    run_in_process(tiny_folder, tmp_path / "stats", "grid=[symmetric,tf_same]", "grid_bn=statistics", "epochs=1")
+    run_in_process(tiny_folder, tmp_path / "stats", "grid=[symmetric,tf_same]", "epochs=1")  # the default
     state = load_checkpoint(tmp_path / "stats" / "last.pt")["model"]
     assert has_grid_bn(state) and not any(key.endswith(("grid_weight", "grid_bias")) for key in state)
+
+
+def test_a_grid_run_resumes_only_with_its_own_presets_and_batchnorm(tiny_folder, tmp_path):
+    from resnet.config import ConfigError
+    from tests.helpers.training import run_in_process
+
+    run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "stop_after=1")
+    with pytest.raises(ConfigError, match=r"was trained with grid=\[symmetric,tf_same\], this run has "
+                                          r"\['symmetric', 'asymmetric'\]: pass the grid it was trained with"):
+        run_in_process(tiny_folder, tmp_path, "grid=[symmetric,asymmetric]", "resume=true")
+    with pytest.raises(ConfigError, match="trained with grid_bn=statistics: pass grid_bn=statistics, or start over"):
+        run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "grid_bn=shared", "resume=true")
+    with pytest.raises(ConfigError, match="was trained with grid=\\[symmetric,tf_same\\], this run has none"):
+        run_in_process(tiny_folder, tmp_path, "resume=true")
+
+
+def test_regridding_a_grid_model_to_one_of_its_presets_points_to_eval(tiny_folder, tmp_path):
+    from resnet.cli.regrid import run
+    from resnet.config import ConfigError
+    from tests.helpers.compose import compose_config
+    from tests.helpers.training import run_in_process
+
+    run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "epochs=1")
+    cfg = compose_config("regrid", f"weights={tmp_path / 'last.pt'}", "+padding=tf_same", f"out={tmp_path / 'r.pt'}",
+                         "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3")
+    with pytest.raises(ConfigError, match=r"was trained for tf_same \(grid\[symmetric,tf_same\]\): python eval.py "
+                                          r"weights=.* \+padding=tf_same runs it with its own BatchNorm"):
+        run(cfg)
+    assert not (tmp_path / "r.pt").exists()
 
 
 def _per_grid_model(presets=("symmetric", "asymmetric", "tf_same"), affine: bool = False):

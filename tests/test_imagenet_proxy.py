@@ -13,13 +13,20 @@ from tests.helpers.builtin_data import require_fashion_mnist
 
 
 def test_render_places_each_garment_at_its_own_offset_and_tint():
-    garments = torch.zeros(2, 1, 28, 28, dtype=torch.uint8)
-    garments[:, :, 4:24, 8:20] = 255  # the same garment twice
+    garments = torch.full((3, 1, 28, 28), 255, dtype=torch.uint8)  # opaque squares: a flat tint, no noise
     scenes = render(garments, 72, torch.Generator().manual_seed(0))
-    assert scenes.shape == (2, 3, 72, 72) and scenes.dtype == torch.uint8
-    assert not torch.equal(scenes[0], scenes[1])
-    again = render(garments, 72, torch.Generator().manual_seed(0))
-    assert torch.equal(scenes, again)  # seeded
+    assert scenes.shape == (3, 3, 72, 72) and scenes.dtype == torch.uint8
+    boxes, tints = [], []
+    for scene in scenes:
+        colours, counts = scene.flatten(1).T.unique(dim=0, return_counts=True)
+        tint = colours[counts.argmax()]
+        rows, cols = torch.nonzero((scene == tint.view(3, 1, 1)).all(0), as_tuple=True)
+        side = int(rows.max() - rows.min()) + 1
+        assert 44 <= side <= 64 and side == int(cols.max() - cols.min()) + 1  # a square of the drawn size
+        boxes.append((int(rows.min()), int(cols.min()), side))
+        tints.append(tuple(tint.tolist()))
+    assert len(set(boxes)) == 3 and len(set(tints)) == 3  # each its own place, size and colour
+    assert torch.equal(scenes, render(garments, 72, torch.Generator().manual_seed(0)))  # seeded
 
 
 @pytest.mark.slow

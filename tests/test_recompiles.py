@@ -50,7 +50,8 @@ def fresh_dynamo():
 
 def grid_model(presets: list[str]) -> nn.Module:
     torch.manual_seed(0)
-    return make_grid(resnet.build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets)
+    model = resnet.build_model("resnet_tiny", num_classes=3, padding=presets[0])
+    return make_grid(model, presets, per_grid_bn=True, per_grid_affine=True)  # grid_bn=affine: the most state
 
 
 def batches(sizes: list[int], image_size: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -87,7 +87,8 @@ def data_overrides(overrides: list[str]) -> list[str]:
     """The ``data=`` / ``data.<key>=`` overrides of the training runs, which evaluation and
     re-gridding read too (the built-in Fashion-MNIST when there are none)."""
     picked = [o for o in overrides if o.lstrip("+~").partition("=")[0].split(".")[0] == "data"]
-    return picked or ["data=fashion_mnist"]
+    chosen = any(o.partition("=")[0] == "data" for o in picked)  # data=<dataset>, not data.<key>=
+    return picked if chosen else ["data=fashion_mnist", *picked]
 
 
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, data: list[str]) -> dict:

@@ -60,6 +60,9 @@ def run(cfg) -> dict:
         others = [f"+padding={name}" for name in PRESETS if name != target.name][:2]
         raise ConfigError(f"{spec.text} is already under {target.name}: pass the grid to move to, "
                           f"e.g. {' or '.join(others)}")
+    if target.name in loaded.preset_norms:  # a grid model holds this preset's own BatchNorm already
+        raise ConfigError(f"{spec.text} was trained for {target.name} ({loaded.trained_for}): python eval.py "
+                          f"weights={spec.text} +padding={target.name} runs it with its own BatchNorm, no re-gridding")
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
     try:
         data = build_eval_loader(cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size,

@@ -10,7 +10,7 @@ from ..config import ConfigError, check_run_config
 from ..grid import grid_paddings
 from .losses import LOSSES
 
-GRID_BN = ("affine", "statistics", "shared")  # train.py grid_bn=: what each BatchNorm keeps per preset
+GRID_BN = ("statistics", "affine", "shared")  # train.py grid_bn=: what each BatchNorm keeps per preset
 
 
 def check_train_config(cfg: DictConfig) -> None:
@@ -55,10 +55,10 @@ def _check_grid(cfg: DictConfig) -> None:
     if cfg.get("padding") is not None:
         raise ConfigError("grid= and +padding= both choose the padding: drop +padding (the model is built "
                           "under the grid's first preset)")
-    norms = cfg.get("grid_bn", "affine")
+    norms = cfg.get("grid_bn", "statistics")
     if norms not in GRID_BN:
         given = str(norms).lower() if isinstance(norms, bool) else norms  # YAML reads true as a boolean
-        raise ConfigError(f"unknown grid_bn={given}; choose one of {', '.join(GRID_BN)} (grid_bn=affine)")
+        raise ConfigError(f"unknown grid_bn={given}; choose one of {', '.join(GRID_BN)} (grid_bn=statistics)")
     if norms != "shared" and cfg.sync_bn:
         raise ConfigError(f"grid_bn={norms} keeps BatchNorm entries per preset, which synchronised BatchNorm does not: "
                           "pass grid_bn=shared or sync_bn=false")

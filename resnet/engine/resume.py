@@ -40,6 +40,7 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
         return ResumePoint()
     partial = _partial(state, path, layout, env.rank)
     _check_same_optimizer(cfg, state, path)
+    _check_same_grid(cfg, state, path)
     _load_state(training, state, path)
     start = ResumePoint(state["epoch"], state["step"], list(state.get("history", [])), partial,
                         state["rng"][min(env.rank, len(state["rng"]) - 1)])
@@ -72,6 +73,21 @@ def _check_same_optimizer(cfg: DictConfig, state: dict, path: Path) -> None:
                 f"{path} was trained with {group}.name={was}, this run has {now}: pass the {group}= it "
                 "was trained with, or start over with resume=false"
             )
+
+
+def _check_same_grid(cfg: DictConfig, state: dict, path: Path) -> None:
+    """A grid run resumes with its own presets and BatchNorm layout: another list of as many presets
+    would load and train one preset's BatchNorm rows as another's."""
+    was, now = list(state.get("grid") or []), list(cfg.get("grid") or [])
+    if was != now:
+        given = f"grid=[{','.join(was)}]" if was else "no grid="
+        raise ConfigError(f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
+                          "trained with, or start over with resume=false")
+    if was:  # a file from before grid_bn= kept one BatchNorm for all presets
+        norms_was = ((state.get("config") or {}).get("grid_bn")) or "shared"
+        if norms_was != cfg.get("grid_bn", "statistics"):
+            raise ConfigError(f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over "
+                              "with resume=false")
 
 
 def _load_state(training, state: dict, path: Path) -> None:

@@ -54,7 +54,7 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
     model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
     if not grid:
         return model
-    norms = cfg.get("grid_bn", "affine")
+    norms = cfg.get("grid_bn", "statistics")
     return make_grid(model, grid, per_grid_bn=norms != "shared", per_grid_affine=norms == "affine")
 
 

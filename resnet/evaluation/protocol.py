@@ -80,9 +80,13 @@ def padded_as_configured(cfg: DictConfig, model, preset_norms: Mapping = Mapping
     if override is None:
         return model
     try:
-        return use_preset_norms(with_padding(model, override), preset_norms)
+        padded = use_preset_norms(with_padding(model, override), preset_norms)
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
+    if preset_norms and padded.meta.padding_name not in preset_norms:
+        print(f"note: {padded.meta.padding_name} is not one of the presets these weights were trained for "
+              f"({', '.join(preset_norms)}): its BatchNorm is {model.meta.padding_name}'s", flush=True)
+    return padded
 
 
 def check_fit(meta: ModelMeta, data: EvalData) -> None:

@@ -28,7 +28,7 @@ and images as ``eval.py`` does, then runs :func:`detect_padding`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import torch
@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .evaluation.loop import evaluate
+from .grid import use_preset_norms
 from .inspect import pad_table
 from .model import build_model, with_padding
 from .padding import PRESETS
@@ -151,6 +152,7 @@ def detect_padding(
     *,
     num_classes: int | None = None,
     progress: bool = False,
+    preset_norms: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
 ) -> DetectionReport:
     """Score ``model``'s weights under every preset on ``batches`` of (uint8 images, labels).
 
@@ -158,7 +160,9 @@ def detect_padding(
     so that ``model.meta`` names its architecture. ``batches`` is read once; images must be
     ``input_size`` square, on any device (they are moved to the model's). ``num_classes``:
     the data's classes, so that a head with one more (TF-slim's background) has it dropped.
-    ``progress``: a progress bar per preset group.
+    ``progress``: a progress bar per preset group. ``preset_norms``: a grid model's BatchNorm
+    entries per preset (:attr:`resnet.weights.LoadedWeights.preset_norms`): each preset of the
+    grid is scored with its own, as ``eval.py +padding=<preset>`` runs it.
     """
     meta = getattr(model, "meta", None)
     if meta is None:
@@ -171,9 +175,11 @@ def detect_padding(
             raise ValueError("detect_padding needs one class label per image (not sets of labels)")
     runtime = Runtime.local(next(model.parameters()).device)
     groups = preset_groups(model, input_size)
+    norms = preset_norms or {}
     results = [
-        evaluate(with_padding(model, group[0]), batches, runtime, normalize, num_classes=num_classes,
-                 keep_scores=True, progress=progress, desc=f"preset group {i}/{len(groups)}")
+        evaluate(use_preset_norms(with_padding(model, next((p for p in group if p in norms), group[0])), norms),
+                 batches, runtime, normalize, num_classes=num_classes, keep_scores=True, progress=progress,
+                 desc=f"preset group {i}/{len(groups)}")
         for i, group in enumerate(groups, 1)
     ]
     n_images = results[0].n_images

@@ -299,7 +299,9 @@ def use_preset_norms(model: nn.Module, norms: Mapping[str, Mapping[str, torch.Te
     model holds (the grid's first preset's). Returns ``model``."""
     chosen = norms.get(model.meta.padding_name)
     if chosen:
-        unexpected = model.load_state_dict(dict(chosen), strict=False, assign=True).unexpected_keys
+        device = next(model.parameters()).device  # the entries come from the file, on the CPU
+        chosen = {key: value.to(device) for key, value in chosen.items()}
+        unexpected = model.load_state_dict(chosen, strict=False, assign=True).unexpected_keys
         if unexpected:  # entries of another architecture: refuse rather than run half-loaded
             raise ValueError(f"the per-preset BatchNorm entries do not fit this {model.meta.arch} "
                              f"({len(unexpected)} unexpected keys, e.g. {unexpected[0]})")

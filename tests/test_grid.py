@@ -188,6 +188,29 @@ def test_regridding_a_grid_model_to_one_of_its_presets_points_to_eval(tiny_folde
     assert not (tmp_path / "r.pt").exists()
 
 
+def test_detection_scores_each_preset_of_a_grid_model_with_its_own_batchnorm():
+    from data import Normalize
+    from resnet.detect import detect_padding
+    from resnet.evaluation.loop import evaluate
+    from resnet.grid import preset_norms, use_preset_norms
+    from resnet.runtime import Runtime
+
+    state = _per_grid_model(("symmetric", "asymmetric")).state_dict()
+    norms = preset_norms(state, ["symmetric", "asymmetric"])
+    plain = build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric").eval()
+    plain.load_state_dict(preset_state_dict(state, 0))
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(0, 256, (16, 1, 28, 28), dtype=torch.uint8, generator=generator),
+                torch.randint(0, 10, (16,), generator=generator))]
+    normalize = Normalize("torch")
+    report = detect_padding(plain, batches, normalize, 28, preset_norms=norms)
+    asymmetric = next(s for s in report.scores if "asymmetric" in s.presets)
+    run = {"runtime": Runtime.local(), "normalize": normalize, "progress": False}
+    own = evaluate(use_preset_norms(with_padding(plain, "asymmetric"), norms), batches, **run)
+    first = evaluate(with_padding(plain, "asymmetric"), batches, **run)  # the first preset's BatchNorm
+    assert asymmetric.loss == own.loss != first.loss
+
+
 def _per_grid_model(presets=("symmetric", "asymmetric", "tf_same"), affine: bool = False):
     torch.manual_seed(0)
     model = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding=presets[0]), list(presets),

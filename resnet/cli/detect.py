@@ -14,7 +14,7 @@ check that needs neither weights nor images done first; then ranks the presets
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -42,6 +42,7 @@ class DetectionInput:
     batches: list[tuple[torch.Tensor, torch.Tensor]]  # uint8 [N, C, crop, crop], labels [N]
     num_classes: int  # the data's (a head with one more has TF-slim's background class)
     out: Path | None  # where to write the ranking as JSON
+    preset_norms: dict = field(default_factory=dict)  # a grid model's BatchNorm entries per preset
 
 
 def read_inputs(cfg: DictConfig) -> DetectionInput:
@@ -70,7 +71,7 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
     batches, skipped = read_images(data, protocol, cfg.images, cfg.batch_size)
     if skipped:
         print(f"skipped {skipped} unreadable image(s)", flush=True)
-    return DetectionInput(loaded.model, device, protocol, batches, data.num_classes, out)
+    return DetectionInput(loaded.model, device, protocol, batches, data.num_classes, out, dict(loaded.preset_norms))
 
 
 def _check_config(cfg: DictConfig) -> Path | None:
@@ -106,7 +107,7 @@ def run(cfg: DictConfig) -> DetectionReport:
     model, protocol = inputs.model, inputs.protocol
     normalize = Normalize(protocol.preprocessing).to(inputs.device)
     report = detect_padding(model.to(inputs.device), inputs.batches, normalize, protocol.crop,
-                            num_classes=inputs.num_classes, progress=True)
+                            num_classes=inputs.num_classes, progress=True, preset_norms=inputs.preset_norms)
     declared = model.meta.padding_name  # "custom" where the weights' sites match no preset
     rank = next((i for i, s in enumerate(report.scores, 1) if declared in s.presets), None)
     agrees = "no preset" if rank is None else "the best fit" if rank == 1 else f"rank {rank} of {len(report.scores)}"

@@ -132,6 +132,12 @@ class GridBatchNorm2d(nn.BatchNorm2d):
         return self.grid_running_mean[index - 1], self.grid_running_var[index - 1], \
             self.grid_num_batches_tracked[index - 1]
 
+    def reset_parameters(self) -> None:
+        super().reset_parameters()  # nn.BatchNorm2d.__init__ calls it before the per-preset rows exist
+        if hasattr(self, "grid_weight"):
+            nn.init.ones_(self.grid_weight)
+            nn.init.zeros_(self.grid_bias)
+
     def reset_running_stats(self) -> None:
         if not hasattr(self, "grid_running_mean"):  # nn.BatchNorm2d.__init__ calls it before they exist
             return super().reset_running_stats()

@@ -143,6 +143,21 @@ def test_a_grid_run_keeps_norms_per_preset_and_eval_reads_the_chosen_presets(tin
     assert all(torch.equal(v, loaded.model.state_dict()[k]) for k, v in first.items())  # the loaded model kept its own
 
 
+def test_eval_of_a_grid_runs_ema_reads_the_ema_entries_of_each_preset(tiny_folder, tmp_path):
+    from resnet.checkpoint import load_checkpoint
+    from resnet.weights import load_weights, parse_weights
+    from tests.helpers.training import run_in_process
+
+    run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "epochs=1", "ema_decay=0.5")
+    saved = load_checkpoint(tmp_path / "last.pt")
+    spec = parse_weights(str(tmp_path / "last.pt"))
+    ema, plain = load_weights(spec, None, download=False, ema=True), load_weights(spec, None, download=False)
+    key = "bn1.running_mean"
+    assert torch.equal(ema.preset_norms["tf_same"][key], saved["ema"]["bn1.grid_running_mean"][0])
+    assert torch.equal(plain.preset_norms["tf_same"][key], saved["model"]["bn1.grid_running_mean"][0])
+    assert not torch.equal(ema.preset_norms["tf_same"][key], plain.preset_norms["tf_same"][key])
+
+
 def test_shared_statistics_and_sync_bn_with_a_grid(tiny_folder, tmp_path):
     from resnet.checkpoint import load_checkpoint
     from resnet.config import ConfigError
@@ -262,6 +277,8 @@ def test_per_grid_affine_switches_exactly_and_every_parameter_is_in_every_step()
         assert bn.weight.grad.abs().sum() == 0 and bn.grid_weight.grad[0].abs().sum() > 0
         assert bn.grid_weight.grad[1].abs().sum() == 0
     assert {bn.grid_weight for bn in norms} <= undecayed(model, "norm_and_bias")  # norm weights: no decay
+    norms[0].reset_parameters()  # every preset's affine back to (1, 0)
+    assert norms[0].grid_weight.eq(1).all() and norms[0].grid_bias.eq(0).all() and norms[0].weight.eq(1).all()
     with pytest.raises(ValueError, match="per_grid_affine=True needs per_grid_bn=True"):
         make_grid(build_model("resnet_tiny", padding="symmetric"), ["symmetric", "asymmetric"], per_grid_affine=True)
 

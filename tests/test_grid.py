@@ -158,6 +158,31 @@ def test_eval_of_a_grid_runs_ema_reads_the_ema_entries_of_each_preset(tiny_folde
     assert not torch.equal(ema.preset_norms["tf_same"][key], plain.preset_norms["tf_same"][key])
 
 
+def test_export_of_a_grid_run_under_its_second_preset_carries_that_presets_statistics(tiny_folder, tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+
+    from resnet.checkpoint import load_checkpoint
+    from resnet.cli.export import run as export
+    from tests.helpers.compose import compose_config
+    from tests.helpers.training import run_in_process
+
+    presets = ["symmetric", "tf_same"]
+    run_in_process(tiny_folder, tmp_path, f"grid=[{','.join(presets)}]", "epochs=1")
+    trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, per_grid_bn=True)
+    trained.load_state_dict(load_checkpoint(tmp_path / "last.pt")["model"])
+    set_grid(trained.eval(), 1)
+    out = export(compose_config("export", f"weights={tmp_path / 'last.pt'}", f"out={tmp_path / 'm.onnx'}",
+                                "+padding=tf_same", "crop=32"))
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    onnx_logits = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"image": x.numpy()})[0]
+    first_stats = build_model("resnet_tiny", num_classes=3, padding="tf_same").eval()  # the first preset's
+    first_stats.load_state_dict(preset_state_dict(trained.state_dict(), 0))
+    with torch.no_grad():
+        np.testing.assert_allclose(onnx_logits, trained(x).numpy(), rtol=0, atol=1e-4)
+        assert np.abs(onnx_logits - first_stats(x).numpy()).max() > 1e-3  # the statistics matter: the test can fail
+
+
 def test_shared_statistics_and_sync_bn_with_a_grid(tiny_folder, tmp_path):
     from resnet.checkpoint import load_checkpoint
     from resnet.config import ConfigError

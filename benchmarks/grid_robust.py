@@ -110,16 +110,13 @@ def per_grid_stem(model: nn.Module) -> nn.Module:
     """``grid_bn_affine_stem``: the stem conv's weights per preset too (presets 1.. in
     ``conv1.grid_weight``; every forward indexes the stack of all, as GridBatchNorm2d does)."""
     from resnet.grid import GridConv2d
-    from resnet.padding import conv_with_pads, same_pads
+    from resnet.padding import conv_with_pads
 
     class StemPerGrid(GridConv2d):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            pads = self.fixed_pads[self.active]
-            if pads is None:
-                pads = same_pads(self, x.shape[-2], x.shape[-1])
             out = self.weight.shape[0]  # grid_weight: presets 1.. stacked along dim 0 (4-D, for channels_last)
             weight = torch.cat((self.weight, self.grid_weight))[self.active * out : (self.active + 1) * out]
-            return conv_with_pads(_Weighted(self, weight), x, *pads)
+            return conv_with_pads(_Weighted(self, weight), x, *self.pads(x))
 
     stem = model.conv1
     stem.__class__ = StemPerGrid

@@ -51,11 +51,13 @@ class GridConv2d(nn.Conv2d):
         grid.weight, grid.bias = conv.weight, conv.bias
         return grid
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def pads(self, x: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The active preset's (top, bottom), (left, right) pads for ``x``."""
         pads = self.fixed_pads[self.active]
-        if pads is None:  # SAME: from this input's size
-            pads = same_pads(self, x.shape[-2], x.shape[-1])
-        return conv_with_pads(self, x, *pads)
+        return same_pads(self, x.shape[-2], x.shape[-1]) if pads is None else pads  # None: SAME, from x's size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return conv_with_pads(self, x, *self.pads(x))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, schemes={self.schemes}"

@@ -13,6 +13,11 @@ from .losses import LOSSES
 GRID_BN = ("statistics", "affine", "shared")  # train.py grid_bn=: what each BatchNorm keeps per preset
 
 
+def grid_bn(cfg: DictConfig) -> str:
+    """The run's ``grid_bn`` (the first of :data:`GRID_BN` for a config from before the key)."""
+    return cfg.get("grid_bn", GRID_BN[0])
+
+
 def check_train_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first value of ``cfg`` that cannot train."""
     if cfg.data.name in TEST_SETS:
@@ -55,10 +60,10 @@ def _check_grid(cfg: DictConfig) -> None:
     if cfg.get("padding") is not None:
         raise ConfigError("grid= and +padding= both choose the padding: drop +padding (the model is built "
                           "under the grid's first preset)")
-    norms = cfg.get("grid_bn", "statistics")
+    norms = grid_bn(cfg)
     if norms not in GRID_BN:
         given = str(norms).lower() if isinstance(norms, bool) else norms  # YAML reads true as a boolean
-        raise ConfigError(f"unknown grid_bn={given}; choose one of {', '.join(GRID_BN)} (grid_bn=statistics)")
+        raise ConfigError(f"unknown grid_bn={given}; choose one of {', '.join(GRID_BN)} (grid_bn={GRID_BN[0]})")
     if norms != "shared" and cfg.sync_bn:
         raise ConfigError(f"grid_bn={norms} keeps BatchNorm entries per preset, which synchronised BatchNorm does not: "
                           "pass grid_bn=shared or sync_bn=false")

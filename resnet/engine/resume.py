@@ -12,6 +12,7 @@ from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
 from ..config import ConfigError
 from ..distributed import DistEnv
+from .checks import grid_bn
 from .optim import load_scheduler_state
 from .state import find_resume, load_training_state
 
@@ -85,7 +86,7 @@ def _check_same_grid(cfg: DictConfig, state: dict, path: Path) -> None:
                           "trained with, or start over with resume=false")
     if was:  # a file from before grid_bn= kept one BatchNorm for all presets
         norms_was = ((state.get("config") or {}).get("grid_bn")) or "shared"
-        if norms_was != cfg.get("grid_bn", "statistics"):
+        if norms_was != grid_bn(cfg):
             raise ConfigError(f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over "
                               "with resume=false")
 

@@ -25,7 +25,7 @@ from ..report.rows import TRAIN_SUMMARY, results_row
 from ..runtime import Runtime, join_job, runtime_for
 from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
-from .checks import check_train_config
+from .checks import check_train_config, grid_bn
 from .lock import own_run_dir
 from .loop import EpochStats, StepContext, train_one_epoch
 from .losses import loss_and_augment
@@ -54,7 +54,7 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
     model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
     if not grid:
         return model
-    norms = cfg.get("grid_bn", "statistics")
+    norms = grid_bn(cfg)
     return make_grid(model, grid, per_grid_bn=norms != "shared", per_grid_affine=norms == "affine")
 
 

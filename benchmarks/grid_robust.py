@@ -24,6 +24,10 @@ Candidates (``grid=[symmetric,asymmetric]`` unless said):
 * ``grid_bn_pair``: every step runs the first half of the batch under both presets (equal
   compute per step: as many forwards as the plain run), cross-entropy on both plus the KL
   consistency term; each step trains on half the images;
+* ``symmetric_shift``: no grid: a symmetric model whose input moves one pixel up and left on the
+  steps where the grid would draw asymmetric. Its stem conv then samples the image where
+  asymmetric padding's does (all but the first row and column), so it measures what the grid
+  costs as plain augmentation;
 * ``grid_bn_consist``: every step runs the whole batch under both presets, cross-entropy on both
   plus a KL consistency term between them (twice the compute per step: NOT equal cost).
 """
@@ -43,7 +47,7 @@ from torch import nn
 PRESETS = ["symmetric", "asymmetric"]
 CANDIDATES = ["symmetric", "asymmetric", "grid", "grid_bn", "grid_alt", "grid_bn_alt", "grid_bn_split",
               "grid_bn_consist", "grid_bn_pair", "grid_bn_affine", "grid_bn_affine_stem",
-              "grid_bn_affine_p60", "grid_bn_affine_lr2"]
+              "grid_bn_affine_p60", "grid_bn_affine_lr2", "symmetric_shift"]
 
 
 class SplitGrid(nn.Module):
@@ -62,6 +66,25 @@ class SplitGrid(nn.Module):
             set_grid(self.model, index)
             outs.append(self.model(part))
         return torch.cat(outs)
+
+
+class ShiftedHalf(nn.Module):
+    """The training forward of ``symmetric_shift``: on the steps where :func:`resnet.grid.draw`
+    gives the second preset, the batch moved one pixel up and left, zeros (the normalised
+    padding) in from the bottom and right."""
+
+    def __init__(self, model: nn.Module, seed: int) -> None:
+        super().__init__()
+        self.model, self.seed, self.steps = model, seed, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from resnet.grid import draw
+
+        if self.training:
+            if draw(self.seed, self.steps, 2):
+                x = F.pad(x[..., 1:, 1:], (0, 1, 0, 1))
+            self.steps += 1
+        return self.model(x)
 
 
 class BothGrids(nn.Module):
@@ -178,6 +201,9 @@ def candidate_patches(name: str, captured: dict):
             saved["build_optimizer"](cfg, model, batch), model)
     if name.endswith("_alt"):
         run.draw = grid_lib.alternate
+    if name == "symmetric_shift":
+        original_wrap = saved["wrap_for_training"]
+        run.wrap_for_training = lambda model, *a, **k: original_wrap(ShiftedHalf(model, captured["seed"]), *a, **k)
     if name.endswith(("_split", "_consist", "_pair")):
         wrapper = {"_split": SplitGrid, "_consist": BothGrids, "_pair": PairGrids}["_" + name.rpartition("_")[2]]
         original_wrap = saved["wrap_for_training"]
@@ -236,11 +262,12 @@ def train_candidate(name: str, seed: int, epochs: int, work: Path, extra: list[s
     from resnet.engine.run import train
 
     norms = "affine" if "_affine" in name else "statistics" if "_bn" in name else "shared"
-    choice = [f"+padding={name}"] if name in PRESETS else [f"grid=[{','.join(PRESETS)}]", f"grid_bn={norms}"]
+    scheme = name.partition("_")[0]
+    choice = [f"+padding={scheme}"] if scheme in PRESETS else [f"grid=[{','.join(PRESETS)}]", f"grid_bn={norms}"]
     run_dir = work / f"{name}_s{seed}"
     overrides = ["+experiment=demo", *choice, f"seed={seed}", f"epochs={epochs}", f"run_dir={run_dir}",
                  "log_every=1000", *extra]
-    captured: dict = {}
+    captured: dict = {"seed": seed}
     start = time.perf_counter()
     with candidate_patches(name, captured):
         results = train(compose_train(overrides))

@@ -11,6 +11,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from benchmarks import end_to_end, input_pipeline, model_step
 from benchmarks.__main__ import RUNS
@@ -110,3 +111,38 @@ def test_grid_candidate_lr2_gives_the_per_preset_norms_twice_the_lr_all_through_
                 assert group["lr"] == pytest.approx(2 * others[0]["lr"])
                 compared += 1
     assert compared == 12  # the norms' group beside the undecayed biases', at every step
+
+
+def test_grid_candidate_shift_moves_the_input_where_asymmetric_padding_samples_on_the_drawn_steps():
+    import torch.nn.functional as F
+
+    from benchmarks.grid_robust import ShiftedHalf
+    from resnet import build_model, with_padding
+    from resnet.grid import draw
+
+    symmetric = build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric").eval()
+    asymmetric = with_padding(symmetric, "asymmetric")
+    seen = []
+    shifted = ShiftedHalf(_Recorder(symmetric.conv1, seen), seed=3)
+    x = torch.randn(2, 1, 28, 28)
+    for step in range(8):
+        shifted(x)
+        moved = seen[-1].shape == x.shape and not torch.equal(seen[-1], x)
+        assert moved == bool(draw(3, step, 2))
+    assert {bool(draw(3, step, 2)) for step in range(8)} == {False, True}
+    # moved, the symmetric stem samples the image where the asymmetric one does, but for row and column 0
+    stem = symmetric.conv1(F.pad(x[..., 1:, 1:], (0, 1, 0, 1)))
+    assert torch.allclose(stem[..., 1:, 1:], asymmetric.conv1(x)[..., 1:, 1:], atol=1e-5)
+    shifted.eval()
+    shifted(x)
+    assert torch.equal(seen[-1], x)  # evaluation sees the image as it is
+
+
+class _Recorder(torch.nn.Module):
+    def __init__(self, module, seen):
+        super().__init__()
+        self.module, self.seen = module, seen
+
+    def forward(self, x):
+        self.seen.append(x)
+        return self.module(x)

@@ -287,7 +287,7 @@ def analyse_per_grid_bn(path: Path, test) -> list[dict]:
     checkpoint = load_checkpoint(path)
     meta, state = checkpoint["meta"], checkpoint["model"]
     model = make_grid(build_model(meta["arch"], meta["num_classes"], PRESETS[0], in_chans=1), PRESETS,
-                      per_grid_bn=True, per_grid_affine=any(key.endswith(".grid_weight") for key in state))
+                      per_grid_bn=True, per_grid_affine=any(key.endswith(".grid_weight_offset") for key in state))
     normalize = Normalize("torch")
     rows = []
     for label in ("own statistics", "statistics averaged over the presets", "preset 0's statistics everywhere"):

@@ -78,7 +78,7 @@ class GridMaxPool2d(nn.Module):
 class GridBatchNorm2d(nn.BatchNorm2d):
     """A BatchNorm whose running statistics follow the active preset (``per_grid_bn``): one
     running mean, variance and batch count per preset; the affine weight and bias shared, or with
-    ``affine_per_preset`` one per preset too (``per_grid_affine``).
+    ``affine_per_preset`` one per preset too (``per_grid_affine``), as an offset from preset 0's.
 
     Preset 0's statistics are the plain BatchNorm's buffers (``running_mean``, ``running_var``,
     ``num_batches_tracked``), so a plain model loading the state dict (the ``grid_*`` keys
@@ -88,10 +88,14 @@ class GridBatchNorm2d(nn.BatchNorm2d):
     updates the active preset's statistics only; :meth:`reset_running_stats` resets the active
     preset's only (so :func:`resnet.regrid.reestimate_bn` re-measures the active grid's).
 
-    Per-preset affine: presets 1.. have rows of the parameters ``grid_weight`` / ``grid_bias``
-    [presets - 1, C], preset 0 the plain ``weight`` / ``bias``. Every forward indexes the stack of
-    all of them, so every parameter is in every step's graph (DDP finds none unused; the rows of
-    the other presets get zero gradients)."""
+    Per-preset affine: preset 0's weight and bias are the plain ``weight`` / ``bias``; preset p's
+    are those plus row p - 1 of the parameters ``grid_weight_offset`` / ``grid_bias_offset``
+    [presets - 1, C], which start at zero. So every step trains the shared part and only the
+    active preset's offset: rows of absolute values, each trained on its preset's steps only,
+    learn the common part at 1/presets of the rate, which cost a ResNet-18 on the ImageNet-shaped
+    proxy 8 points (docs/benchmarks.md). Every forward indexes the stack of all offsets, so every
+    parameter is in every step's graph (DDP finds none unused; the other presets' offsets get
+    zero gradients)."""
 
     def __init__(self, num_features: int, presets: int, affine_per_preset: bool = False, **kwargs) -> None:
         super().__init__(num_features, **kwargs)
@@ -104,14 +108,15 @@ class GridBatchNorm2d(nn.BatchNorm2d):
         if affine_per_preset:
             if not self.affine:
                 raise ValueError("per-grid affine weights need a BatchNorm with affine weights")
-            self.grid_weight = nn.Parameter(torch.ones(presets - 1, num_features, **factory))
-            self.grid_bias = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
+            self.grid_weight_offset = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
+            self.grid_bias_offset = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
         self.active = 0
 
     @classmethod
     def like(cls, bn: nn.BatchNorm2d, presets: int, affine_per_preset: bool = False) -> GridBatchNorm2d:
         """A GridBatchNorm2d holding ``bn``'s parameters and preset-0 buffers (the same tensors),
-        every other preset's statistics (and affine weights) starting as copies of ``bn``'s."""
+        every other preset's statistics starting as copies of ``bn``'s (and its affine offsets at
+        zero: ``bn``'s weight and bias)."""
         with torch.device("meta"):
             grid = cls(bn.num_features, presets, affine_per_preset, eps=bn.eps, momentum=bn.momentum, affine=bn.affine)
         grid.weight, grid.bias = bn.weight, bn.bias
@@ -121,8 +126,8 @@ class GridBatchNorm2d(nn.BatchNorm2d):
         grid.grid_running_var = bn.running_var.detach().clone().expand(presets - 1, -1).contiguous()
         grid.grid_num_batches_tracked = bn.num_batches_tracked.detach().clone().expand(presets - 1).contiguous()
         if affine_per_preset:
-            grid.grid_weight = nn.Parameter(bn.weight.detach().clone().expand(presets - 1, -1).contiguous())
-            grid.grid_bias = nn.Parameter(bn.bias.detach().clone().expand(presets - 1, -1).contiguous())
+            grid.grid_weight_offset = nn.Parameter(bn.weight.detach().new_zeros(presets - 1, bn.num_features))
+            grid.grid_bias_offset = nn.Parameter(bn.bias.detach().new_zeros(presets - 1, bn.num_features))
         return grid.train(bn.training)
 
     def statistics(self, preset: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -136,9 +141,9 @@ class GridBatchNorm2d(nn.BatchNorm2d):
 
     def reset_parameters(self) -> None:
         super().reset_parameters()  # nn.BatchNorm2d.__init__ calls it before the per-preset rows exist
-        if hasattr(self, "grid_weight"):
-            nn.init.ones_(self.grid_weight)
-            nn.init.zeros_(self.grid_bias)
+        if hasattr(self, "grid_weight_offset"):
+            nn.init.zeros_(self.grid_weight_offset)
+            nn.init.zeros_(self.grid_bias_offset)
 
     def reset_running_stats(self) -> None:
         if not hasattr(self, "grid_running_mean"):  # nn.BatchNorm2d.__init__ calls it before they exist
@@ -157,13 +162,14 @@ class GridBatchNorm2d(nn.BatchNorm2d):
             count.add_(1)
             factor = 1.0 / float(count) if self.momentum is None else self.momentum
         weight, bias = self.weight, self.bias
-        if hasattr(self, "grid_weight"):
-            weight = torch.cat((weight.unsqueeze(0), self.grid_weight))[self.active]
-            bias = torch.cat((bias.unsqueeze(0), self.grid_bias))[self.active]
+        if hasattr(self, "grid_weight_offset"):
+            zero = torch.zeros_like(self.grid_weight_offset[:1])  # preset 0's offset
+            weight = weight + torch.cat((zero, self.grid_weight_offset))[self.active]
+            bias = bias + torch.cat((zero, self.grid_bias_offset))[self.active]
         return F.batch_norm(x, mean, var, weight, bias, self.training, factor, self.eps)
 
     def extra_repr(self) -> str:
-        affine = ", affine_per_preset=True" if hasattr(self, "grid_weight") else ""
+        affine = ", affine_per_preset=True" if hasattr(self, "grid_weight_offset") else ""
         return f"{super().extra_repr()}, presets={self.grid_running_mean.shape[0] + 1}{affine}"
 
 
@@ -250,7 +256,8 @@ def alternate(seed: int, step: int, count: int) -> int:
     return (step + seed) % count
 
 
-GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_tracked", "grid_weight", "grid_bias")
+GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_tracked", "grid_weight_offset",
+                "grid_bias_offset")
 
 
 def has_grid_bn(state: Mapping[str, torch.Tensor]) -> bool:
@@ -279,9 +286,10 @@ def preset_state_dict(state: Mapping[str, torch.Tensor], preset: int) -> dict[st
             plain[f"{prefix}.running_mean"] = state[key][preset - 1].clone()
             plain[f"{prefix}.running_var"] = state[f"{prefix}.grid_running_var"][preset - 1].clone()
             plain[f"{prefix}.num_batches_tracked"] = state[f"{prefix}.grid_num_batches_tracked"][preset - 1].clone()
-            if f"{prefix}.grid_weight" in state:
-                plain[f"{prefix}.weight"] = state[f"{prefix}.grid_weight"][preset - 1].clone()
-                plain[f"{prefix}.bias"] = state[f"{prefix}.grid_bias"][preset - 1].clone()
+            for param in ("weight", "bias"):  # with per-grid affine: preset 0's plus the preset's offset
+                offset = state.get(f"{prefix}.grid_{param}_offset")
+                if offset is not None:
+                    plain[f"{prefix}.{param}"] = state[f"{prefix}.{param}"] + offset[preset - 1]
     return plain
 
 

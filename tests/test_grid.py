@@ -122,7 +122,7 @@ def test_a_grid_run_keeps_norms_per_preset_and_eval_reads_the_chosen_presets(tin
     presets = ["symmetric", "tf_same"]
     run_in_process(tiny_folder, tmp_path, f"grid=[{','.join(presets)}]", "epochs=1", "seed=3", "grid_bn=affine")
     saved = load_checkpoint(tmp_path / "last.pt")
-    assert has_grid_bn(saved["model"]) and "bn1.grid_weight" in saved["model"]
+    assert has_grid_bn(saved["model"]) and "bn1.grid_weight_offset" in saved["model"]
     trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, per_grid_bn=True,
                         per_grid_affine=True)
     trained.load_state_dict(saved["model"])
@@ -196,7 +196,7 @@ def test_shared_statistics_and_sync_bn_with_a_grid(tiny_folder, tmp_path):
     assert not has_grid_bn(load_checkpoint(tmp_path / "shared" / "last.pt")["model"])
     run_in_process(tiny_folder, tmp_path / "stats", "grid=[symmetric,tf_same]", "epochs=1")  # the default
     state = load_checkpoint(tmp_path / "stats" / "last.pt")["model"]
-    assert has_grid_bn(state) and not any(key.endswith(("grid_weight", "grid_bias")) for key in state)
+    assert has_grid_bn(state) and not any(key.endswith(("grid_weight_offset", "grid_bias_offset")) for key in state)
 
 
 def test_a_grid_run_resumes_only_with_its_own_presets_and_batchnorm(tiny_folder, tmp_path):
@@ -286,8 +286,8 @@ def test_per_grid_affine_switches_exactly_and_every_parameter_is_in_every_step()
     norms = [m for m in model.modules() if isinstance(m, GridBatchNorm2d)]
     with torch.no_grad():  # each preset's affine its own
         for bn in norms:
-            bn.grid_weight.normal_()
-            bn.grid_bias.normal_()
+            bn.grid_weight_offset.normal_()
+            bn.grid_bias_offset.normal_()
     x = torch.randn(4, 1, 28, 28)
     for index, preset in enumerate(model.grid):
         set_grid(model, index)
@@ -296,14 +296,16 @@ def test_per_grid_affine_switches_exactly_and_every_parameter_is_in_every_step()
         with torch.no_grad():
             assert torch.equal(model(x), plain(x)), preset
     set_grid(model, 1)
-    model.train()(x).sum().backward()  # under preset 1: preset 0's and 2's rows in the graph, gradient zero
+    model.train()(x).sum().backward()  # under preset 1: the shared part and preset 1's offset learn
     assert all(p.grad is not None for p in model.parameters())  # DDP would find none unused
     for bn in norms:
-        assert bn.weight.grad.abs().sum() == 0 and bn.grid_weight.grad[0].abs().sum() > 0
-        assert bn.grid_weight.grad[1].abs().sum() == 0
-    assert {bn.grid_weight for bn in norms} <= undecayed(model, "norm_and_bias")  # norm weights: no decay
-    norms[0].reset_parameters()  # every preset's affine back to (1, 0)
-    assert norms[0].grid_weight.eq(1).all() and norms[0].grid_bias.eq(0).all() and norms[0].weight.eq(1).all()
+        assert bn.weight.grad.abs().sum() > 0 and torch.equal(bn.grid_weight_offset.grad[0], bn.weight.grad)
+        assert torch.equal(bn.grid_bias_offset.grad[0], bn.bias.grad)
+        assert bn.grid_weight_offset.grad[1].abs().sum() == 0  # preset 2's offset: in the graph, gradient zero
+    assert {bn.grid_weight_offset for bn in norms} <= undecayed(model, "norm_and_bias")  # norm weights: no decay
+    norms[0].reset_parameters()  # every preset's affine back to (1, 0): offsets zero
+    assert norms[0].grid_weight_offset.eq(0).all() and norms[0].grid_bias_offset.eq(0).all()
+    assert norms[0].weight.eq(1).all()
     with pytest.raises(ValueError, match="per_grid_affine=True needs per_grid_bn=True"):
         make_grid(build_model("resnet_tiny", padding="symmetric"), ["symmetric", "asymmetric"], per_grid_affine=True)
 

@@ -15,7 +15,8 @@ Candidates (``grid=[symmetric,asymmetric]`` unless said):
   shared (``grid_bn=shared``);
 * ``grid_bn``: the same steps, BatchNorm running statistics kept per preset
   (``grid_bn=statistics``, train.py's default), each preset evaluated with its own;
-* ``grid_bn_affine``: statistics and the affine weight and bias per preset (``grid_bn=affine``);
+* ``grid_bn_affine``: statistics and the affine weight and bias per preset (``grid_bn=affine``, the
+  demo's: an offset per preset from the first preset's);
 * ``grid_bn_affine_lr2``: the same, every BatchNorm's weight and bias at twice the LR (each
   preset's row is trained on half of the steps: as far in total as a shared one);
 * ``grid_alt`` / ``grid_bn_alt``: the presets in turn (:func:`resnet.grid.alternate`) instead of drawn;

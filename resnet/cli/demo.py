@@ -3,7 +3,8 @@
 ``resnet-demo`` (``python -m resnet.demo``) trains the default model (``python train.py``'s recipe on the
 5-epoch schedule of ``configs/experiment/demo.yaml``, in bf16 where the CPU computes it natively)
 once under each scheme (``symmetric`` and ``asymmetric`` by default) and once on the grid of
-them all (``train.py grid=[...]``: one grid-robust model), evaluates every checkpoint under
+them all (``train.py grid=[...]``: one grid-robust model, with the experiment's ``grid_bn=affine``),
+evaluates every checkpoint under
 every scheme, and prints the "trained with x evaluated with" table of top-1 and top-5 errors.
 Then it re-grids the model trained under the last scheme to the first
 (:mod:`resnet.cli.regrid`, each method of :data:`REGRID`) and prints what each method recovered

@@ -17,8 +17,6 @@ Candidates (``grid=[symmetric,asymmetric]`` unless said):
   (``grid_bn=statistics``, train.py's default), each preset evaluated with its own;
 * ``grid_bn_affine``: statistics and the affine weight and bias per preset (``grid_bn=affine``, the
   demo's: an offset per preset from the first preset's);
-* ``grid_bn_affine_lr2``: the same, every BatchNorm's weight and bias at twice the LR (each
-  preset's row is trained on half of the steps: as far in total as a shared one);
 * ``grid_alt`` / ``grid_bn_alt``: the presets in turn (:func:`resnet.grid.alternate`) instead of drawn;
 * ``grid_bn_split``: every step runs half the batch under each preset (same images per step,
   same steps), per-grid statistics;
@@ -48,7 +46,7 @@ from torch import nn
 PRESETS = ["symmetric", "asymmetric"]
 CANDIDATES = ["symmetric", "asymmetric", "grid", "grid_bn", "grid_alt", "grid_bn_alt", "grid_bn_split",
               "grid_bn_consist", "grid_bn_pair", "grid_bn_affine", "grid_bn_affine_stem",
-              "grid_bn_affine_p60", "grid_bn_affine_lr2", "symmetric_shift"]
+              "grid_bn_affine_p60", "symmetric_shift"]
 
 
 class SplitGrid(nn.Module):
@@ -150,21 +148,6 @@ def per_grid_stem(model: nn.Module) -> nn.Module:
     return model
 
 
-def norms_at_twice_the_lr(optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
-    """``grid_bn_affine_lr2``: the parameters of every GridBatchNorm2d moved to a group of their own
-    at twice their group's LR (before the scheduler is built: it scales both peaks alike)."""
-    from resnet.grid import GridBatchNorm2d
-
-    norms = {p for m in model.modules() if isinstance(m, GridBatchNorm2d) for p in m.parameters(recurse=False)}
-    groups = [{**group, "params": params, "lr": group["lr"] * (2 if moved else 1)}
-              for group in optimizer.param_groups for moved in (False, True)
-              if (params := [p for p in group["params"] if (p in norms) == moved])]
-    optimizer.param_groups.clear()
-    for group in groups:
-        optimizer.add_param_group(group)
-    return optimizer
-
-
 class _Weighted:
     """A conv's attributes with another weight (what conv_with_pads reads)."""
 
@@ -183,7 +166,7 @@ def candidate_patches(name: str, captured: dict):
     from resnet import grid as grid_lib
 
     saved = {key: getattr(run, key) for key in ("make_grid", "draw", "wrap_for_training", "loss_and_augment",
-                                                 "build_run_model", "build_optimizer")}
+                                                 "build_run_model")}
     original_build = run.build_run_model
 
     def build(cfg):
@@ -197,9 +180,6 @@ def candidate_patches(name: str, captured: dict):
     if name.endswith("_p60"):  # the second preset (asymmetric) drawn on 60% of the steps
         run.draw = lambda seed, step, count: int(
             torch.rand((), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)) < 0.6)
-    if name.endswith("_lr2"):
-        run.build_optimizer = lambda cfg, model, batch: norms_at_twice_the_lr(
-            saved["build_optimizer"](cfg, model, batch), model)
     if name.endswith("_alt"):
         run.draw = grid_lib.alternate
     if name == "symmetric_shift":

@@ -85,34 +85,6 @@ def test_the_gpu_benchmark_without_cuda_is_one_line(monkeypatch):
         gpu.main([])
 
 
-def test_grid_candidate_lr2_gives_the_per_preset_norms_twice_the_lr_all_through_the_schedule():
-    from benchmarks.grid_robust import norms_at_twice_the_lr
-    from resnet import build_model
-    from resnet.engine.optim import build_optimizer, build_scheduler
-    from resnet.grid import GridBatchNorm2d, make_grid
-
-    model = make_grid(build_model("resnet_tiny", num_classes=10, in_chans=1, padding="symmetric"),
-                      ["symmetric", "asymmetric"], per_grid_bn=True, per_grid_affine=True)
-    optim = {"name": "sgd", "lr": 0.4, "momentum": 0.9, "weight_decay": 5e-5}
-    optimizer = norms_at_twice_the_lr(build_optimizer(optim, model, 256), model)
-    norms = {p for m in model.modules() if isinstance(m, GridBatchNorm2d) for p in m.parameters(recurse=False)}
-    assert norms and {p for g in optimizer.param_groups for p in g["params"]} == set(model.parameters())
-    scheduler = build_scheduler({"name": "onecycle"}, optimizer, steps_per_epoch=10, epochs=2)
-    compared = 0
-    for _ in range(12):
-        optimizer.step()
-        scheduler.step()
-        for group in optimizer.param_groups:
-            moved = [p in norms for p in group["params"]]
-            assert len(set(moved)) == 1  # a group holds norms only, or none
-            decay = group["weight_decay"]
-            others = [g for g in optimizer.param_groups if g["weight_decay"] == decay and g is not group]
-            if moved[0] and others:
-                assert group["lr"] == pytest.approx(2 * others[0]["lr"])
-                compared += 1
-    assert compared == 12  # the norms' group beside the undecayed biases', at every step
-
-
 def test_grid_candidate_shift_moves_the_input_where_asymmetric_padding_samples_on_the_drawn_steps():
     import torch.nn.functional as F
 

@@ -24,7 +24,7 @@ NO_WEIGHT_DECAY = {
     "none": "every parameter decays (torchvision's V1 recipe)",
     "norm": "normalisation layers' weights and biases, chosen by module type (torchvision's norm_weight_decay, FFCV)",
     "norm_and_bias": "every tensor of rank <= 1: norm weights and biases, conv and linear biases (timm), and "
-                     "a per-grid BatchNorm's rows of them",
+                     "a per-grid BatchNorm's per-preset offsets of them",
 }
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
 
@@ -43,7 +43,7 @@ def undecayed(model: nn.Module, rule: str) -> set[nn.Parameter]:
     if rule == "norm":
         return {p for m in model.modules() if isinstance(m, NORM_LAYERS) for p in m.parameters(recurse=False)}
     per_grid = {p for m in model.modules() if isinstance(m, GridBatchNorm2d) for p in m.parameters(recurse=False)}
-    return {p for p in model.parameters() if p.ndim <= 1} | per_grid  # a per-grid norm's weights: rows of norm weights
+    return {p for p in model.parameters() if p.ndim <= 1} | per_grid  # per-preset offsets of norm weights: rank 2
 
 
 def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str = "norm_and_bias") -> list[dict]:

@@ -24,6 +24,10 @@ import os
 import tarfile
 from pathlib import Path, PurePosixPath
 
+import numpy as np
+
+from .file_index import FileIndex
+from .folder_scan import folder_prefix
 from .imagefolder import IMAGE_EXTENSIONS, find_classes, find_images
 from .shards.write import Sample, file_samples, make_keys
 
@@ -137,8 +141,8 @@ def _read_meta(path: Path) -> dict[int, str]:
 
 def val_samples(
     val_dir: str | Path, labels: str | Path, devkit: str | Path | None = None
-) -> tuple[list[str], list[tuple[str, int]]]:
-    """(classes, [(path, class index)] sorted by file name) for the flat ILSVRC2012 ``val/``."""
+) -> tuple[list[str], FileIndex]:
+    """(classes, (path, class index) of each image sorted by file name) for the flat ILSVRC2012 ``val/``."""
     val_dir, labels = Path(val_dir), Path(labels)
     if not val_dir.is_dir():
         raise FileNotFoundError(
@@ -170,7 +174,8 @@ def val_samples(
             f"{', '.join(unlabelled[:3])}{more}; is it the ILSVRC2012 val/?"
         )
     index = {wnid: i for i, wnid in enumerate(classes)}
-    return classes, [(str(val_dir / name), index[label_of[Path(name).stem]]) for name in images]
+    labels = np.array([index[label_of[Path(name).stem]] for name in images], dtype=np.int32)
+    return classes, FileIndex.from_paths([str(val_dir / name) for name in images], labels, folder_prefix(val_dir))
 
 
 def train_samples(src: str | Path) -> tuple[list[str], list[Sample]]:

@@ -5,52 +5,29 @@ A file that cannot be read (zero bytes, truncated, corrupt, not an image) comes 
 so a week-long run is never ended by one file. Everything that is wrong with the folder
 *layout* fails at construction instead, with one line that says what was expected.
 Grayscale, CMYK and PNG-under-``.JPEG`` files (all present in ImageNet) load as RGB.
+
+The samples are a :class:`data.file_index.FileIndex` (numpy arrays, no Python object per
+image), so loader workers share them instead of each copying them. Listing the folder:
+:mod:`data.folder_scan`; keeping that listing between runs: :mod:`data.index_cache`.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from .batch import BadImage
 from .decode import DECODE_ERRORS
+from .file_index import FileIndex
+from .folder_scan import IMAGE_EXTENSIONS, FolderScan, find_classes, find_images, scan_folder
 from .samplers import seeded
 
-IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp")  # any case
-
-
-def find_classes(root: Path) -> list[str]:
-    """Sorted class folder names under ``root``; a missing or class-less root fails."""
-    if not root.is_dir():
-        raise FileNotFoundError(f"image folder {root} does not exist; expected {root}/<class>/<image>.JPEG")
-    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
-    if not classes:
-        raise FileNotFoundError(
-            f"no class folders in {root}; expected {root}/<class>/<image>.JPEG "
-            "(a flat ImageNet val/ must first be sorted into class folders)"
-        )
-    return classes
-
-
-def find_images(root: Path, classes: list[str]) -> list[tuple[str, int]]:
-    """(path, class index) for every image file, in a deterministic order."""
-    samples = []
-    for index, name in enumerate(classes):
-        found = []
-        for folder, subfolders, files in os.walk(root / name, followlinks=True):
-            subfolders.sort()
-            found += [os.path.join(folder, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS)]
-        if not found:
-            raise FileNotFoundError(
-                f"class folder {root / name} has no images (extensions {', '.join(IMAGE_EXTENSIONS)})"
-            )
-        samples += [(path, index) for path in found]
-    return samples
-
+__all__ = ["IMAGE_EXTENSIONS", "ImageFiles", "ImageFolder", "check_same_classes", "check_subset", "find_classes",
+           "find_images"]
 
 def _some(names: list[str]) -> str:
     return ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
@@ -80,12 +57,14 @@ def check_subset(classes: list[str], found: list[str], root: Path) -> None:
 class ImageFiles(Dataset):
     """Samples ``(path, class index)`` as ``(uint8 [3, H, W], class index)`` or a :class:`BadImage`.
 
+    ``samples``: a :class:`FileIndex`, or ``(path, label)`` pairs to pack into one.
     ``transform`` maps a file's bytes to the image tensor (:mod:`data.transforms`). The base of
     :class:`ImageFolder`; also the flat ILSVRC2012 val/ with its labels file (:mod:`data.ilsvrc`).
     """
 
-    def __init__(self, samples: list[tuple[str, int]], classes: list[str], transform: Callable[[bytes], torch.Tensor]):
-        self.samples = samples
+    def __init__(self, samples: FileIndex | Sequence[tuple[str, int]], classes: list[str],
+                 transform: Callable[[bytes], torch.Tensor]):
+        self.samples = samples if isinstance(samples, FileIndex) else FileIndex.from_pairs(samples)
         self.classes = classes
         self.transform = transform
 
@@ -114,12 +93,18 @@ class ImageFiles(Dataset):
 class ImageFolder(ImageFiles):
     """``root/<class>/**/<image>``. ``classes``: the class list to enforce (the train split's,
     when building val). ``subset=True``: the folders may be any part of ``classes`` and keep their
-    index in it (ImageNet's 1,000 wnids for a val holding some of them); ``present`` lists them."""
+    index in it (ImageNet's 1,000 wnids for a val holding some of them); ``present`` lists them.
+    ``scan``: the folder's listing when the caller has it (:func:`data.index_cache.load_scan`);
+    by default the folder is listed here, and any directory link skipped is named in one line."""
 
     def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None,
-                 subset: bool = False):
+                 subset: bool = False, scan: FolderScan | None = None):
         self.root = Path(root)
-        self.present = find_classes(self.root)
+        if scan is None:
+            scan = scan_folder(self.root)
+            if scan.links:
+                print(scan.links_line(), flush=True)
+        self.present = scan.classes
         if classes is None:
             classes = self.present
         elif subset:
@@ -127,5 +112,5 @@ class ImageFolder(ImageFiles):
         else:
             check_same_classes(classes, self.present)
         index = {name: i for i, name in enumerate(classes)}
-        samples = [(path, index[self.present[i]]) for path, i in find_images(self.root, self.present)]
+        samples = scan.samples.relabel(np.array([index[name] for name in self.present]))
         super().__init__(samples, list(classes), transform)

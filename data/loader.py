@@ -31,6 +31,9 @@ What the trainer does::
 * Validation shows every image exactly once across ranks, no padding duplicates, so the
   all-reduced count equals ``loaders.val_size``.
 * ``loaders.protocol`` records the transforms; put it in every result row.
+* Image folders are listed once and the listing kept (:mod:`data.index_cache`): beside the
+  data where it is writable, else in ``cache_dir``; under DDP rank 0 lists, the others wait and
+  read its file. One line per split says whether the index was reused or rebuilt.
 * Image-folder augmentation is seeded per sample from (``seed``, epoch, index)
   (:class:`data.samplers.EpochSampler`): the same for any number of workers or ranks, and
   after a resume. ``fashion_mnist`` (in memory, ``workers=0``) draws from the process's
@@ -54,6 +57,7 @@ from .dataloader import DataLoader
 from .gpu_decode import EncodedRandomResizedCropFlip, check_decode, collate_encoded
 from .imagefolder import ImageFolder, check_same_classes
 from .in_memory import TensorImages
+from .index_cache import load_scan, rank_zero_first
 from .samplers import EpochSampler, ShardSampler
 from .shards.read import ShardBatches
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
@@ -107,6 +111,7 @@ def build_loaders(
     world_size: int = 1,
     seed: int = 0,
     val_batch_size: int | None = None,  # None: batch_size
+    cache_dir: str | Path | None = None,  # the run dir: where folder indexes go when not beside the data
 ) -> Loaders:
     """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
     _check(data)
@@ -118,8 +123,10 @@ def build_loaders(
     else:
         train_dir, val_dir = _split_dirs(data.name, data.root)
         train_tf, val_tf = _file_transforms(data)
-        train_set = ImageFolder(train_dir, train_tf)
-        val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes)
+        log = print if rank == 0 else None
+        train_scan, val_scan = rank_zero_first(lambda: [load_scan(d, cache_dir, log) for d in (train_dir, val_dir)])
+        train_set = ImageFolder(train_dir, train_tf, scan=train_scan)
+        val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes, scan=val_scan)
         class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
         in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 

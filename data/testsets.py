@@ -33,7 +33,9 @@ from pathlib import Path
 
 import torch
 
-from .imagefolder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
+from .file_index import FileIndex
+from .folder_scan import folder_prefix, links_line, walk_images
+from .imagefolder import ImageFiles, ImageFolder
 
 TEST_SETS = ("imagenet_v2", "imagenet_real", "imagenet_r", "imagenet_a", "imagenet_sketch")
 LAYOUTS = {
@@ -141,10 +143,10 @@ def read_real_labels(path: str | None) -> list[list[int]]:
 
 def _real(folder: Path, transform, real_labels: str | None) -> EvalSet:
     labels = read_real_labels(real_labels)
-    paths = sorted(
-        os.path.join(top, f) for top, _, files in os.walk(folder, followlinks=True)
-        for f in files if f.lower().endswith(IMAGE_EXTENSIONS)
-    )  # fmt: skip
+    found, links = walk_images(folder)
+    if links:
+        print(links_line(folder, links), flush=True)
+    paths = sorted(found)
     samples, unnamed, unlabelled = [], [], 0
     for path in paths:
         match = _VAL_NAME.search(os.path.basename(path))
@@ -169,4 +171,5 @@ def _real(folder: Path, transform, real_labels: str | None) -> EvalSet:
     note = None
     if unlabelled:
         note = f"left out {unlabelled} of {len(paths)} images that have no ReaL label (as the ReaL paper does)"
-    return EvalSet(ImageFiles(samples, list(imagenet_wnids()), transform), LabelSpace(label_sets=sets), note)
+    index = FileIndex.from_pairs(samples, folder_prefix(folder))
+    return EvalSet(ImageFiles(index, list(imagenet_wnids()), transform), LabelSpace(label_sets=sets), note)

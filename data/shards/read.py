@@ -30,16 +30,19 @@ missing shard) are found by :func:`data.shards.check_shards` before training sta
 
 from __future__ import annotations
 
+import os
 import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..batch import BadImage, collate
 from ..decode import DECODE_ERRORS
+from ..file_index import pack
 from ..samplers import sample_seed, seeded
 from .index import ShardError, ShardIndex, check_shards, read_index, records
 
@@ -80,7 +83,9 @@ class ShardBatches(IterableDataset):
         self.seed = seed
         self.train = train
         self.collate_fn = collate_fn
-        self.counts = [shard.count for shard in index.shards]
+        # Per shard, in numpy arrays: workers read them without copying (data.file_index says why).
+        self.counts = np.array([shard.count for shard in index.shards], dtype=np.int64)
+        self._names = pack([shard.name for shard in index.shards])
         # (epoch, start step), in shared memory: persistent workers see set_epoch's values.
         self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
 
@@ -110,7 +115,7 @@ class ShardBatches(IterableDataset):
 
     @property
     def total(self) -> int:
-        return sum(self.counts)
+        return int(self.counts.sum())
 
     def _range(self) -> tuple[int, int]:
         """This rank's [first, last) positions in the epoch's sequence."""
@@ -132,9 +137,9 @@ class ShardBatches(IterableDataset):
         """(shard order, shard -> order of its samples) of an epoch."""
         n = len(self.counts)
         if not self.train:
-            return list(range(n)), lambda shard: list(range(self.counts[shard]))
+            return list(range(n)), lambda shard: list(range(int(self.counts[shard])))
         shard_order = _permutation(n, self.seed, epoch)
-        return shard_order, lambda shard: _permutation(self.counts[shard], self.seed, epoch, shard)
+        return shard_order, lambda shard: _permutation(int(self.counts[shard]), self.seed, epoch, shard)
 
     def worker_batches(self, worker: int, workers: int, start_step: int = 0) -> range:
         """The batch numbers (of this rank's epoch) that loader worker ``worker`` produces.
@@ -176,7 +181,7 @@ class ShardBatches(IterableDataset):
         shard_order, sample_order = self._order(epoch)
         start = 0  # position of the current shard's first sample
         for shard in shard_order:
-            count = self.counts[shard]
+            count = int(self.counts[shard])
             if start + count <= lo:
                 start += count
                 continue
@@ -191,24 +196,26 @@ class ShardBatches(IterableDataset):
         """The ``members`` of one shard, decoded: one open, the headers listed, then each image's
         bytes read where the listing says (no copy of the whole shard in memory). A shard that
         cannot be read counts its remaining members as bad images."""
-        info = self.index.shards[shard]
+        names, starts = self._names
+        name = os.fsdecode(names[starts[shard] : starts[shard + 1]].tobytes())
+        count = int(self.counts[shard])
         done = 0
         try:
-            with open(self.index.path(info), "rb") as f:
-                listed = records(f, info.name)
-                if len(listed) != info.count:
-                    raise ShardError(f"{info.name} holds {len(listed)} samples, index.json says {info.count}")
+            with open(self.index.root / name, "rb") as f:
+                listed = records(f, name)
+                if len(listed) != count:
+                    raise ShardError(f"{name} holds {len(listed)} samples, index.json says {count}")
                 for offset, i in enumerate(members):
                     record = listed[i]
                     f.seek(record.offset)
                     data = f.read(record.size)
                     if len(data) != record.size:
-                        raise ShardError(f"{info.name} ends inside {record.key}.jpg")
+                        raise ShardError(f"{name} ends inside {record.key}.jpg")
                     done += 1
-                    yield self._decode(data, record.label, f"{info.name}:{record.key}", first + offset, epoch)
+                    yield self._decode(data, record.label, f"{name}:{record.key}", first + offset, epoch)
         except (OSError, ShardError) as err:
             for i in members[done:]:
-                yield BadImage(f"{info.name}#{i}", f"unreadable shard: {err}")
+                yield BadImage(f"{name}#{i}", f"unreadable shard: {err}")
 
     def _decode(self, data: bytes, label: int, name: str, position: int, epoch: int) -> tuple | BadImage:
         # In training the sample's augmentation depends on (seed, epoch, position) alone.

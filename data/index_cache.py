@@ -1,0 +1,159 @@
+"""An image folder's listing, kept between runs: :func:`load_scan` lists ImageNet's 1.28 M
+files once, and a requeued job, a later run and every rank read the result instead.
+
+Where: beside the folder, as ``.<name>.index.npz`` in its parent, when that is writable (every
+run on the data then shares it), else in ``cache_dir`` (the run dir: a requeued job finds it
+there). The file is not inside the folder, whose mtime it would change.
+
+Valid while the folder's real path, the listing rules (:data:`VERSION`, the image extensions)
+and the mtime of every directory listed are what they were: adding, removing or renaming a
+file or a folder anywhere below the root changes its directory's mtime. A directory modified
+less than :data:`RACY_S` before the listing began could change again within the same mtime
+tick, unseen (timestamps are 1 s apart on some file systems, 2 s on FAT; git calls such an
+entry "racy"), so such a listing is not kept.
+
+Under DDP, :func:`rank_zero_first`: rank 0 lists the folder (or reads the cache) and writes
+it while the other ranks wait; then they read it, instead of every rank of every node
+walking the file system at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import torch.distributed as dist
+
+from .file_index import FileIndex, pack, unpack
+from .folder_scan import IMAGE_EXTENSIONS, FolderScan, folder_prefix, scan_folder
+
+FORMAT = "resnet-padding-folder-index"
+VERSION = 1  # of the listing rules and the file's layout: a change makes every cache stale
+RACY_S = 2.0  # a directory modified this soon before its listing is not trusted to show a later change
+T = TypeVar("T")
+
+
+def cache_paths(root: str | Path, cache_dir: str | Path | None = None) -> list[Path]:
+    """Where the listing of ``root`` may be kept, in the order they are tried."""
+    real = Path(os.path.realpath(root))
+    paths = [real.parent / f".{real.name}.index.npz"] if real.name else []
+    if cache_dir is not None:
+        digest = hashlib.sha1(os.fsencode(real)).hexdigest()[:12]
+        paths.append(Path(cache_dir) / f"index-{real.name or 'root'}-{digest}.npz")
+    return paths
+
+
+def load_scan(root: str | Path, cache_dir: str | Path | None = None,
+              log: Callable[[str], None] | None = print) -> FolderScan:
+    """The listing of ``root`` from its cache when that is still valid, else listed now and
+    kept; ``log`` gets one line saying which, and one naming any directory link skipped."""
+    root = Path(root)
+    start = time.perf_counter()
+    candidates = cache_paths(root, cache_dir)
+    why = "no cached index"
+    for path in candidates:
+        found = _read(path, root)
+        if isinstance(found, FolderScan):
+            _say(log, found, f"reused {path} ({time.perf_counter() - start:.1f} s)")
+            return found
+        if path.exists():
+            why = found
+    began = time.time_ns()
+    scan = scan_folder(root)
+    listed = time.perf_counter() - start
+    kept = _write(scan, began, candidates)
+    _say(log, scan, f"rebuilt in {listed:.1f} s ({why}); {kept}")
+    return scan
+
+
+def _say(log: Callable[[str], None] | None, scan: FolderScan, what: str) -> None:
+    if log is None:
+        return
+    log(f"index of {scan.root}: {len(scan.samples):,} images in {len(scan.classes):,} classes, {what}")
+    if scan.links:
+        log(scan.links_line())
+
+
+def _relative(scan: FolderScan, folder: str) -> str:
+    return "" if folder == str(scan.root) else folder[len(scan.samples.prefix) :]
+
+
+def _write(scan: FolderScan, began_ns: int, candidates: list[Path]) -> str:
+    """Keep ``scan`` in the first writable candidate; what happened, as words for the log line."""
+    mtimes = np.array([os.stat(folder).st_mtime_ns for folder in scan.folders], dtype=np.int64)
+    if not candidates:
+        return "not kept: no writable place beside the folder and no cache dir"
+    if mtimes.max() > began_ns - RACY_S * 1e9:
+        return f"not kept: a directory was modified less than {RACY_S:g} s before the listing"
+    meta = {"format": FORMAT, "version": VERSION, "root": os.path.realpath(scan.root),
+            "extensions": list(IMAGE_EXTENSIONS)}
+    arrays = {
+        "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+        "names": scan.samples.names, "starts": scan.samples.starts, "labels": scan.samples.labels,
+        "mtimes": mtimes,
+    }
+    for table, values in (("classes", scan.classes), ("folders", [_relative(scan, f) for f in scan.folders]),
+                          ("links", scan.links)):
+        arrays[f"{table}_names"], arrays[f"{table}_starts"] = pack(values)
+    failed = []
+    for path in candidates:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+            os.replace(tmp, path)  # readers see the old file or the new, never half of one
+            return f"saved to {path}"
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            failed.append(f"{path.parent} ({err.strerror or err})")
+    return f"not kept: cannot write to {', '.join(failed)}"
+
+
+def _read(path: Path, root: Path) -> FolderScan | str:
+    """The listing kept at ``path`` if it is of ``root`` and still valid, else why not."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            arrays = {key: saved[key] for key in saved.files}
+        meta = json.loads(arrays["meta"].tobytes())
+    except FileNotFoundError:
+        return "no cached index"
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        return f"{path} unreadable: {type(err).__name__}"
+    expected = {"format": FORMAT, "version": VERSION, "root": os.path.realpath(root),
+                "extensions": list(IMAGE_EXTENSIONS)}
+    if meta != expected:
+        return f"{path} is of another folder or version"
+    prefix = folder_prefix(root)
+    folders = [str(root) if rel == "" else prefix + rel
+               for rel in unpack(arrays["folders_names"], arrays["folders_starts"])]
+    for folder, mtime in zip(folders, arrays["mtimes"].tolist()):
+        try:
+            changed = os.stat(folder).st_mtime_ns != mtime
+        except OSError:
+            changed = True
+        if changed:
+            return f"{folder} changed since"
+    samples = FileIndex(prefix, arrays["names"], arrays["starts"], arrays["labels"])
+    classes = unpack(arrays["classes_names"], arrays["classes_starts"])
+    return FolderScan(root, classes, samples, folders, unpack(arrays["links_names"], arrays["links_starts"]))
+
+
+def rank_zero_first(build: Callable[[], T]) -> T:
+    """``build()`` on rank 0, then on the other ranks, which find what it cached (one listing
+    of the file system, not one per rank). Alone, or without a process group: ``build()``."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return build()
+    if dist.get_rank() == 0:
+        try:
+            return build()
+        finally:  # also when it failed: the others then fail the same way, rather than wait for ever
+            dist.barrier()
+    dist.barrier()
+    return build()

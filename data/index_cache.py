@@ -106,6 +106,7 @@ def _write(scan: FolderScan, began_ns: int, candidates: list[Path]) -> str:
     for path in candidates:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
                 np.savez(f, **arrays)
             os.replace(tmp, path)  # readers see the old file or the new, never half of one

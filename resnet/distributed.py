@@ -185,7 +185,10 @@ def pick_device(preference: str = "auto", local_rank: int = 0, local_world_size:
     if preference not in DEVICES:
         raise ValueError(f"unknown device {preference!r}; choose one of {', '.join(DEVICES)}")
     if preference == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device=cuda but no CUDA device is visible; use device=cpu (or auto)")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        raise LaunchError(f"device=cuda but no CUDA device is visible{where}; pass device=cpu, or device=auto "
+                          "(CUDA where there is one)")
     if preference == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", cuda_index(local_rank, local_world_size, torch.cuda.device_count()))

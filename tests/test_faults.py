@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -151,6 +152,144 @@ def test_a_stop_signal_outside_slurm_saves_and_says_how_to_resume(tiny_folder, w
     assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 2
 
 
+# --- stop signals outside SLURM (docker stop, systemd, Ctrl-C) and finished runs ------------
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_folder, tmp_path_factory) -> Path:
+    """An uninterrupted 2-epoch run (seed 3), one thread as the subprocesses: the weights and
+    results every stopped-and-resumed run below must reach."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_in_process(tiny_folder, run_dir, "seed=3")
+    finally:
+        torch.set_num_threads(threads)
+    return run_dir
+
+
+def untimed_results(run_dir: Path) -> dict:
+    results = json.loads((run_dir / "results.json").read_text())
+    return {k: v for k, v in results.items() if k not in ("wall_seconds", "date", "run_dir", "train_images_per_s",
+                                                          "val_images_per_s")}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, status", [("term", 143), ("int", 130)])
+def test_sigterm_and_sigint_save_mid_epoch_print_the_resume_command_and_it_resumes_exactly(
+    tiny_folder, straight, wrapper, tmp_path, kind, status
+):
+    run_dir = tmp_path / "run"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "seed=3")]
+    proc = launch(args, f"{kind}:8", SLURM_JOB_ID="")  # epoch 1, batch 2
+    assert_status(proc, status)
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr[-2000:]
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("stopped by")]
+    name = {"term": "SIGTERM", "int": "SIGINT"}[kind]
+    saved_line = f"stopped by {name}: saved {run_dir / 'last.pt'}; not requeued (not a SLURM job); to go on: "
+    assert line.startswith(saved_line), line
+    saved = load_checkpoint(run_dir / "last.pt")
+    assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (1, 8, 2)
+    command = shlex.split(line.split("; to go on: ")[1])
+    assert command[:2] == ["python", "train.py"] and f"hydra.run.dir={run_dir}" in command and "resume=true" in command
+    resumed = launch([PY, *command[1:]])  # the printed command, as typed
+    assert_status(resumed, 0)
+    assert "resumed from" in resumed.stdout and "after epoch 1, batch 2 (step 8)" in resumed.stdout
+    assert_same_training(load_checkpoint(straight / "last.pt"), load_checkpoint(run_dir / "last.pt"))
+    assert untimed_results(run_dir) == untimed_results(straight)
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line(tiny_folder, wrapper, tmp_path):
+    run_dir = tmp_path / "run"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "epochs=1")]
+    line = error_line(launch(args, "int2:2", SLURM_JOB_ID=""), status=130)
+    assert line.startswith("error: interrupted twice: stopped at once, without saving")
+    assert not (run_dir / "last.pt").exists()
+
+
+@pytest.mark.slow
+def test_a_finished_run_started_again_keeps_its_files_byte_for_byte(tiny_folder, straight, tmp_path):
+    run_dir = tmp_path / "done"
+    shutil.copytree(straight, run_dir)
+    files = {name: (run_dir / name).read_bytes() for name in ("results.json", "metrics.csv", "steps.csv", "last.pt")}
+    top1 = json.loads(files["results.json"])["top1_err"]
+    for extra in (("resume=true",), ("resume=false",), ("resume=true", "data.workers=1")):
+        proc = train_script(*overrides(tiny_folder, run_dir, "seed=3", *extra))
+        assert_status(proc, 0)
+        assert f"run in {run_dir} already finished: top-1 err {top1:.2f}%; results.json kept" in proc.stdout
+        assert "resumed from" not in proc.stdout and "Traceback" not in proc.stderr
+        assert {name: (run_dir / name).read_bytes() for name in files} == files
+    # a finished run of another config is not "finished" for this one: refused in one line, nothing written
+    line = error_line(train_script(*overrides(tiny_folder, run_dir, "seed=4", "resume=true")))
+    assert f"{run_dir} holds a finished run of another config" in line and "seed=3, this run has 4" in line
+    assert {name: (run_dir / name).read_bytes() for name in files} == files
+
+
+@pytest.mark.slow
+def test_a_stop_during_the_last_validation_or_before_results_ends_with_the_uninterrupted_results(
+    tiny_folder, straight, wrapper, tmp_path
+):
+    # Under SLURM (a stand-in scontrol records any requeue): USR1 during the final validation is
+    # after the last epoch's training: the run writes its results, exits 0, and requeues nothing.
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    scontrol.chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4321", "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
+             "PATH": f"{scontrol.parent}:{os.environ['PATH']}"}  # fmt: skip
+    run_dir = tmp_path / "usr1"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "seed=3", "resume=true")]
+    proc = launch(args, "usr1val:2", **slurm)
+    assert_status(proc, 0)
+    assert "note: SIGUSR1 arrived after the last epoch was saved; the run is complete, not requeued" in proc.stdout
+    assert not (tmp_path / "scontrol.log").exists()
+    assert untimed_results(run_dir) == untimed_results(straight)
+    # Killed after the last checkpoint, before results.json (a requeue, a node failure): the rerun
+    # trains nothing and writes the results the uninterrupted run wrote, from the saved history.
+    run_dir = tmp_path / "killed"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "seed=3", "resume=true")]
+    assert_status(launch(args, "finish:1"), KILLED)
+    assert not (run_dir / "results.json").exists() and load_checkpoint(run_dir / "last.pt")["epoch"] == 2
+    proc = train_script(*overrides(tiny_folder, run_dir, "seed=3", "resume=true"))
+    assert_status(proc, 0)
+    assert "resumed from" in proc.stdout and "train 2:" not in proc.stderr  # nothing trained again
+    assert untimed_results(run_dir) == untimed_results(straight)
+    assert [r["epoch"] for r in read_csv(run_dir / "metrics.csv")] == ["1", "2"]
+
+
+def test_a_signal_during_start_up_requeues_without_a_checkpoint(tiny_folder, wrapper, tmp_path):
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    scontrol.chmod(0o755)
+    run_dir = tmp_path / "run"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "resume=true")]
+    proc = launch(args, "termstart:1", SLURM_JOB_ID="77", SLURM_PROCID="0", SLURM_NTASKS="1",
+                  PATH=f"{scontrol.parent}:{os.environ['PATH']}")  # fmt: skip
+    assert_status(proc, 0)
+    assert ("stopped by SIGTERM: before its first step, nothing new to save (no last.pt was written before); "
+            "requeued SLURM job 77") in proc.stderr  # fmt: skip
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "77"]
+    assert not (run_dir / "last.pt").exists()
+
+
+def test_settings_that_may_change_on_resume_are_applied_and_reported(tiny_folder, tmp_path, capsys, one_thread):
+    run_in_process(tiny_folder, tmp_path, "epochs=2", "stop_after=1")
+    capsys.readouterr()
+    run_in_process(tiny_folder, tmp_path, "epochs=2", "resume=true", "log_every=3", "eval_every=2")
+    out = capsys.readouterr().out
+    assert "changed on resume: eval_every: 1 -> 2; log_every: 2 -> 3" in out
+    assert load_checkpoint(tmp_path / "last.pt")["config"]["log_every"] == 3  # recorded: the next resume compares it
+
+
+def test_device_cuda_without_a_gpu_is_one_line(tiny_folder, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible here")
+    line = config_error(tiny_folder, tmp_path / "run", "device=cuda")
+    assert line.startswith("device=cuda but no CUDA device is visible") and "pass device=cpu" in line
+
+
 @pytest.mark.slow
 def test_a_rank_fed_only_corrupt_files_does_not_hang_ddp(tiny_folder, tmp_path):
     # 2 processes x batch 2, one loader worker each. Every file rank 1 reads in epoch 0 is damaged on
@@ -251,16 +390,21 @@ def test_resuming_another_architecture_optimizer_schedule_or_a_damaged_file_is_o
     run_in_process(tiny_folder, tmp_path / "tiny", "epochs=1")
     last = tmp_path / "tiny" / "last.pt"
     line = config_error(tiny_folder, tmp_path / "small", f"resume={last}", "model=resnet_small")
-    assert f"{last} holds resnet_tiny weights, not resnet_small" in line and "pass model=resnet_tiny" in line
+    assert f"{last} was trained with model.arch=resnet_tiny, this run has resnet_small" in line
+    assert "(model=resnet_tiny) to resume it" in line
     line = config_error(tiny_folder, tmp_path / "adamw", f"resume={last}", "optim=adamw")
-    assert "was trained with optim.name=sgd, this run has adamw" in line and "pass the optim= it" in line
+    assert "was trained with optim.name=sgd, this run has adamw (and " in line and "pass the optim= it" in line
     line = config_error(tiny_folder, tmp_path / "cosine", f"resume={last}", "sched=cosine")
     assert "was trained with sched.name=onecycle, this run has cosine" in line and "pass the sched= it" in line
+    # the padding as built: +padding=asymmetric on a run trained under the model's own (symmetric) one
+    line = config_error(tiny_folder, tmp_path / "asym", f"resume={last}", "+padding=asymmetric")
+    assert f"{last} was trained with padding=symmetric, this run has asymmetric" in line
+    assert "pass +padding=symmetric to resume it" in line
     half = tmp_path / "half.pt"
     half.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     line = config_error(tiny_folder, tmp_path / "half", f"resume={half}")
     assert line.startswith(f"{half} is cut short or damaged")
-    for run in ("small", "adamw", "cosine", "half"):  # refused before anything was written
+    for run in ("small", "adamw", "cosine", "asym", "half"):  # refused before anything was written
         assert not list((tmp_path / run).glob("*.csv")) + list((tmp_path / run).glob("*.pt"))
 
 

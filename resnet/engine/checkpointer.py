@@ -29,6 +29,7 @@ class Checkpointer:
         self.path, self.training, self.env = path, training, env
         self.config, self.layout, self.history = config, layout, history  # history: the run's list, appended to
         self.kept = "the previous last.pt is intact" if path.exists() else "no last.pt was written before"
+        self.writes = 0  # saves of this run that worked
 
     def save(self, epoch_done: int, step: int, epoch_partial: dict | None = None) -> None:
         """The state after ``epoch_done`` epochs and ``step`` optimizer steps; ``epoch_partial``:
@@ -40,12 +41,15 @@ class Checkpointer:
             try:
                 self._write(epoch_done, step, rng, partials)
                 self.kept = f"last.pt of epoch {epoch_done}, step {step} is intact"
+                self.writes += 1
             except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
                 failed = (f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "
                           "hydra.run.dir, then run again with resume=true")
         failed = gather_objects(failed, self.env)[0]  # also the barrier: nobody runs ahead of the write
         if failed:
             raise CheckpointWriteError(failed)
+        if not self.env.is_main:
+            self.writes += 1
 
     def _write(self, epoch_done: int, step: int, rng: list, partials: list | None) -> None:
         t = self.training

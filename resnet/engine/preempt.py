@@ -1,16 +1,19 @@
-"""Stop cleanly when the cluster says so: save at the next step boundary, then requeue.
+"""Stop cleanly when the cluster or a person says so: save at the next step boundary, then requeue.
 
-SLURM warns a job before its time limit or a preemption with a signal (``sbatch
---signal=USR1@120``; submitit uses ``USR2`` by default). The handler here only records it. The
-training loop reads the record at the end of every step; under DDP the ranks agree on it in the
-all-reduce they already make per step, so every rank stops after the same step. The run then
-saves ``last.pt`` (mid-epoch: position, partial epoch statistics, RNG states) and calls
-:meth:`StopRequest.hand_over`, which requeues the job:
+The signals (:mod:`resnet.stop`, caught from train.py's first line): SLURM's warning before a
+time limit (``sbatch --signal=USR1@120``), SIGTERM on a stock preemption (``PreemptMode=REQUEUE``
+with a ``GraceTime``) and from ``docker stop``, submitit's USR2, Ctrl-C. The training loop reads
+the record at every step boundary; under DDP the ranks agree on it in the all-reduce they already
+make per step, so every rank stops after the same step. A signal during start-up is acted on
+before the first step. The run then saves ``last.pt`` (mid-epoch: position, partial epoch
+statistics, RNG states) and calls :meth:`StopRequest.hand_over`:
 
-* launched by submitit, with submitit's signal: submitit's own handler runs (it pickles the
-  hydra-submitit-launcher job and requeues it), so the requeued job calls ``train.py`` again;
-* otherwise, inside a SLURM job: rank 0 runs ``scontrol requeue $SLURM_JOB_ID``;
-* outside SLURM: nothing; the message says how to resume.
+* launched by submitit: submitit's own handler runs on rank 0 (it pickles the hydra-submitit job
+  and requeues it, or says why it will not); every rank learns which;
+* otherwise, inside a SLURM job: rank 0 runs ``scontrol requeue $SLURM_JOB_ID``, whatever the
+  signal: a preempted job that ended by itself within its grace time would not be requeued;
+* outside SLURM: nothing; the message says how to resume, and train.py exits 143 after SIGTERM,
+  130 after SIGINT (the shell's codes for them) and 3 after USR1.
 
 With ``resume=true`` and a run dir that does not change across requeues (``hydra.run.dir=...$SLURM_JOB_ID``)
 the requeued job resumes to the weights an uninterrupted run would have had.
@@ -22,66 +25,77 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from ..distributed import DistEnv, all_reduce_sum
+from .. import stop as signals
+from ..distributed import DistEnv, all_reduce_sum, gather_objects
 
-SIGNALS = (signal.SIGUSR1,)  # ours, for plain sbatch/srun; submitit's is added when it launched us
+# exit status of a stop that nothing requeues: the shell's 128 + n for TERM and INT; 3 for the warnings
+NOT_REQUEUED_STATUS = {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: 128 + signal.SIGINT}
 
 
 class Stopped(RuntimeError):
     """Training stopped early on a signal, after saving; ``requeued``: the job will go on."""
 
-    def __init__(self, message: str, requeued: bool):
+    def __init__(self, message: str, requeued: bool, status: int | None = None):
         super().__init__(message)
         self.requeued = requeued
+        self.status = 0 if requeued else (3 if status is None else status)
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What :meth:`StopRequest.hand_over` did: a phrase for the message, and whether the job goes on."""
+
+    text: str
+    requeued: bool = False
 
 
 class StopRequest:
-    """Records the first stop signal; :meth:`install` while training, :meth:`restore` after."""
+    """This run's view of the stop record: :meth:`install` while training, :meth:`restore` after."""
 
     def __init__(self, env: DistEnv):
         self.env = env
         self.signum: int | None = None
-        self._previous: dict[int, Callable | int | None] = {}
+        self._placed: tuple[int, ...] = ()  # the handlers this object put in place (none after train.py's own)
 
     @property
     def requested(self) -> bool:
+        if self.signum is None:
+            self.signum = signals.pending()
         return self.signum is not None
 
     @property
     def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum is not None else "none"
+        return signals.name(self.signum)
+
+    @property
+    def status(self) -> int:
+        """train.py's exit status for this stop when nothing requeues the job."""
+        return NOT_REQUEUED_STATUS.get(self.signum, 3)
 
     def install(self) -> StopRequest:
-        if threading.current_thread() is not threading.main_thread():
-            return self  # signal handlers can only be set from the main thread (a library caller's thread)
-        for signum in (*SIGNALS, *self._submitit_signal()):
-            self._previous[signum] = signal.signal(signum, self._record)
+        """Catch the stop signals (and submitit's, where it launched us) unless train.py already does."""
+        self._placed = signals.catch(*self._submitit_signal())
         return self
 
     def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        self._previous.clear()
+        signals.release(self._placed)
+        self._placed = ()
 
     def agree(self, anyone: bool) -> bool:
         """Take the all-reduced decision: a rank that saw no signal stops with the others."""
-        if anyone and self.signum is None:
-            self.signum = next(iter(self._previous), SIGNALS[0])
+        if anyone and not self.requested:
+            self.signum = signal.SIGUSR1  # another process's signal: SLURM's warning stands for them all
         return anyone
 
     def agreed(self) -> bool:
         """Whether any process was asked to stop (a collective: every process calls it)."""
         flag = torch.tensor([float(self.requested)], device=self.env.device)
         return self.agree(bool(all_reduce_sum(flag, self.env).item() > 0))
-
-    def _record(self, signum: int, frame) -> None:
-        if self.signum is None:
-            self.signum = signum
 
     def _submitit_signal(self) -> tuple[int, ...]:
         launch = self.env.launch
@@ -91,24 +105,50 @@ class StopRequest:
 
         return (JobEnvironment._usr_sig(),)
 
-    def hand_over(self) -> str:
-        """After the checkpoint is saved (on every rank): requeue; returns what was done."""
-        previous = self._previous.get(self.signum)
+    def hand_over(self) -> Handover:
+        """After the checkpoint is saved (a collective: every rank calls it): requeue the job."""
         launch = self.env.launch
+        submitit = self._submitit_signal()
+        handler = signals.previous_handler(submitit[0]) if submitit else None
         self.restore()
-        if callable(previous) and launch is not None and launch.launcher == "submitit":
-            previous(self.signum, None)  # submitit checkpoints the job and requeues it (rank 0 exits here)
-            return "handed to submitit (rank 0 requeues the job)"
+        if submitit:
+            return self._to_submitit(handler if handler is not None else signal.getsignal(submitit[0]), submitit[0])
         job_id = launch.job_id if launch is not None else os.environ.get("SLURM_JOB_ID")
         if not job_id:
-            return "not requeued (not a SLURM job)"
+            return Handover("not requeued (not a SLURM job)")
         if not self.env.is_main:
-            return f"rank 0 requeues SLURM job {job_id}"
-        scontrol = shutil.which("scontrol")
-        if scontrol is None:
-            return f"not requeued: scontrol is not on PATH; run `scontrol requeue {job_id}` yourself"
-        done = subprocess.run([scontrol, "requeue", job_id], capture_output=True, text=True)
-        if done.returncode != 0:
-            reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no message"]
-            return f"not requeued: scontrol requeue {job_id} failed ({reason[0]}); submit with --requeue"
-        return f"requeued SLURM job {job_id}"
+            return Handover(f"rank 0 requeues SLURM job {job_id}", requeued=True)
+        return requeue(job_id)
+
+    def _to_submitit(self, handler: Callable | int | None, signum: int) -> Handover:
+        """Rank 0 calls submitit's handler: it checkpoints the hydra-submitit job and requeues it
+        (then exits), or raises saying why it will not (too many time-outs, for one). Every rank
+        learns the outcome, so that none leaves without its result file (submitit's sweep would
+        wait for it forever)."""
+        outcome = Handover("rank 0 hands the job to submitit", requeued=True)
+        if self.env.is_main:
+            if not callable(handler):
+                outcome = Handover("not requeued: submitit's handler is not in place")
+            else:
+                try:
+                    handler(signum, None)
+                    outcome = Handover("not requeued: submitit's handler returned without requeueing")
+                except SystemExit:  # submitit requeued the job, then exits
+                    outcome = Handover("requeued by submitit", requeued=True)
+                except Exception as err:  # noqa: BLE001 (submitit's UncompletedJobError: its reason)
+                    reason = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
+                    outcome = Handover(f"submitit will not requeue it ({reason}); submit the sweep again with the "
+                                       "same hydra.sweep.dir and resume=true, or raise hydra.launcher.max_num_timeout")
+        return gather_objects(outcome, self.env)[0]
+
+
+def requeue(job_id: str) -> Handover:
+    """``scontrol requeue`` this job: it goes back to pending and starts again (``--requeue``)."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return Handover(f"not requeued: scontrol is not on PATH; run `scontrol requeue {job_id}` yourself")
+    done = subprocess.run([scontrol, "requeue", job_id], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no message"]
+        return Handover(f"not requeued: scontrol requeue {job_id} failed ({reason[0]}); submit with --requeue")
+    return Handover(f"requeued SLURM job {job_id}", requeued=True)

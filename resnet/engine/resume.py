@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
@@ -14,6 +14,7 @@ from ..config import ConfigError
 from ..distributed import DistEnv
 from .checks import grid_bn
 from .optim import load_scheduler_state
+from .resume_rules import Difference, compare
 from .state import find_resume, load_training_state
 
 
@@ -27,6 +28,7 @@ class ResumePoint:
     history: list[dict] = field(default_factory=list)
     partial: dict | None = None  # this rank's EpochStats.state() of the interrupted epoch
     rng: dict | None = None  # this rank's generator state where the interrupted run was
+    changes: list[str] = field(default_factory=list)  # settings this resume changed ("key: was -> now")
 
 
 def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict) -> ResumePoint:
@@ -40,15 +42,69 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     if state is None:
         return ResumePoint()
     partial = _partial(state, path, layout, env.rank)
-    _check_same_optimizer(cfg, state, path)
-    _check_same_grid(cfg, state, path)
+    changes = check_resumable(cfg, state, path, layout, training.meta)
     _load_state(training, state, path)
     start = ResumePoint(state["epoch"], state["step"], list(state.get("history", [])), partial,
-                        state["rng"][min(env.rank, len(state["rng"]) - 1)])
+                        state["rng"][min(env.rank, len(state["rng"]) - 1)], [str(c) for c in changes])
     if env.is_main:
         where = f"epoch {start.epoch}" + (f", batch {partial['batches']}" if partial else "")
         print(f"resumed from {path} after {where} (step {start.step})")
+        if changes:
+            print(f"changed on resume: {'; '.join(start.changes)}")
     return start
+
+
+# the override that gives a group back its recorded option, where one key names it
+GROUP_HINTS = {"model.arch": "model", "optim.name": "optim", "sched.name": "sched", "data.name": "data"}
+
+
+def check_resumable(cfg: DictConfig, state: dict, path: Path, layout: dict, meta) -> list[Difference]:
+    """Refuse, in one line naming both values, a checkpoint that another config trained (the
+    fixed keys of :mod:`.resume_rules`, the world size, the padding the model was built with);
+    return the settings this resume changes."""
+    recorded = dict(state.get("config") or {})
+    if state.get("layout") and "world_size" in state["layout"]:
+        recorded["world_size"] = state["layout"]["world_size"]
+    now = {**OmegaConf.to_container(cfg, resolve=True), "world_size": layout["world_size"]}
+    refused, changed = compare(recorded, now) if state.get("config") else ([], [])
+    was_padding = (state.get("meta") or {}).get("padding")
+    if was_padding is not None and was_padding != meta.padding.as_dict() and not state.get("grid"):
+        refused.insert(0, Difference("padding", state["meta"].get("padding_name"), meta.padding_name))
+    if refused:
+        raise ConfigError(refusal(path, refused))
+    _check_same_grid(cfg, state, path)
+    return changed
+
+
+def refusal(path: Path, refused: list[Difference]) -> str:
+    first = _first(refused)
+    more = [d.key for d in refused if d is not first]
+    also = f" (and {len(more)} more: {', '.join(more[:4])}{', ...' if len(more) > 4 else ''})" if more else ""
+    group = GROUP_HINTS.get(first.key)
+    if first.key == "padding":
+        fix = f"pass +padding={first.was}" if first.was else "drop +padding="
+    elif first.key == "world_size":
+        fix = f"launch {first.was} processes"
+    elif group:
+        fix = f"pass the {group}= it was trained with ({group}={first.was})"
+    else:
+        fix = f"pass {first.key}={_value(first.was)}"
+    return (f"{path} was trained with {first.key}={_value(first.was)}, this run has {_value(first.now)}{also}: "
+            f"{fix} to resume it, or start over in another hydra.run.dir (or with resume=false)")
+
+
+def _first(refused: list[Difference]) -> Difference:
+    """The difference the message leads with: the one a group's option names, else the first."""
+    for difference in refused:
+        if difference.key in GROUP_HINTS or difference.key == "padding":
+            return difference
+    return refused[0]
+
+
+def _value(value) -> str:
+    if isinstance(value, list):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return "null" if value is None else str(value)
 
 
 def _partial(state: dict, path: Path, layout: dict, rank: int) -> dict | None:
@@ -63,17 +119,6 @@ def _partial(state: dict, path: Path, layout: dict, rank: int) -> dict | None:
     if partial is not None and state.get("epoch_partial_ranks"):  # older files: rank 0's totals alone
         partial = state["epoch_partial_ranks"][rank]  # this rank's own loss sum and skipped images
     return partial
-
-
-def _check_same_optimizer(cfg: DictConfig, state: dict, path: Path) -> None:
-    recorded = state.get("config") or {}
-    for group in ("optim", "sched"):  # another optimizer's state would load, then fail at its first step
-        was, now = (recorded.get(group) or {}).get("name"), cfg[group].name
-        if was is not None and was != now:
-            raise ConfigError(
-                f"{path} was trained with {group}.name={was}, this run has {now}: pass the {group}= it "
-                "was trained with, or start over with resume=false"
-            )
 
 
 def _check_same_grid(cfg: DictConfig, state: dict, path: Path) -> None:

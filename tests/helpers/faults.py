@@ -17,6 +17,11 @@ FAULT=step:N  SIGKILL before the N-th training step (loss) of this process
 FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
 FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
+FAULT=term:N  SIGTERM (a stock preemption, docker stop) at the N-th loss; int:N SIGINT (Ctrl-C)
+FAULT=int2:N  SIGINT twice at the N-th loss (a person who insists)
+FAULT=usr1val:N  SIGUSR1 at the N-th validation pass (the last one: after the last epoch's training)
+FAULT=termstart:N  SIGTERM while the N-th model is being built (start-up, before the first step)
+FAULT=finish:N  SIGKILL at the N-th results write (after the last checkpoint, before results.json)
 FAULT=worker:N  a DataLoader worker process SIGKILLs itself at the N-th image it reads (the OOM killer)
 FAULT_RANK=R  only in the process of rank R (default 0; RANK or SLURM_PROCID)
 FAULT_ONCE=F  only if file F does not exist yet, and create it (once over restarts)
@@ -54,7 +59,10 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-if KIND in ("step", "usr1"):
+SIGNALS = {"usr1": [signal.SIGUSR1], "term": [signal.SIGTERM], "int": [signal.SIGINT],
+           "int2": [signal.SIGINT, signal.SIGINT]}
+
+if KIND == "step" or KIND in SIGNALS:
     real_loss_and_augment = engine_run.loss_and_augment
 
     def loss_and_augment(cfg, num_classes, device):
@@ -65,12 +73,42 @@ if KIND in ("step", "usr1"):
                 return loss_fn(logits, labels)
             if KIND == "step":
                 die()
-            os.kill(os.getpid(), signal.SIGUSR1)  # usr1
+            for signum in SIGNALS[KIND]:
+                os.kill(os.getpid(), signum)
             return loss_fn(logits, labels)
 
         return loss, augment
 
     engine_run.loss_and_augment = loss_and_augment
+elif KIND == "usr1val":
+    real_evaluate = engine_run.evaluate
+
+    def evaluate(*args, **kwargs):
+        if due():
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real_evaluate(*args, **kwargs)
+
+    engine_run.evaluate = evaluate
+elif KIND == "termstart":
+    real_build = engine_run.build_run_model
+
+    def build_run_model(cfg):
+        if due():
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_build(cfg)
+
+    engine_run.build_run_model = build_run_model
+elif KIND == "finish":
+    from resnet.engine.runlog import RunLogger
+
+    real_finish = RunLogger.finish
+
+    def finish(self, *args, **kwargs):
+        if due():
+            die()
+        return real_finish(self, *args, **kwargs)
+
+    RunLogger.finish = finish
 elif KIND == "save":
     real_save = torch.save
 

@@ -1,0 +1,96 @@
+"""Stop signals, caught from a training process's first instruction.
+
+Clusters and people stop a training with a signal: SLURM's ``--signal=USR1@120`` before a time
+limit; SIGTERM on a preemption (``PreemptMode=REQUEUE``, then SIGKILL after ``GraceTime``), from
+``docker stop``, Kubernetes and systemd; submitit's USR2; SIGINT from Ctrl-C. Python's defaults
+end the process on the spot (USR1, USR2, TERM) or wherever it is (INT), and the epoch is lost.
+
+:func:`catch` puts a recorder in their place: the first signal is kept (:func:`pending`) for the
+training loop to act on at its next step boundary (:mod:`resnet.engine.preempt`); a second
+Ctrl-C ends the process at once (``KeyboardInterrupt``): a person who insists. train.py calls it
+before it imports anything slow, so that a signal during start-up is acted on too, and the
+recorder stays until the process ends: a signal after the results are written changes nothing.
+
+Standard library only: importing this must not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+SUBMITIT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # submitit's own variable: the name of its signal, USR2 by default
+
+
+class _Record:
+    signum: int | None = None  # the first stop signal since catch() or clear()
+    interrupts = 0  # SIGINTs seen: the second ends the process
+    previous: dict[int, Callable | int | None] = {}  # the handlers catch() replaced (submitit's, for one)
+
+
+_record = _Record()
+
+
+def submitit_signal() -> tuple[int, ...]:
+    """submitit's preemption signal when submitit started this process (it sets SUBMITIT_FOLDER), else ()."""
+    if "SUBMITIT_FOLDER" not in os.environ:
+        return ()
+    return (getattr(signal, "SIG" + os.environ.get(SUBMITIT_SIGNAL_ENV, "USR2")),)
+
+
+def catch(*extra: int) -> tuple[int, ...]:
+    """Record :data:`STOP_SIGNALS`, submitit's signal where it launched us, and ``extra`` from now
+    on. Returns the signals whose handler this call replaced (none: already caught, or not the
+    main thread, where Python cannot set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return ()
+    placed = []
+    for signum in dict.fromkeys((*STOP_SIGNALS, *submitit_signal(), *extra)):
+        current = signal.getsignal(signum)
+        if current is _handler:
+            continue
+        _record.previous[signum] = current
+        signal.signal(signum, _handler)
+        placed.append(signum)
+    return tuple(placed)
+
+
+def release(signums: tuple[int, ...]) -> None:
+    """Put back the handlers that :func:`catch` replaced for ``signums`` (what it returned, for an
+    in-process caller such as a test that trains more than once); once nothing is caught any more,
+    forget what was recorded."""
+    for signum in signums:
+        handler = _record.previous.pop(signum, None)
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    if not _record.previous:
+        clear()
+
+
+def clear() -> None:
+    _record.signum, _record.interrupts = None, 0
+
+
+def pending() -> int | None:
+    """The first stop signal received since :func:`catch` (or :func:`clear`), or None."""
+    return _record.signum
+
+
+def previous_handler(signum: int) -> Callable | int | None:
+    """The handler ``signum`` had before :func:`catch` (submitit's requeue, for its signal)."""
+    return _record.previous.get(signum)
+
+
+def name(signum: int | None) -> str:
+    return signal.Signals(signum).name if signum is not None else "none"
+
+
+def _handler(signum: int, frame) -> None:
+    if signum == signal.SIGINT:
+        _record.interrupts += 1
+        if _record.interrupts > 1:
+            raise KeyboardInterrupt  # the second Ctrl-C: stop now, without the save
+    if _record.signum is None:
+        _record.signum = signum

@@ -4,6 +4,7 @@
     python -m benchmarks --quick               # smoke run of each script, in this process
     python -m benchmarks --only input_pipeline,end_to_end
     python -m benchmarks --only shards       # shards vs image folders, loader images/s per worker
+    python -m benchmarks --only scale        # costs against the number of images, up to ImageNet's 1.28 M
 
 Each run prints its own table and writes ``<out-dir>/bench_<run>.json``; this runner adds
 ``<out-dir>/bench_summary.json``: every ratio that has a goal, with its value and whether
@@ -35,6 +36,7 @@ RUNS = {
     "model_step": ("model_step", [], ["--batch", "2", "--size", "64", "--warmup", "0", "--repeats", "1"]),
     "shards": ("shards", [], ["--quick"]),
     "decode_alternatives": ("decode_alternatives", [], ["--quick"]),
+    "scale": ("scale", [], ["--quick"]),
 }
 
 
@@ -65,6 +67,10 @@ def goals(script: str, result: dict) -> list[dict]:
             value = result["ratios"][label]
             met = value <= float(bound) if sense == "<=" else value >= float(bound)
             rows.append({"ratio": label, "value": value, "goal": goal, "met": met})
+    elif script == "scale":  # figures at the largest size, each with an upper bound
+        for label, goal in result["goals"].items():
+            value = result["figures"][label]
+            rows.append({"ratio": label, "value": value, "goal": goal, "met": value <= float(goal.split()[1])})
     elif script == "model_step":
         for mode, figures in result["modes"].items():
             for label, value in figures["ratios"].items():

@@ -3,8 +3,11 @@
 Full decodes go through ``torchvision.io.decode_image`` (libjpeg-turbo, libpng, ...),
 which reads grayscale and CMYK JPEGs straight to RGB and does not care what the file is
 called: ImageNet has PNG data under ``.JPEG`` names. Formats torchvision cannot read
-(BMP, TIFF, PPM) fall back to PIL. Corrupt, truncated and empty files raise one of
-:data:`DECODE_ERRORS`.
+(BMP, TIFF, PPM) fall back to PIL. Every image mode comes out as RGB uint8 (:func:`to_uint8`,
+:func:`pil_rgb`): 16-bit, 32-bit and float samples scaled from their type's range, not clipped.
+Corrupt, truncated and empty files raise one of :data:`DECODE_ERRORS`, and so does an image of
+more than :data:`MAX_PIXELS` pixels, refused from its header before anything is decoded
+(:func:`image_size`, which every decode path asks first).
 
 Speed: only the crop's window of a JPEG is decoded (:mod:`data.roi`): the same pixels as
 decoding the whole file, for less work; then the window is resized. Each step below exists
@@ -35,6 +38,7 @@ from __future__ import annotations
 import io
 import platform
 import struct
+import warnings
 import zlib
 
 import numpy as np
@@ -66,6 +70,14 @@ INTERPOLATIONS: dict[str, tuple[InterpolationMode, Image.Resampling]] = {
     "bicubic": (InterpolationMode.BICUBIC, Image.Resampling.BICUBIC),
 }
 
+# The most pixels an image may have. A larger one is refused from its header, before a pixel is
+# decoded: a decompression bomb (a 30000 x 30000 PNG of 875 kB decodes to 2.7 GB) is skipped and
+# counted like any unreadable file, on every path: full and crop decodes, validation, eval.py,
+# shards and the GPU's (data.gpu_decode). The number is PIL's own refusal (2 x Image.MAX_IMAGE_PIXELS,
+# 13,377 x 13,377, 537 MB as RGB): what the training crop, which read headers with PIL, always
+# refused. Lower it here to lower it everywhere; above it PIL refuses to open files of its own accord.
+MAX_PIXELS = 178_956_970
+
 DCT_REDUCTIONS = (4, 8)  # no 1/2: through PIL it saves nothing at 112 px, 5% at 64 (module docstring)
 
 # Where ATen's uint8 antialiased resize is vectorised, torchvision calls it on uint8 as is;
@@ -84,14 +96,45 @@ def check_interpolation(name: str) -> str:
 
 
 def decode_rgb(data: bytes) -> torch.Tensor:
-    """Decode any image file's bytes to RGB uint8 [3, H, W] (a channels-last view)."""
-    if not data:
-        raise OSError("empty file")
+    """Decode any image file's bytes to RGB uint8 [3, H, W] (a channels-last view); an image over
+    :data:`MAX_PIXELS` is refused from its header."""
+    image_size(data)  # the header first: a bomb is refused before its pixels are
     try:
-        return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
     except RuntimeError:
         # Not a format torchvision reads, or corrupt: PIL either reads it or raises its own error.
-        return pil_to_tensor(Image.open(io.BytesIO(data)).convert("RGB"))
+        return pil_rgb(open_header(data))
+    return to_uint8(image)  # a 16-bit PNG decodes to uint16
+
+
+def to_uint8(values: torch.Tensor) -> torch.Tensor:
+    """Samples of any type -> uint8, their type's range scaled onto 0-255 as torchvision's
+    ``to_dtype(scale=True)`` does: 16-bit 0-65535 (the top 8 bits), 32-bit 0-2^31-1 (negative: 0),
+    float 0-1 (outside, and NaN: clamped). PIL's ``convert`` clips instead: every 16-bit grey
+    above 255 becomes white."""
+    if values.dtype == torch.uint8:
+        return values
+    if values.is_floating_point():
+        values = values.nan_to_num(0.0).clamp(0.0, 1.0)
+    elif values.dtype.is_signed:
+        values = values.clamp_min(0)
+    return TF.to_dtype(values, torch.uint8, scale=True)
+
+
+def pil_rgb(image: Image.Image) -> torch.Tensor:
+    """Any PIL image -> RGB uint8 [3, H, W] (a channels-last view, as ``decode_image`` returns).
+
+    Grey samples deeper than 8 bits (modes I;16*, I, F) are scaled by :func:`to_uint8`; every
+    other mode (1, L, LA, P with or without transparency, CMYK, YCbCr, ...) is PIL's ``convert``.
+    Alpha is dropped, as ``decode_image(mode=RGB)`` drops it. A mode PIL cannot convert raises
+    ``ValueError``: the file is skipped and counted."""
+    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        samples = np.asarray(image)
+        grey = to_uint8(torch.from_numpy(samples.astype(samples.dtype.newbyteorder("="))))  # I;16B is big-endian
+        return grey.unsqueeze(-1).expand(-1, -1, 3).contiguous().permute(2, 0, 1)
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")  # straight to RGB, PIL warns about the transparency it drops
+    return pil_to_tensor(image if image.mode == "RGB" else image.convert("RGB"))
 
 
 def pil_to_tensor(image: Image.Image) -> torch.Tensor:
@@ -103,7 +146,22 @@ def open_header(data: bytes) -> Image.Image:
     """A lazily decoded PIL image: size and format are known, no pixels are decoded yet."""
     if not data:
         raise OSError("empty file")
-    return Image.open(io.BytesIO(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # MAX_PIXELS decides, not PIL's warning
+        try:
+            return Image.open(io.BytesIO(data))
+        except Image.UnidentifiedImageError:  # PIL's message names the BytesIO object, <_io.BytesIO at 0x...>
+            raise Image.UnidentifiedImageError("not an image file that PIL or torchvision can read") from None
+
+
+def check_pixels(width: int, height: int) -> None:
+    """Refuse an image of more than :data:`MAX_PIXELS` pixels (a ``DecompressionBombError``, one of
+    :data:`DECODE_ERRORS`: the file is skipped and counted)."""
+    if width * height > MAX_PIXELS:
+        raise Image.DecompressionBombError(
+            f"{width}x{height} is {width * height:,} pixels, over the limit of {MAX_PIXELS:,} "
+            "(data.decode.MAX_PIXELS): a decompression bomb, or an image too large to decode"
+        )
 
 
 # Start-of-frame markers (ITU T.81 table B.1): every SOFn except DHT (C4), JPG (C8) and DAC (CC).
@@ -133,14 +191,17 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int, int] | None:
 
 
 def image_size(data: bytes) -> tuple[int, int]:
-    """(width, height) of an image file, as PIL's header reports it, without decoding.
+    """(width, height) of an image file, as PIL's header reports it, without decoding; an image
+    of more than :data:`MAX_PIXELS` pixels raises (:func:`check_pixels`). Every decode asks this first.
 
     For a JPEG, read from its start-of-frame segment (:func:`jpeg_frame`): a few microseconds,
     against ~20 for ``Image.open``. Anything else (PNG, BMP, a JPEG with its height in a DNL
     segment, a broken file) goes to PIL, which raises for a file it cannot identify.
     """
     frame = jpeg_frame(data)
-    return frame[1:3] if frame is not None else open_header(data).size
+    width, height = frame[1:3] if frame is not None else open_header(data).size
+    check_pixels(width, height)
+    return width, height
 
 
 def resize_box(
@@ -180,6 +241,8 @@ def decode_resized_crop(
     """Crop ``box`` = (top, left, height, width), in full-resolution pixels, resize it to
     ``size`` x ``size`` and flip it horizontally if ``flip``.
 
+    ``box`` lies within the size :func:`image_size` gave, which refused an image over
+    :data:`MAX_PIXELS`; a full decode asks it again (:func:`decode_rgb`).
     ``header``: :func:`open_header` of ``data``, or None to open it here only when the
     box allows a reduced JPEG decode (most boxes do not: a full decode needs no header).
     ``roi``: decode only the box's window of a JPEG (:mod:`data.roi`, exact); False: the whole file.

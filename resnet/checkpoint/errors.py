@@ -26,6 +26,8 @@ import torch
 
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since 1.6 is a zip archive
 PICKLE_MAGIC = b"\x80"  # the legacy format (and a plain pickle) opens with the PROTO opcode
+# What torch.save's legacy (pre-1.6) format pickles first: its magic number, as a LONG1 opcode.
+LEGACY_MAGIC = b"\x8a\x0a" + torch.serialization.MAGIC_NUMBER.to_bytes(10, "little")
 SAID_LIMIT = 150  # characters of torch's own message kept in ours
 SHOWN_KEYS, SHOWN_SHAPES = 3, 2  # how many names a key or shape mismatch shows
 AGAIN = "copy it again, or pass another checkpoint (train.py keeps <run dir>/last.pt)"
@@ -69,6 +71,8 @@ def unreadable(path: object, err: BaseException) -> str:
         )
     if head and not head.startswith((ZIP_MAGIC, PICKLE_MAGIC)):
         return f"{path} is not a torch checkpoint (it starts with {head[:12]!r}); {TORCH_FILE} {said}"
+    if head.startswith(PICKLE_MAGIC) and not _is_legacy_torch(head):
+        return f"{path} is not a PyTorch checkpoint: a plain pickle, not written by torch.save; {TORCH_FILE} {said}"
     return f"{path} is corrupt ({_size(path)}): torch cannot read it; {AGAIN} {said}"
 
 
@@ -137,9 +141,18 @@ def _few(what: str, items: list[str], limit: int, shown: list[str] | None = None
 def _head(path: object) -> bytes:
     try:
         with open(path, "rb") as f:
-            return f.read(16)
+            return f.read(32)
     except (OSError, TypeError):  # gone meanwhile, or a file-like object rather than a path
         return b""
+
+
+def _is_legacy_torch(head: bytes) -> bool:
+    """Does a pickle stream open with torch's magic number (the legacy format), after its PROTO
+    opcode and, from pickle protocol 4 on, a FRAME opcode? A plain ``pickle.dump`` does not."""
+    body = head[2:]
+    if body[:1] == b"\x95":  # FRAME and its 8-byte length
+        body = body[9:]
+    return body.startswith(LEGACY_MAGIC)
 
 
 def _is_zip(path: object) -> bool:

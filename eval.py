@@ -28,5 +28,7 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    from resnet.cli.hydra_app import run_main
+
     register_configs()  # model=<arch> and padding=<preset>, generated from the tables
-    main()
+    run_main(main)  # a config Hydra cannot compose: one line, status 2

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from .archs import ARCHS, canonical_name
 from .distributed import DEVICES
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
+from .schema import check_schema
 from .workers import auto_workers, usable_cores
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # amp=: autocast dtype (resnet.runtime)
@@ -54,7 +55,9 @@ def padding_overrides(name: str) -> list[str]:
 
 
 def check_run_config(cfg: DictConfig) -> None:
-    """The keys train.yaml and eval.yaml share: batch size, device, amp, padding, data."""
+    """Every number and switch (:func:`resnet.schema.check_schema`), then the keys train.yaml and
+    eval.yaml share: device, amp, padding, data."""
+    check_schema(cfg)  # first: the checks below compare values that must be numbers
     if cfg.batch_size <= 0:
         raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
     if cfg.device not in DEVICES:

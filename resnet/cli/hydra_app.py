@@ -1,17 +1,85 @@
-"""The ``main`` of a command that reads a Hydra config of ``configs/`` (detect, regrid, export, seed_table)."""
+"""Hydra entry points: :func:`run_main` around every ``@hydra.main`` (train.py, eval.py and the
+commands), and :func:`hydra_command`, the ``main`` of a command that reads a config of ``configs/``
+(detect, regrid, export, seed_table).
+
+Hydra composes the config before the decorated function runs, so its own errors (an option that
+does not exist, a key that is not in the config, an override it cannot parse) never reach the
+function's :func:`resnet.cli.one_line_errors`. Left to itself Hydra prints up to 15 lines and exits
+with status 1; :func:`run_main` has it raise them instead and ends each in one line with status 2,
+saying what to type.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import hydra
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 
 from ..config import register_configs
+from .config_exit import exit_config_error
 from .errors import one_line_errors
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # absolute: found however the module is run
+FULL_ERROR = "HYDRA_FULL_ERROR"  # "1": Hydra raises its errors instead of printing them and exiting 1
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """Call a ``@hydra.main`` function; a config Hydra cannot compose ends in one line, status 2
+    (:func:`resnet.cli.config_exit.exit_config_error`). With ``HYDRA_FULL_ERROR=1`` set by the user,
+    Hydra's own report, traceback included, is left as it is."""
+    if os.environ.get(FULL_ERROR) == "1":
+        main()
+        return
+    os.environ[FULL_ERROR] = "1"
+    try:
+        main()
+    except (ConfigCompositionException, OverrideParseException) as err:
+        exit_config_error(composition_error(err, sys.argv[1:]))
+    finally:
+        os.environ.pop(FULL_ERROR, None)
+
+
+def composition_error(err: Exception, overrides: Sequence[str]) -> str:
+    """One line for an error Hydra raised while composing a config from ``overrides``: the
+    override as typed, what is wrong, and what to type instead."""
+    if isinstance(err, MissingConfigException) and err.options is not None and "/" in err.missing_cfg_file:
+        group, _, name = err.missing_cfg_file.rpartition("/")
+        typed = _override_of(group, overrides)
+        options = sorted(err.options)
+        near = difflib.get_close_matches(name, options, n=1)
+        prefix = typed.partition("=")[0] if typed else group
+        hint = f"did you mean {prefix}={near[0]}? " if near else ""
+        return f"{typed or group}: Could not find '{group}/{name}'; {hint}choose one of {', '.join(options)}"
+    cause = err.__cause__
+    node = getattr(cause, "parent_node", None)
+    full_key = getattr(cause, "full_key", None)
+    if isinstance(node, DictConfig) and full_key and str(err).startswith("Could not override"):
+        typed = _override_of(full_key, overrides) or full_key
+        parent, _, key = full_key.rpartition(".")
+        keys = sorted(str(k) for k in node if k != "hydra")  # hydra.*: Hydra's settings, not the run's
+        near = difflib.get_close_matches(key, keys, n=1)
+        where = f"in {parent}" if parent else "in the config"
+        value = typed.partition("=")[2]
+        hint = f"did you mean {parent + '.' if parent else ''}{near[0]}={value}? " if near else ""
+        return (f"{typed}: there is no key '{key}' {where}; {hint}its keys: {', '.join(keys)} "
+                f"(+{full_key}={value} adds a new one)")
+    lines = [line.strip() for line in str(err).splitlines()]
+    if "Config search path:" in lines:  # where Hydra looked: not what the user can change
+        lines = lines[: lines.index("Config search path:")]
+    return "; ".join(line for line in lines if line)
+
+
+def _override_of(key: str, overrides: Sequence[str]) -> str | None:
+    """The override of ``overrides`` that sets ``key`` (``+key=...``, ``key@pkg=...``), as typed."""
+    pattern = re.compile(rf"[+~]*{re.escape(key)}(@[\w.]*)?=")
+    return next((o for o in overrides if pattern.match(o)), None)
 
 
 def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], object]) -> Callable[..., None]:
@@ -27,6 +95,9 @@ def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], ob
     def main(cfg: DictConfig | None = None) -> None:
         """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
         register_configs()  # model=<arch> and padding=<preset>, generated from the tables
-        _main(cfg)
+        if cfg is not None:
+            _main(cfg)
+        else:
+            run_main(_main)
 
     return main

@@ -9,9 +9,12 @@ included: a blurred site shows the pad of the BlurPool that subsamples there.
 from __future__ import annotations
 
 import argparse
+import difflib
 
+from ..archs import ARCHS, canonical_name
 from ..inspect import format_pad_tables
 from ..padding import PRESETS, resolve_padding
+from .config_exit import exit_config_error
 
 DESCRIPTION = "Which pad every strided layer of a model applies at a given input size."  # --help's first line
 
@@ -32,6 +35,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), type=_scheme_name,
                         help="columns: presets, or blurred ones such as 'symmetric+blur(block_conv)'")
     args = parser.parse_args(argv)
+    try:
+        canonical_name(args.arch)
+    except ValueError as err:  # one line, as for a config error: the name and the ones it may have meant
+        near = difflib.get_close_matches(args.arch, list(ARCHS), n=1)
+        exit_config_error(f"{err}" + (f"; did you mean {near[0]}?" if near else ""))
     print(format_pad_tables(args.arch, args.size, args.presets))
 
 

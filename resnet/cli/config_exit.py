@@ -1,0 +1,36 @@
+"""How a config error ends a process: one line on stderr, printed once per job, status 2.
+
+Every command ends this way for a value it cannot use, whether Hydra found it while composing the
+config (:func:`resnet.cli.hydra_app.run_main`) or a check did afterwards (:class:`resnet.config.ConfigError`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+CONFIG_ERROR_STATUS = 2  # docs/faults.md: a config error exits with status 2
+
+
+def launched_rank() -> int:
+    """This process's rank as its launcher set it (torchrun, srun, submitit), 0 for a plain run."""
+    from ..distributed import LaunchError, detect_launch
+
+    try:
+        return detect_launch().rank
+    except (LaunchError, ValueError, ImportError):  # a launcher's variables half set: say it anyway
+        return 0
+
+
+def exit_config_error(message: str) -> NoReturn:
+    """Print ``error: <message>`` on rank 0 only (every rank sees the same config) and exit.
+
+    Under torchrun the status is 0: the agent reports any other status of a worker as a failure
+    with its own 30-line traceback, which would bury the one line that says what to fix. Every
+    other launcher (and a plain run) gets status 2.
+    """
+    if launched_rank() == 0:
+        print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    raise SystemExit(0 if under_torchrun else CONFIG_ERROR_STATUS)

@@ -1,0 +1,116 @@
+"""A config the commands cannot use ends in one line on stderr with status 2, naming the key and the
+value as typed, and saying what to type: a wrong type or range (resnet/schema.py), an option or key
+that does not exist, an override Hydra cannot parse (resnet/cli/hydra_app.py); under torchrun, once."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException, OverrideParseException
+
+from resnet.cli.hydra_app import composition_error
+from resnet.cli.inspect import main as inspect_main
+from resnet.schema import schema_problems
+from tests.helpers.compose import compose_config
+from tests.helpers.procs import REPO, run
+
+BAD_VALUES = {  # override -> what its one line must say (the override itself comes first)
+    "optim.lr=abc": "expected a number > 0",
+    "epochs=abc": "expected a whole number >= 1",
+    "batch_size=abc": "expected a whole number",
+    "optim.momentum=abc": "expected a number in [0, 1)",
+    "optim.lr=-1": "expected a number > 0",
+    "epochs=1.5": "expected a whole number",
+    "compile=yes": "expected true or false",
+    "max_steps_per_epoch=0": "(or null)",
+}
+
+
+@pytest.mark.parametrize("override", list(BAD_VALUES))
+def test_a_wrong_type_or_range_names_the_key_and_the_value(override):
+    problems = schema_problems(compose_config("train", override))
+    assert len(problems) == 1 and problems[0].startswith(f"{override}: ")
+    assert BAD_VALUES[override] in problems[0]
+
+
+def test_every_shipped_config_fits_the_schema():
+    for name in ("train", "eval", "regrid", "detect", "export", "seed_table"):
+        assert schema_problems(compose_config(name)) == [], name
+    for recipe in ("demo", "fast", "tv_v1", "tv_v2", "timm_a3"):
+        assert schema_problems(compose_config("train", f"+experiment={recipe}")) == [], recipe
+
+
+def composition(*overrides: str) -> str:
+    with pytest.raises((ConfigCompositionException, OverrideParseException)) as caught:
+        compose_config("train", *overrides)
+    return composition_error(caught.value, overrides)
+
+
+def test_a_misspelt_option_suggests_the_option():
+    line = composition("+padding=symetric")
+    assert line.startswith("+padding=symetric: Could not find 'padding/symetric'; did you mean +padding=symmetric?")
+    assert "tf_same" in line and "search path" not in line and "\n" not in line
+    assert "did you mean model=resnet50?" in composition("model=resnet51")
+
+
+def test_an_unknown_key_suggests_the_key():
+    line = composition("optim.lrr=0.1")
+    assert line.startswith("optim.lrr=0.1: there is no key 'lrr' in optim; did you mean optim.lr=0.1?")
+    assert "momentum" in line and "\n" not in line
+    root = composition("epoch=3")
+    assert "did you mean epochs=3?" in root and "hydra" not in root.split("its keys:")[1]
+
+
+def test_an_override_hydra_cannot_parse_is_one_line():
+    assert "\n" not in composition("optim.lr=1,2") and "\n" not in composition("epochs")
+
+
+# One Python runs each entry script's __main__ for each command line (torch is imported once).
+RUN_ALL = """
+import contextlib, io, json, runpy, sys
+from hydra.core.global_hydra import GlobalHydra
+seen = []
+for script, *args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    sys.argv = [script, *args]
+    code = 0
+    with contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exit:
+            code = exit.code
+    GlobalHydra.instance().clear()
+    seen.append([code, err.getvalue()])
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+def test_train_and_eval_end_each_config_error_in_one_line_with_status_2(tmp_path):
+    lines = [[str(REPO / "train.py"), o] for o in ("+padding=symetric", "optim.lr=-1", "foo=1", "optim=sgdd")]
+    lines += [[str(REPO / "eval.py"), "weights=x.pt", o] for o in ("crop=abc", "+padding=tf_sam", "data=imagenett")]
+    proc = run([sys.executable, "-c", RUN_ALL, json.dumps(lines)], cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for (_script, *args), (code, err) in zip(lines, json.loads(proc.stdout.splitlines()[-1])):
+        assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {args[-1]}"), (args, code, err)
+
+
+def test_inspect_of_an_unknown_architecture_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit:
+        inspect_main(["resnet51"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: unknown architecture 'resnet51'") and "did you mean resnet50?" in err
+
+
+@pytest.mark.slow
+def test_under_torchrun_a_config_error_is_printed_once_and_torchrun_adds_no_traceback(tmp_path):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = run([torchrun, "--nproc_per_node=2", "--master_port=0", REPO / "train.py", "+padding=symetric"],
+               cwd=tmp_path, timeout=240)  # fmt: skip
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("W")]  # torchrun's OMP warning
+    assert lines == ["error: +padding=symetric: Could not find 'padding/symetric'; did you mean +padding=symmetric? "
+                     "choose one of asymmetric, caffe, keras, symmetric, tf_same, tf_slim"], proc.stderr[-3000:]

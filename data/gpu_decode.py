@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.utils.data import default_collate, get_worker_info
 
 from .batch import BadImage, Batch, split_bad
-from .decode import jpeg_frame
+from .decode import check_pixels, jpeg_frame
 from .transforms import RandomResizedCropFlip
 
 DECODES = ("cpu", "gpu")
@@ -236,6 +236,7 @@ class EncodedRandomResizedCropFlip(RandomResizedCropFlip):
         if frame is None:
             return super().__call__(data)  # decoded here, on the CPU, as without data.decode=gpu
         _, width, height, _ = frame
+        check_pixels(width, height)  # nvJPEG would allocate the whole image: data.decode.MAX_PIXELS, as on the CPU
         box, flip = self.sample(height, width)
         return EncodedCrop(torch.frombuffer(bytearray(data), dtype=torch.uint8), box, flip, self.size,
                            self.interpolation)

@@ -220,7 +220,7 @@ def test_eval_logs_each_row_grouped_by_trained_scheme_and_the_tables(standins, t
         ))  # fmt: skip
     assert len(fake.runs) == 2 and all(r.finished for r in fake.runs)
     first, second = fake.runs
-    assert first.kwargs["group"] == second.kwargs["group"] == "trained symmetric"  # the checkpoint's scheme
+    assert first.kwargs["group"] == second.kwargs["group"] == "symmetric"  # the checkpoint's scheme, as its training
     assert (first.kwargs["project"], first.kwargs["mode"], first.kwargs["job_type"]) == ("p", "offline", "eval")
     assert second.summary["padding_name"] == "asymmetric" and second.summary["n_images"] == 4
     row = dict(zip(second.logged["eval/rows"]["columns"], second.logged["eval/rows"]["data"][0]))

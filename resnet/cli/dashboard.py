@@ -5,7 +5,7 @@ workspace (a view of the project's runs page) built with ``wandb-workspaces``
 (``pip install -e .[dashboard]``), in three sections:
 
 * validation top-1 and top-5 error (%) of the training runs per epoch, one line per padding
-  scheme: ``train.py`` names each run's W&B group after its padding preset (``logger.group``
+  scheme: ``train.py`` names each run's W&B group after its trained scheme, ``grid[a,b]`` for a grid (``logger.group``
   unset; :mod:`resnet.engine.run`), and the runs of a group (seeds) are averaged, their
   min-max shaded;
 * train images/s per logging step and at each epoch's end, per scheme;
@@ -35,8 +35,8 @@ VAL_TOP5 = "epoch/val_top5_err"
 STEP_IMAGES_PER_S = "train/images_per_s"  # every log_every steps
 EPOCH_IMAGES_PER_S = "epoch/train_images_per_s"  # each epoch's mean
 TABLES = ("padding/tensornets", "padding/cross", "eval/rows")  # per-scheme table, cross matrix, eval rows
-SUMMARY = ("padding_name", "top1_err", "top5_err", "train_images_per_s")  # results.json / the eval row
-GROUP = "Group"  # the W&B run group: train.py's is the padding preset (logger.group overrides it)
+SUMMARY = ("trained_padding", "padding_name", "top1_err", "top5_err", "train_images_per_s")  # results.json / eval rows
+GROUP = "Group"  # the W&B run group: the trained scheme, grid[a,b] included (run_group; logger.group overrides it)
 
 MAX_RUNS = 60  # runs (or groups) per panel; W&B's default, 10, would cut a grid of schemes x seeds short
 PROJECT = "resnet-padding"  # configs/logger/wandb.yaml

@@ -109,12 +109,13 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
 
 
 def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
-    """One W&B run per evaluation, grouped by the scheme the weights were trained with: the
-    row, and the tables regenerated from the whole results file."""
+    """One W&B run per evaluation, in the group of the scheme the weights were trained with (their
+    training runs' group, :func:`resnet.report.wandb_log.run_group`; ``job_type`` eval): the row,
+    and the tables regenerated from the whole results file."""
     from ..report.rows import read_rows
     from ..report.wandb_log import log_evaluations, start_run
 
-    run = start_run(cfg.logger, row, group=f"trained {row['trained_padding']}", run_dir=path.parent, job_type="eval")
+    run = start_run(cfg.logger, row, group=row["trained_padding"], run_dir=path.parent, job_type="eval")
     log_evaluations(run, [row], read_rows(path), reference=True)
     run.finish()
 

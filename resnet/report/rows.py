@@ -199,7 +199,7 @@ def library_versions() -> dict[str, str]:
 
 # The closing table each command prints: heading -> key of its results row.
 TRAIN_SUMMARY = {
-    "arch": "arch", "padding": "padding_name", "dataset": "dataset", "epochs": "epochs", "weights": "weights",
+    "arch": "arch", "padding": "trained_padding", "dataset": "dataset", "epochs": "epochs", "weights": "weights",
     "amp": "amp", "top1_err %": "top1_err", "top5_err %": "top5_err", "val images": "n_val_images",
     "train img/s": "train_images_per_s", "wall s": "wall_seconds",
 }  # fmt: skip
@@ -210,13 +210,25 @@ EVAL_SUMMARY = {
 }  # fmt: skip
 
 
+ERROR_DECIMALS = 4  # an error % as stored: 0.0001 % is one image in a million; more digits are float noise
+
+
 def results_row(meta, dataset: str, amp: str, metrics: Mapping, **fields) -> dict:
     """A results row, ``train.py``'s (results.json) and ``eval.py``'s (:data:`ROW_KEYS`) alike:
     the architecture and the padding ``meta`` (:class:`resnet.model.ModelMeta`) ran under, the
     data, the errors of ``metrics``, when, and with which code; ``fields`` add what only one of
-    them records (an ``eval.py`` row is then put in :data:`ROW_KEYS`' order by the caller)."""
-    return {
+    them records (an ``eval.py`` row is then put in :data:`ROW_KEYS`' order by the caller).
+
+    ``trained_padding`` is the scheme the weights were trained under: ``eval.py`` gives it; for a
+    training run it is ``meta``'s preset, or ``grid[a,b]`` where ``fields`` hold the run's
+    ``grid`` (each step drew one of them; ``padding_name`` is the first, the one it was
+    validated under). Error percentages (``*_err``) are rounded to :data:`ERROR_DECIMALS`."""
+    from ..grid import grid_name
+
+    trained = fields.pop("trained_padding", None) or (grid_name(fields["grid"]) if fields.get("grid") else None)
+    row = {
         "arch": meta.arch,
+        "trained_padding": trained or meta.padding_name,
         "padding_name": meta.padding_name,
         "padding": meta.padding.as_dict(),
         "dataset": dataset,
@@ -228,3 +240,9 @@ def results_row(meta, dataset: str, amp: str, metrics: Mapping, **fields) -> dic
         "versions": library_versions(),
         "git_commit": git_commit(),
     }
+    return {key: rounded_error(value) if key.endswith("_err") else value for key, value in row.items()}
+
+
+def rounded_error(value: float | None) -> float | None:
+    """An error percentage as stored and shown (:data:`ERROR_DECIMALS`); None stays None."""
+    return None if value is None else round(float(value), ERROR_DECIMALS)

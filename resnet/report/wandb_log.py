@@ -5,14 +5,25 @@ project page shows each training grid's evaluations together), one per seed tabl
 its result rows as a ``wandb.Table`` and the tables regenerated from the whole results file
 (:func:`resnet.report.tables.log_to_wandb`). Rank 0 only. The API key is read by wandb itself
 (``WANDB_API_KEY`` or ``wandb login``); nothing here writes it anywhere.
+
+A run is never lost to its logger: without an API key, or without a route to the W&B server,
+:func:`start_run` logs offline, says so in one line with the ``wandb sync`` command that uploads
+the run later, and never waits on wandb's login prompt. The run's files go under ``$WANDB_DIR``
+when set, else the run's own folder. Train and eval runs of one trained scheme share one group
+(:func:`run_group`, ``grid[symmetric,asymmetric]`` for a grid-trained model); ``job_type`` tells
+them apart.
 """
 
 from __future__ import annotations
 
 import json
+import netrc
 import os
+import socket
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .rows import ROW_KEYS
 from .tables import cross_matrices, log_to_wandb, scheme_table, wandb_table
@@ -28,22 +39,77 @@ def wandb_mode(logger: Mapping) -> str:
     return mode
 
 
-def start_run(logger: Mapping, config: Mapping, group: str, run_dir: str | Path, job_type: str | None = None):
-    """``wandb.init`` from a ``configs/logger/wandb.yaml`` node (:func:`wandb_mode`)."""
+def run_group(meta, grid: Sequence[str] | None = None) -> str:
+    """The W&B group of a model's train and eval runs: the scheme it was trained under, ``meta``'s
+    (:class:`resnet.model.ModelMeta`) preset, or ``grid[a,b]`` for ``train.py grid=[a,b]``: the
+    eval rows' ``trained_padding``, so that each trained scheme is one group."""
+    from ..grid import grid_name
+
+    return grid_name(grid) if grid else meta.padding_name
+
+
+def start_run(logger: Mapping, config: Mapping, group: str, run_dir: str | Path, job_type: str = "train"):
+    """``wandb.init`` from a ``configs/logger/wandb.yaml`` node (:func:`wandb_mode`), offline
+    where online cannot work (:func:`offline_reason`); its files under :func:`wandb_dir`."""
     import wandb
 
     mode = wandb_mode(logger)
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    return wandb.init(
+    reason = offline_reason() if mode == "online" else None
+    folder = wandb_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    init = dict(
         project=logger.get("project", "resnet-padding"),
         entity=logger.get("entity"),
         group=logger.get("group") or group,
         tags=list(logger.get("tags") or []),
         job_type=job_type,
         config=dict(config),
-        dir=str(run_dir),
-        mode=mode,
+        dir=str(folder),
     )
+    if reason is None:
+        try:
+            return wandb.init(**init, mode=mode)
+        except wandb.errors.Error as err:  # the key refused, the server gone mid-way: keep the run
+            reason = f"W&B refused the online run ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+    if reason:  # this line says it all: wandb's own dozen lines about the offline run are silenced
+        init["settings"] = wandb.Settings(silent=True)
+    run = wandb.init(**init, mode="offline" if reason else mode)
+    if reason:
+        synced = Path(run.dir).parent  # <dir>/wandb/offline-run-<time>-<id>/files
+        print(f"W&B: {reason}: logging offline to {synced}; upload it later with `wandb sync {synced}`",
+              file=sys.stderr, flush=True)
+    return run
+
+
+def wandb_dir(run_dir: str | Path) -> Path:
+    """Where wandb writes a run: ``$WANDB_DIR`` when set (a volume that outlives a container),
+    else the run's own folder."""
+    return Path(os.environ.get("WANDB_DIR") or run_dir)
+
+
+def offline_reason() -> str | None:
+    """Why an online run cannot work here, or None: no API key (``WANDB_API_KEY``, or the netrc
+    entry ``wandb login`` writes), or no connection to the W&B server within 3 seconds."""
+    base = urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
+    host = base.hostname or "api.wandb.ai"
+    if not os.environ.get("WANDB_API_KEY") and not _netrc_has(host):
+        return "no API key (set WANDB_API_KEY or run `wandb login`)"
+    port = base.port or (80 if base.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as err:
+        return f"no connection to {host}:{port} ({err.strerror or err})"
+    return None
+
+
+def _netrc_has(host: str) -> bool:
+    """Whether the netrc file wandb reads (``$NETRC``, else ``~/.netrc``) holds a password for ``host``."""
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
 
 
 def table_cell(value):

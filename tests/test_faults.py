@@ -28,7 +28,15 @@ from resnet.engine.loop import NonFiniteLoss
 from resnet.weights import WeightsError
 from tests.helpers.compose import compose_config
 from tests.helpers.evaluation import folder_overrides, run_eval
-from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, error_line, launch, nan_at
+from tests.helpers.faults import (
+    WRAPPER,
+    assert_same_training,
+    assert_status,
+    error_line,
+    launch,
+    nan_at,
+    stand_in_scontrol,
+)
 from tests.helpers.imagegen import make_folder
 from tests.helpers.training import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
 
@@ -123,12 +131,7 @@ def test_a_preemption_signal_saves_requeues_and_the_requeued_job_resumes_exactly
     # requeue it (a stand-in scontrol records the call), and exits 0; the requeued job resumes.
     common = ("epochs=2", "seed=3")
     run_in_process(tiny_folder, tmp_path / "straight", *common)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
-    (bin_dir / "scontrol").chmod(0o755)
-    slurm = {"SLURM_JOB_ID": "4321", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
-    slurm["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
+    slurm = {"SLURM_JOB_ID": "4321", **stand_in_scontrol(tmp_path)}
     run_dir = tmp_path / "job"
     args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, *common, "resume=true")]
     proc = launch(args, "usr1:8", **slurm)  # epoch 1, batch 2
@@ -171,8 +174,8 @@ def straight(tiny_folder, tmp_path_factory) -> Path:
 
 def untimed_results(run_dir: Path) -> dict:
     results = json.loads((run_dir / "results.json").read_text())
-    return {k: v for k, v in results.items() if k not in ("wall_seconds", "date", "run_dir", "train_images_per_s",
-                                                          "val_images_per_s")}  # fmt: skip
+    when = ("wall_seconds", "date", "git_commit", "run_dir", "train_images_per_s", "val_images_per_s")
+    return {k: v for k, v in results.items() if k not in when}
 
 
 @pytest.mark.slow
@@ -232,12 +235,7 @@ def test_a_stop_during_the_last_validation_or_before_results_ends_with_the_unint
 ):
     # Under SLURM (a stand-in scontrol records any requeue): USR1 during the final validation is
     # after the last epoch's training: the run writes its results, exits 0, and requeues nothing.
-    scontrol = tmp_path / "bin" / "scontrol"
-    scontrol.parent.mkdir()
-    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
-    scontrol.chmod(0o755)
-    slurm = {"SLURM_JOB_ID": "4321", "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
-             "PATH": f"{scontrol.parent}:{os.environ['PATH']}"}  # fmt: skip
+    slurm = {"SLURM_JOB_ID": "4321", **stand_in_scontrol(tmp_path)}
     run_dir = tmp_path / "usr1"
     args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "seed=3", "resume=true")]
     proc = launch(args, "usr1val:2", **slurm)
@@ -258,19 +256,21 @@ def test_a_stop_during_the_last_validation_or_before_results_ends_with_the_unint
     assert [r["epoch"] for r in read_csv(run_dir / "metrics.csv")] == ["1", "2"]
 
 
-def test_a_signal_during_start_up_requeues_without_a_checkpoint(tiny_folder, wrapper, tmp_path):
-    scontrol = tmp_path / "bin" / "scontrol"
-    scontrol.parent.mkdir()
-    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
-    scontrol.chmod(0o755)
+@pytest.mark.parametrize("state", ["RUNNING", "COMPLETING"])
+def test_a_signal_during_start_up_requeues_without_a_checkpoint_unless_the_job_was_cancelled(
+    tiny_folder, wrapper, tmp_path, state
+):
+    # RUNNING: a preemption's TERM (its GraceTime running) or a warning: requeued. COMPLETING: what
+    # scancel leaves while its TERM arrives: a requeue would undo the user's cancel.
     run_dir = tmp_path / "run"
     args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "resume=true")]
-    proc = launch(args, "termstart:1", SLURM_JOB_ID="77", SLURM_PROCID="0", SLURM_NTASKS="1",
-                  PATH=f"{scontrol.parent}:{os.environ['PATH']}")  # fmt: skip
-    assert_status(proc, 0)
+    proc = launch(args, "termstart:1", SLURM_JOB_ID="77", **stand_in_scontrol(tmp_path, state))
+    assert_status(proc, 0 if state == "RUNNING" else 143)
+    said = "requeued SLURM job 77" if state == "RUNNING" else "not requeued: SLURM job 77 is COMPLETING"
     assert ("stopped by SIGTERM: before its first step, nothing new to save (no last.pt was written before); "
-            "requeued SLURM job 77") in proc.stderr  # fmt: skip
-    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "77"]
+            f"{said}") in proc.stderr  # fmt: skip
+    requeues = (tmp_path / "scontrol.log").read_text().split() if (tmp_path / "scontrol.log").exists() else []
+    assert requeues == (["requeue", "77"] if state == "RUNNING" else [])
     assert not (run_dir / "last.pt").exists()
 
 

@@ -22,6 +22,7 @@ the requeued job resumes to the weights an uninterrupted run would have had.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -143,10 +144,16 @@ class StopRequest:
 
 
 def requeue(job_id: str) -> Handover:
-    """``scontrol requeue`` this job: it goes back to pending and starts again (``--requeue``)."""
+    """``scontrol requeue`` this job: it goes back to pending and starts again (``--requeue``).
+    Only a running job: one that is already ending (``scancel``: COMPLETING) was cancelled by
+    someone, and a requeue would undo that."""
     scontrol = shutil.which("scontrol")
     if scontrol is None:
         return Handover(f"not requeued: scontrol is not on PATH; run `scontrol requeue {job_id}` yourself")
+    shown = subprocess.run([scontrol, "show", "job", "-o", job_id], capture_output=True, text=True)
+    state = re.search(r"\bJobState=(\w+)", shown.stdout)
+    if state is not None and state.group(1) not in ("RUNNING", "SUSPENDED"):
+        return Handover(f"not requeued: SLURM job {job_id} is {state.group(1)} (cancelled, or ending)")
     done = subprocess.run([scontrol, "requeue", job_id], capture_output=True, text=True)
     if done.returncode != 0:
         reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no message"]

@@ -29,13 +29,8 @@ mkdir -p "$DIR"
 exec 9>"$DIR.lock"  # one start at a time (test workers may call this together); the daemons
 flock 9             # are started with 9>&- so that none of them holds the lock after this script
 
-idle_nodes() { SLURM_CONF=$CONF timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | grep -cE ' (idle|mix|alloc)' || true; }
+idle_nodes() { SLURM_CONF=$CONF timeout 5 sinfo -h -N -p test -o '%N %t' 2>/dev/null | grep -cE ' (idle|mix|alloc)' || true; }
 
-if [ -f "$CONF" ] && [ "$(idle_nodes)" -ge ${#NODES[@]} ]; then
-    say "already up ($CONF)"
-    echo "export SLURM_CONF=$CONF"
-    exit 0
-fi
 
 # munge: the daemons and every command authenticate through its socket (shared by the namespaces).
 mkdir -p /run/munge /var/log/munge /var/lib/munge
@@ -106,12 +101,27 @@ KillWait=5
 MinJobAge=600
 SlurmctldTimeout=30
 SlurmdTimeout=30
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 CONF
     for i in "${!NODES[@]}"; do
         echo "NodeName=${NODES[$i]} NodeHostname=$HOST NodeAddr=$NET.$((i + 1)) CPUs=$CPUS RealMemory=$MEM State=UNKNOWN"
     done
-    echo "PartitionName=test Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
-} > "$CONF"
+    nodes=$(IFS=,; echo "${NODES[*]}")
+    echo "PartitionName=test Nodes=$nodes Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
+    # Stock preemption: a job in "high" that needs a "low" job's CPUs gets them; the low job is sent
+    # SIGTERM, has GraceTime seconds, then is killed and requeued (no preempt_send_user_signal: no USR1).
+    echo "PartitionName=low Nodes=$nodes MaxTime=INFINITE State=UP PriorityTier=1 OverSubscribe=NO GraceTime=20"
+    echo "PartitionName=high Nodes=$nodes MaxTime=INFINITE State=UP PriorityTier=2 OverSubscribe=NO PreemptMode=OFF"
+} > "$CONF.new"
+
+if [ -f "$CONF" ] && cmp -s "$CONF" "$CONF.new" && [ "$(idle_nodes)" -ge ${#NODES[@]} ]; then
+    rm -f "$CONF.new"
+    say "already up ($CONF)"
+    echo "export SLURM_CONF=$CONF"
+    exit 0
+fi
+mv "$CONF.new" "$CONF"
 
 # Daemons of an earlier start that is no longer whole: stopped before the new ones bind their ports.
 for _ in $(seq 50); do

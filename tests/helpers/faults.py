@@ -4,7 +4,9 @@ one ``error:`` line, a resumed run's training equal to an uninterrupted one's.""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
 import torch
 
@@ -148,6 +150,17 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 TIMING = ("train_images_per_s", "epoch_seconds", "val_images_per_s")  # differ between any two runs
+
+
+def stand_in_scontrol(tmp_path: Path, state: str = "RUNNING") -> dict[str, str]:
+    """A SLURM job's environment whose ``scontrol`` is a stand-in: ``show job`` answers ``state``,
+    ``requeue`` is recorded in ``tmp_path/scontrol.log``. Returns the variables (PATH first)."""
+    script = tmp_path / "bin" / "scontrol"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(f'#!/bin/sh\nif [ "$1" = show ]; then echo "JobId=$4 JobState={state}"; exit 0; fi\n'
+                      f'echo "$@" >> {tmp_path / "scontrol.log"}\n')  # fmt: skip
+    script.chmod(0o755)
+    return {"PATH": f"{script.parent}:{os.environ['PATH']}", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
 
 
 def launch(args: list[str], fault: str = "none:0", timeout: int = 180, **env: str) -> subprocess.CompletedProcess:

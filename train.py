@@ -8,18 +8,24 @@
 Configs live in configs/ (train.yaml is the root); docs/training.md has every form.
 """
 
-import hydra
-from omegaconf import DictConfig
+from resnet import stop
 
-from resnet.config import register_configs
+stop.catch()  # first: a stop signal (SLURM's USR1, a preemption's TERM, Ctrl-C) during start-up is acted on too
+
+import hydra  # noqa: E402 (after the signals are caught)
+from omegaconf import DictConfig  # noqa: E402
+
+from resnet.config import register_configs  # noqa: E402
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    stop.catch()  # where submitit runs this function in its own process, this is its first line there
     from resnet.cli import one_line_errors
     from resnet.engine.run import train
 
-    # a bad config or data: status 2; the run failed: 1; a preemption: saved, 0 when requeued, else 3
+    # a bad config or data: status 2; the run failed: 1; stopped by a signal: saved, 0 when requeued,
+    # else 143 (TERM), 130 (INT) or 3 (USR1)
     with one_line_errors("train.py", training=True):
         results = train(cfg)
     return results["top1_err"]  # what a Hydra sweeper would minimise

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
+
+from hydra.errors import CompactHydraException
 
 # torch's words for an exception a loader worker raised and handed over (torch.utils.data._utils.worker):
 # the worker is alive and the exception is the cause, not memory.
@@ -20,18 +24,19 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
     while an exception a live worker raised keeps its traceback, which ends with the worker's own.
     ``training`` (train.py): a run that failed (:class:`resnet.engine.loop.NonFiniteLoss`,
     :class:`resnet.engine.run.RunFailed`) prints ``error: ...`` and exits with status 1; a
-    preemption (:class:`resnet.engine.preempt.Stopped`, saved) prints its line and exits with 0
-    when the requeued job goes on, else 3. Anything else is a bug and keeps its traceback."""
+    stop signal (:class:`resnet.engine.preempt.Stopped`, saved) prints its line and exits with 0
+    when the requeued job goes on, else 143 (TERM), 130 (INT) or 3 (USR1); a second Ctrl-C, which
+    stops at once, 130. Under submitit, :func:`leave` raises instead of exiting. Anything else is a
+    bug and keeps its traceback."""
     from ..config import ConfigError
     from ..weights import WeightsError
 
     try:
         yield
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        leave(f"error: {err}", 2)
     except WeightsError as err:
-        raise SystemExit(f"{program}: {err}") from None
+        leave(f"{program}: {err}", 1)
     except RuntimeError as err:
         cause = raised_in_worker(err)
         if cause is not None:  # a bug in the data code, not a dead worker: lowering workers would not help
@@ -40,8 +45,12 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
             _training_error(err)
         if "DataLoader worker" not in str(err):
             raise
-        print(f"error: {err}: lower data.workers or batch_size, then run again", file=sys.stderr)
-        raise SystemExit(1) from None
+        leave(f"error: {err}: lower data.workers or batch_size, then run again", 1)
+    except KeyboardInterrupt:
+        if not training:
+            raise
+        leave("error: interrupted twice: stopped at once, without saving; resume=true goes on from the last "
+              "last.pt saved", 130)
 
 
 def _training_error(err: RuntimeError) -> None:
@@ -51,11 +60,23 @@ def _training_error(err: RuntimeError) -> None:
     from ..engine.run import RunFailed
 
     if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
-    if isinstance(err, Stopped):  # a preemption signal: saved; 0 when the requeued job goes on, else 3
-        print(err, file=sys.stderr)
-        raise SystemExit(0 if err.requeued else 3) from None
+        leave(f"error: {err}", 1)
+    if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130 or 3
+        leave(str(err), err.status)
+
+
+class JobEnded(CompactHydraException):
+    """The line a task launched by submitit ends with (Hydra prints it alone in the sweep)."""
+
+
+def leave(line: str, status: int) -> NoReturn:
+    """Print ``line`` and exit with ``status``. Under submitit a failure is raised instead: submitit
+    writes a task's result file only when its function returns or raises, never on an exit, and
+    the sweep that launched it would wait for that file forever."""
+    print(line, file=sys.stderr, flush=True)
+    if status and "SUBMITIT_FOLDER" in os.environ:
+        raise JobEnded(line) from None
+    raise SystemExit(status) from None
 
 
 def raised_in_worker(err: BaseException | None) -> BaseException | None:

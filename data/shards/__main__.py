@@ -2,7 +2,8 @@
 
 Each split goes into its own folder: <split>-000000.tar ... and an index.json (the format:
 data/shards/index.py). Bad input of any kind is one "error: ..." line and exit status 2;
-check exits 1 when the shards have a problem.
+check exits 1 when the shards have a problem: one missing, cut short or damaged, a sample
+whose bytes no longer match its checksum, or (--deep) an image that does not decode.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from ..decode import DECODE_ERRORS, decode_rgb
 from ..ilsvrc import GROUND_TRUTH, SOLUTION_CSV, train_samples, val_samples
 from ..imagefolder import IMAGE_EXTENSIONS, check_same_classes, find_classes, find_images
 from .index import (
@@ -22,7 +24,8 @@ from .index import (
     ShardIndex,
     check_shards,
     read_index,
-    records,
+    read_samples,
+    sample_checksum,
 )
 from .write import convert, file_samples
 
@@ -42,8 +45,10 @@ examples:
   # both ImageNet splits, found under one folder: OUT/train and OUT/val
   {PROG} imagenet /data/imagenet /shards/imagenet
 
-  # verify a converted split: every shard present, whole, and as index.json lists it
+  # verify a converted split: every shard present, whole, as index.json lists it, every sample's
+  # checksum; --deep also decodes every image
   {PROG} check /shards/imagenet/train
+  {PROG} check /shards/imagenet/train --deep
 
 An interrupted conversion resumes: run the same command again."""
 
@@ -160,23 +165,32 @@ def first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
 
 def cmd_check(args: argparse.Namespace) -> None:
     try:
-        print(check_split(read_index(args.out)))
+        print(check_split(read_index(args.out), deep=args.deep))
     except (ShardError, OSError) as err:  # a problem with the shards, not with the command: status 1
         fail(str(err), status=1)
 
 
-def check_split(index: ShardIndex) -> str:
-    """Read every shard's headers; the summary table, or a ShardError naming the first problem."""
+SHOWN_PROBLEMS = 5  # samples named in one error line
+
+
+def check_split(index: ShardIndex, deep: bool = False) -> str:
+    """Read every shard whole: its headers, each sample's bytes against its recorded checksum and,
+    ``deep``, each image decoded as validation decodes it. The summary table, or a ShardError
+    naming the first broken shard, or every sample that fails (``shard: key``, a few shown)."""
     check_shards(index)
     per_class: Counter[int] = Counter()
     seen: set[str] = set()
+    changed: list[str] = []  # "shard: key" of each sample whose checksum differs
+    undecodable: list[str] = []  # "shard: key (reason)" of each image that does not decode (deep)
+    verified = all(shard.crc32 is not None for shard in index.shards)
     for shard in index.shards:
         path = index.path(shard)
+        recorded = shard.checksums() if verified else None
         with open(path, "rb") as f:
-            found = records(f, str(path))
+            found = list(read_samples(f, str(path)))
         if len(found) != shard.count:
             raise ShardError(f"{path} holds {len(found)} images, {INDEX_NAME} says {shard.count}; {REWRITE}")
-        for record in found:
+        for n, (record, data) in enumerate(found):
             if record.label >= len(index.classes):
                 raise ShardError(
                     f"{path}: {record.key} has class index {record.label}, {INDEX_NAME} lists {len(index.classes)} "
@@ -186,6 +200,23 @@ def check_split(index: ShardIndex) -> str:
                 raise ShardError(f"{path}: {record.key} is in another shard too; {REWRITE}")
             seen.add(record.key)
             per_class[record.label] += 1
+            if recorded is not None and sample_checksum(data, record.label) != recorded[n]:
+                changed.append(f"{shard.name}: {record.key}")
+            if deep:
+                try:
+                    decode_rgb(data)
+                except DECODE_ERRORS as err:
+                    undecodable.append(f"{shard.name}: {record.key} ({type(err).__name__}: {err})")
+    if changed:
+        raise ShardError(
+            f"{len(changed):,} sample(s) in {index.root} no longer match their checksums in {INDEX_NAME}, their bytes "
+            f"changed since conversion: {_few(changed)}; {REWRITE}: it rewrites those shards"
+        )
+    if undecodable:
+        raise ShardError(
+            f"{len(undecodable):,} image(s) in {index.root} do not decode (training and evaluation skip them): "
+            f"{_few(undecodable)}"
+        )
     counts = [per_class[label] for label in range(len(index.classes))]
     empty = counts.count(0)
     rows = {
@@ -194,12 +225,20 @@ def check_split(index: ShardIndex) -> str:
         + (f"; {empty:,} without any)" if empty else ")"),
         "images": f"{index.count:,} in {len(index.shards):,} shards of up to {index.shard_size:,} (seed {index.seed})",
         "bytes": f"{sum(s.bytes for s in index.shards):,}",
+        "checksums": f"{index.count:,} verified (CRC-32)" if verified
+        else f"absent: {INDEX_NAME} predates them (re-run the conversion to add them; it keeps the shards)",
+        "decoded": f"{index.count:,} images" if deep else "not tried (--deep decodes every image)",
         "skipped": f"{len(index.skipped):,} unreadable source images"
         + (f" (in {INDEX_NAME})" if index.skipped else ""),
         "source": index.source,
     }
     width = max(map(len, rows))
     return f"{index.root}: OK\n" + "\n".join(f"  {name:<{width}}  {value}" for name, value in rows.items())
+
+
+def _few(problems: list[str]) -> str:
+    more = f" and {len(problems) - SHOWN_PROBLEMS:,} more" if len(problems) > SHOWN_PROBLEMS else ""
+    return "; ".join(problems[:SHOWN_PROBLEMS]) + more
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -268,8 +307,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub.add_argument("--devkit", type=Path, metavar="PATH", help=devkit)
     shard_options(sub)
 
-    sub = command("check", "verify a converted split and print its summary", cmd_check)
+    sub = command("check", "verify a converted split (every byte, against its checksums) and print its summary",
+                  cmd_check)
     sub.add_argument("out", type=Path, metavar="OUT_DIR")
+    sub.add_argument("--deep", action="store_true", help="also decode every image, as validation does")
 
     args = parser.parse_args(argv)
     if args.command is None:

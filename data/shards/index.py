@@ -10,8 +10,10 @@ reader takes ``split="train-{000000..001251}.tar|1281167"``.
 ``index.json`` says what the tars alone cannot without reading every header: the class
 list, each shard's image count (a loader splits the images over ranks and workers before
 it opens a shard) and its byte size (:func:`check_shards` catches a truncated copy with one
-``stat`` per shard), and where the images came from. :func:`records` lists a shard's
-samples from its tar headers alone, seeking over the image data.
+``stat`` per shard), a checksum of each sample (``crc32``: :func:`sample_checksum`, which
+``python -m data.shards check`` compares, catching bytes changed at an unchanged size), and
+where the images came from. An index written before checksums has none and still reads.
+:func:`records` lists a shard's samples from its tar headers alone, seeking over the image data.
 
 Shards are written by ``python -m data.shards`` (:mod:`data.shards.write`).
 """
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import tarfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +47,24 @@ class ShardError(ValueError):
     the file and the fix."""
 
 
+CHECKSUM_DIGITS = 8  # hex digits of one sample's checksum (a CRC-32)
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     name: str  # file name, relative to the index's folder
     count: int  # images
     bytes: int  # file size
+    # One sample_checksum per sample, in tar order, joined: 8 hex digits each (one string a shard:
+    # ImageNet's 1.28 million would be as many Python objects in every loader process). None: an
+    # index written before checksums were recorded.
+    crc32: str | None = None
+
+    def checksums(self) -> list[str] | None:
+        """Each sample's recorded checksum, in tar order; None where none were recorded."""
+        if self.crc32 is None:
+            return None
+        return [self.crc32[i : i + CHECKSUM_DIGITS] for i in range(0, len(self.crc32), CHECKSUM_DIGITS)]
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,13 @@ class ShardIndex:
 
     def path(self, shard: ShardInfo) -> Path:
         return self.root / shard.name
+
+
+def sample_checksum(image: bytes, label: int) -> str:
+    """A sample's checksum: the CRC-32 of its image's bytes, continued over its label's (the
+    ``.cls`` member's text), as 8 hex digits. CRC-32 finds every burst of up to 32 flipped bits and
+    misses random damage once in 4 billion; it guards against corruption, not against tampering."""
+    return f"{zlib.crc32(str(label).encode(), zlib.crc32(image)):0{CHECKSUM_DIGITS}x}"
 
 
 @dataclass(frozen=True)
@@ -101,7 +125,7 @@ def read_index(root: str | Path) -> ShardIndex:
             root=root,
             split=str(meta["split"]),
             classes=[str(name) for name in meta["classes"]],
-            shards=[ShardInfo(str(s["name"]), int(s["count"]), int(s["bytes"])) for s in meta["shards"]],
+            shards=[ShardInfo(str(s["name"]), int(s["count"]), int(s["bytes"]), _checksums(s)) for s in meta["shards"]],
             source=str(meta["source"]),
             shard_size=int(meta["shard_size"]),
             seed=int(meta["seed"]),
@@ -116,6 +140,17 @@ def read_index(root: str | Path) -> ShardIndex:
     return index
 
 
+def _checksums(shard: dict) -> str | None:
+    """A shard entry's ``crc32``: absent (an older index), or 8 hex digits per sample; else ValueError."""
+    digits = shard.get("crc32")
+    if digits is None:
+        return None
+    if (not isinstance(digits, str) or len(digits) != CHECKSUM_DIGITS * int(shard["count"])
+            or not set(digits) <= set(string.hexdigits)):  # fmt: skip
+        raise ValueError(f"{shard['name']}'s crc32 is not {CHECKSUM_DIGITS} hex digits for each of its samples")
+    return digits
+
+
 def write_index(index: ShardIndex) -> None:
     """Write ``index.json`` atomically: a reader sees the old index or the new, never half."""
     meta = {
@@ -123,7 +158,7 @@ def write_index(index: ShardIndex) -> None:
         "version": VERSION,
         "split": index.split,
         "classes": index.classes,
-        "shards": [{"name": s.name, "count": s.count, "bytes": s.bytes} for s in index.shards],
+        "shards": [_shard_entry(s) for s in index.shards],
         "count": index.count,
         "source": index.source,
         "shard_size": index.shard_size,
@@ -134,6 +169,11 @@ def write_index(index: ShardIndex) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+def _shard_entry(shard: ShardInfo) -> dict:
+    entry = {"name": shard.name, "count": shard.count, "bytes": shard.bytes}
+    return entry if shard.crc32 is None else {**entry, "crc32": shard.crc32}
 
 
 def check_shards(index: ShardIndex) -> None:
@@ -179,6 +219,17 @@ def records(fileobj: BinaryIO, name: str) -> list[Record]:
     if image is not None:
         raise ShardError(f"{name}: {image[0]}.{IMAGE_EXT} is not followed by its .{LABEL_EXT}; {REWRITE}")
     return found
+
+
+def read_samples(fileobj: BinaryIO, name: str) -> Iterator[tuple[Record, bytes]]:
+    """Each sample of one shard, in tar order, with its image's bytes: :func:`records`, then one
+    read per image."""
+    for record in records(fileobj, name):
+        fileobj.seek(record.offset)
+        data = fileobj.read(record.size)
+        if len(data) != record.size:
+            raise ShardError(f"{name} ends inside {record.key}.{IMAGE_EXT}; {REWRITE}")
+        yield record, data
 
 
 def _members(fileobj: BinaryIO, name: str) -> Iterator[tuple[str, int, int, bytes]]:

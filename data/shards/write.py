@@ -16,10 +16,15 @@ in random order: fine on SSDs and parallel file systems (reads are issued from
 Resume. The plan, which image goes into which shard, depends only on the samples, the shard
 size and the seed, so re-running an interrupted conversion writes the same shards. Each
 shard is written to ``<name>.tmp`` and renamed when complete; a re-run keeps each shard
-whose headers list exactly its planned samples and writes the others (no fsync: a shard
-cut short by a crash fails that check and is rewritten). Every member is written with the
+whose headers list exactly its planned samples and whose bytes still match the checksums the
+previous ``index.json`` recorded, if one was written, and writes the others (no fsync: a shard
+cut short by a crash fails that check and is rewritten; one damaged since is rewritten too).
+A kept shard is read once, for its checksums. Every member is written with the
 same metadata (mtime 0, uid/gid 0, no user or group names, mode 0444), so a conversion
 gives the same bytes every time.
+
+Checksums. Each sample's :func:`~data.shards.index.sample_checksum` is taken from the bytes as
+they are written and recorded in ``index.json``; ``python -m data.shards check`` compares them.
 
 Bytes are copied, never decoded or re-encoded: ImageNet's PNG and CMYK JPEGs under
 ``.JPEG`` names stay as they are, for the loader's decoder to handle. So only a failed read
@@ -50,7 +55,9 @@ from .index import (
     ShardIndex,
     ShardInfo,
     read_index,
+    read_samples,
     records,
+    sample_checksum,
     write_index,
 )
 
@@ -139,10 +146,26 @@ def listed(path: Path) -> list[tuple[str, int]] | None:
         return None
 
 
-def held_split(out_dir: Path) -> str | None:
-    """The split a previous conversion wrote into ``out_dir``; None if there is no readable index."""
+def kept_checksums(path: Path, planned: Sequence[Sample], recorded: list[str] | None) -> list[str] | None:
+    """The checksums of a shard a previous run completed, read back from it, in tar order; None where
+    it must be written again: missing, cut short, not exactly its ``planned`` samples, or its bytes
+    no longer those ``recorded`` by the previous index (None: the run that wrote it ended before
+    writing one)."""
     try:
-        return read_index(out_dir).split
+        with open(path, "rb") as f:
+            found = [(r.key, r.label, sample_checksum(data, r.label)) for r, data in read_samples(f, str(path))]
+    except (OSError, ShardError):
+        return None
+    if [(key, label) for key, label, _ in found] != [(s.key, s.label) for s in planned]:
+        return None
+    checksums = [checksum for *_, checksum in found]
+    return checksums if recorded in (None, checksums) else None
+
+
+def held_index(out_dir: Path) -> ShardIndex | None:
+    """The index a previous conversion wrote into ``out_dir``; None if there is no readable one."""
+    try:
+        return read_index(out_dir)
     except ShardError:
         return None
 
@@ -168,11 +191,13 @@ def convert(
     if not samples:
         raise ValueError(f"no images to convert into {out_dir}")
     out_dir = Path(out_dir)
-    previous = held_split(out_dir)
-    if previous not in (None, split):
+    previous = held_index(out_dir)
+    if previous is not None and previous.split != split:
         raise ValueError(
-            f"{out_dir} holds the split {previous!r}; give each split its own folder, e.g. {out_dir.parent / split}"
+            f"{out_dir} holds the split {previous.split!r}; give each split its own folder, "
+            f"e.g. {out_dir.parent / split}"
         )
+    recorded = {shard.name: shard.checksums() for shard in previous.shards} if previous is not None else {}
     out_dir.mkdir(parents=True, exist_ok=True)
     # Until this conversion finishes the folder is not a valid split: no stale index may describe it.
     (out_dir / INDEX_NAME).unlink(missing_ok=True)
@@ -180,6 +205,7 @@ def convert(
     names = [shard_name(split, i) for i in range(len(plan))]
 
     failed: dict[str, str] = {}  # key -> "path (reason)"
+    checksums: dict[str, list[str]] = {}  # shard name -> each sample's, in tar order
     resumed = 0
     with (
         Progress(len(samples), f"{split} shards", unit="img", every=max(len(samples) // 100, 1), enabled=progress,
@@ -187,11 +213,14 @@ def convert(
         ThreadPoolExecutor(READ_THREADS) as pool,
     ):
         for name, planned in zip(names, plan):
-            if listed(out_dir / name) == [(s.key, s.label) for s in planned]:
+            kept = kept_checksums(out_dir / name, planned, recorded.get(name))
+            if kept is not None:
                 resumed += 1
+                checksums[name] = kept
                 bar.update(len(planned))
             else:
-                failed |= write_shard(out_dir / name, planned, pool, bar)
+                unread, checksums[name] = write_shard(out_dir / name, planned, pool, bar)
+                failed |= unread
 
     shards = []
     for name, planned in zip(names, plan):
@@ -201,7 +230,7 @@ def convert(
                 f"{out_dir / name} does not hold the samples just written to it; "
                 f"is another conversion writing to {out_dir}?"
             )
-        shards.append(ShardInfo(name, len(expected), (out_dir / name).stat().st_size))
+        shards.append(ShardInfo(name, len(expected), (out_dir / name).stat().st_size, "".join(checksums[name])))
     skipped = tuple(f"{key}: {where}" for key, where in failed.items())
     index = ShardIndex(out_dir, split, list(classes), shards, source, shard_size, seed, skipped)
     write_index(index)
@@ -210,10 +239,12 @@ def convert(
     return index
 
 
-def write_shard(path: Path, samples: Sequence[Sample], pool: Executor, bar: Progress) -> dict[str, str]:
-    """Write one shard through ``<path>.tmp``; returns ``{key: "path (reason)"}`` of the
-    images that could not be read."""
-    failed = {}
+def write_shard(
+    path: Path, samples: Sequence[Sample], pool: Executor, bar: Progress
+) -> tuple[dict[str, str], list[str]]:
+    """Write one shard through ``<path>.tmp``; returns ``{key: "path (reason)"}`` of the images
+    that could not be read, and the checksum of each sample written, in tar order."""
+    failed, checksums = {}, []
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for sample, data in zip(samples, pool.map(read_or_error, samples)):
@@ -222,9 +253,10 @@ def write_shard(path: Path, samples: Sequence[Sample], pool: Executor, bar: Prog
             else:
                 add_member(tar, f"{sample.key}.{IMAGE_EXT}", data)
                 add_member(tar, f"{sample.key}.{LABEL_EXT}", str(sample.label).encode())
+                checksums.append(sample_checksum(data, sample.label))
             bar.update()
     os.replace(tmp, path)
-    return failed
+    return failed, checksums
 
 
 def read_or_error(sample: Sample) -> bytes | OSError:

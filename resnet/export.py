@@ -24,23 +24,46 @@ the file into place.
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import os
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import onnx
 import torch
-from onnx import numpy_helper
 from torch import nn
 
 from .padding import freeze_padding
+
+if TYPE_CHECKING:
+    import onnx
 
 DEFAULT_OPSET = 18  # the dynamo exporter's native opset in torch 2.5-2.14
 SHAPE_OPS = ("Shape", "Size")  # their presence means something is computed from the input size
 PADDED_OPS = ("Conv", "MaxPool", "AveragePool", "Pad")
 CHECK_BATCHES = (1, 3)  # batch sizes the command runs through onnxruntime and PyTorch: the batch is dynamic
 CHECK_TOLERANCE = 1e-4  # max |onnxruntime - PyTorch| relative to the largest |logit| (at least 1): float32 noise
+
+
+# What exporting and checking need beyond the main install: pyproject.toml's extra of that name.
+EXPORT_EXTRA = "export"
+EXPORT_MODULES = ("onnx", "onnxruntime", "onnxscript")  # the file format, the check's runtime, torch's exporter
+
+
+def missing_export_tools() -> str | None:
+    """One line naming the modules of :data:`EXPORT_MODULES` that do not import here and the
+    install that brings them, or None when all import."""
+    missing = []
+    for name in EXPORT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if not missing:
+        return None
+    return (f"ONNX export needs {', '.join(missing)}, not installed here: pip install -e '.[{EXPORT_EXTRA}]' "
+            f"in a checkout (pip install 'resnet-padding[{EXPORT_EXTRA}]' otherwise)")
 
 
 class OnnxMismatch(RuntimeError):
@@ -63,6 +86,8 @@ def export_onnx(
     temporary name beside ``path``, then renamed. Raises ``ValueError`` if the graph
     computes a pad at run time.
     """
+    import onnx  # the extra's (EXPORT_EXTRA): imported where used, so that the command can say what is missing
+
     h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
     frozen = freeze_padding(copy.deepcopy(model).eval(), (h, w), explicit=True)
     first_param = next(frozen.parameters())
@@ -107,6 +132,9 @@ def static_pads(proto: onnx.ModelProto) -> list[tuple[str, str, list[int]]]:
     pools, begins then ends over all four axes (N, C, H, W) for Pad. Raises
     ``ValueError`` where a pad is not a graph constant or is left to ``auto_pad``.
     """
+    import onnx
+    from onnx import numpy_helper
+
     graph = proto.graph
     constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
     for node in graph.node:

@@ -10,57 +10,26 @@ import json
 import sys
 from pathlib import Path
 
-import h5py
-import numpy as np
 import pytest
 import timm
 import torch
 import torchvision
 from omegaconf import open_dict
 from safetensors.torch import save_file
-from torch import nn
 
 import resnet
 from resnet.checkpoint import save_checkpoint
 from resnet.cli.seed_table import run
 from resnet.config import ConfigError
-from resnet.weights.keras import _layer_name
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import make_folder
+from tests.helpers.standins import keras_standin
 from tests.helpers.weights import lua_preresnet, random_values, save_npz, tensornets_variables
 
 # one worker: its module fixtures are built once
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("seed_table")]  # tests/conftest.py
 
 FIRST, LAST = "n01440764", "n15075141"  # ImageNet's classes 0 and 999
-
-
-def keras_standin(path: Path, arch: str) -> None:
-    """A legacy Keras HDF5 weights file (the published files' layout) of random values."""
-    model = resnet.build_model(arch, 1000, "keras", source="keras")
-    role = {"weight": "kernel", "bias": "bias"}
-    bn_role = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "running_var": "moving_variance"}
-    layers: dict[str, dict[str, np.ndarray]] = {}
-    for key, value in model.state_dict().items():
-        module_name, attr = key.rsplit(".", 1)
-        if attr == "num_batches_tracked":
-            continue
-        module = model.get_submodule(module_name)
-        array = value.detach().numpy()
-        if isinstance(module, nn.Conv2d) and attr == "weight":
-            array = array.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-        elif isinstance(module, nn.Linear) and attr == "weight":
-            array = array.T
-        name = (bn_role if isinstance(module, nn.BatchNorm2d) else role)[attr]
-        layers.setdefault(_layer_name(module_name, arch.endswith("_v2")), {})[name] = array
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with h5py.File(path, "w") as f:
-        f.attrs["layer_names"] = [n.encode() for n in layers]
-        for layer, weights in layers.items():
-            group = f.create_group(layer)
-            group.attrs["weight_names"] = [f"{layer}/{n}:0".encode() for n in weights]
-            for n, array in weights.items():
-                group[f"{layer}/{n}:0"] = array
 
 
 @pytest.fixture(scope="module")

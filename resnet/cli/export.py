@@ -9,13 +9,12 @@ Loads weights as ``eval.py`` does, exports them for their evaluation crop and ch
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError, padding_from_config
-from ..export import OnnxMismatch, export_checked
+from ..export import OnnxMismatch, export_checked, missing_export_tools
 from ..out_files import out_file
 from .hydra_app import hydra_command
 
@@ -26,14 +25,15 @@ def run(cfg: DictConfig) -> Path:
     from ..padding import resolve_padding
     from ..weights import load_weights
 
+    missing = missing_export_tools()
+    if missing is not None:
+        raise SystemExit(f"resnet.export: {missing}")
     spec = weights_spec(cfg)
     if OmegaConf.is_missing(cfg, "out") or cfg.out is None:
         raise ConfigError("say where to write the file: out=model.onnx")
     out = out_file(cfg.out, ".onnx", "out=model.onnx")
     if cfg.crop is not None and (not isinstance(cfg.crop, int) or cfg.crop <= 0):
         raise ConfigError(f"crop must be a positive number of pixels, got crop={cfg.crop} (e.g. crop=224)")
-    if importlib.util.find_spec("onnxruntime") is None:
-        raise ConfigError("the export is checked with onnxruntime, which is not installed: pip install onnxruntime")
     if not 0 < cfg.tolerance < 1:
         raise ConfigError(f"tolerance is relative to the largest |logit|: between 0 and 1, got {cfg.tolerance}")
     try:

@@ -164,20 +164,29 @@ class Raises(Dataset):
         raise NotImplementedError("compute_index_ranges_weights not implemented for 'UInt16'")
 
 
-def test_an_exception_in_a_live_worker_keeps_its_cause_and_is_not_blamed_on_workers(capsys):
+@pytest.fixture
+def raising_loader():
+    """A loader over :class:`Raises` with one worker, stopped at the end (not left to the garbage
+    collector, which would cost torch's 5 s join timeout: data.dataloader.DataLoader.close)."""
+    loader = DataLoader(Raises(), num_workers=1, persistent_workers=True)
+    yield loader
+    loader.close()
+
+
+def test_an_exception_in_a_live_worker_keeps_its_cause_and_is_not_blamed_on_workers(raising_loader, capsys):
     expected = pytest.raises(NotImplementedError, match="Caught NotImplementedError in DataLoader worker")
     with expected as raised, one_line_errors("eval.py"):
-        list(DataLoader(Raises(), num_workers=1))
+        list(raising_loader)
     assert "compute_index_ranges_weights" in str(raised.value)  # torch's message holds the worker's traceback
     assert "lower data.workers" not in capsys.readouterr().err
 
 
-def test_training_words_it_as_a_dead_worker_and_the_cause_comes_back(capsys):
+def test_training_words_it_as_a_dead_worker_and_the_cause_comes_back(raising_loader, capsys):
     """train.py: resnet.engine.run turns any 'DataLoader worker' error into LoaderWorkerDied."""
     expected = pytest.raises(NotImplementedError, match="compute_index_ranges_weights")
     with expected, one_line_errors("train.py", training=True):
         try:
-            list(DataLoader(Raises(), num_workers=1))
+            list(raising_loader)
         except RuntimeError as err:
             raise LoaderWorkerDied(f"{str(err).splitlines()[0]}: lower data.workers or batch_size") from None
     assert "lower data.workers" not in capsys.readouterr().err

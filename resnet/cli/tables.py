@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..report.rows import read_rows
 from ..report.table_files import write_tables
-from ..report.tables import cross_matrices, log_to_wandb, scheme_table
+from ..report.tables import cross_matrices, log_to_wandb, reference_note, scheme_table
 
 DESCRIPTION = "Regenerate the error tables from a results file: ``python -m resnet.tables``."  # --help's first line
 
@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
         print(write_tables(args.results, args.out, args.schemes, args.delta, args.reference))
     except (FileNotFoundError, ValueError) as err:  # no file, a corrupt line, a scheme with no results
         sys.exit(f"error: {err}")
+    note = reference_note(scheme_table(read_rows(args.results), args.schemes, args.delta)) if args.reference else None
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     if args.wandb:
         import wandb
 

@@ -20,48 +20,80 @@ def pyplot():
     return plt
 
 
-def _short_label(row: ModelRow) -> str:
-    return f"{row.arch} · {row.weights}\n{row.dataset}, {row.protocol}"
+VALUE = "{:.2f}"  # every error (%) a chart writes, and its deltas (signed): the cross matrix's format
+
+
+def chart_rows(table: SchemeTable) -> tuple[list[tuple[str, ModelRow]], str]:
+    """The rows of ``table`` as the bar chart shows them, in the cross matrix's order (by arch,
+    data and protocol, then trained scheme: :func:`resnet.report.tables.cross_matrices`), each
+    with a short label (``arch, trained <scheme>``; the weights' file where two rows would read
+    the same), and what every row shares (dataset, protocol), for the title."""
+    from .tables import _arch_order, _scheme_order
+
+    schemes = {s: i for i, s in enumerate(_scheme_order(r.trained_padding for r in table.rows))}
+    rows = sorted(table.rows, key=lambda r: (_arch_order(r.arch), r.dataset, r.protocol, schemes[r.trained_padding],
+                                             r.weights))  # fmt: skip
+    shared = {(r.dataset, r.protocol) for r in rows}
+    common = f"{rows[0].dataset}, {rows[0].protocol}" if len(shared) == 1 else ""
+    labels = [f"{r.arch}, trained {r.trained_padding}" + ("" if common else f", {r.dataset}") for r in rows]
+    labels = [f"{label}\n{_short_weights(r.weights)}" if labels.count(label) > 1 else label
+              for label, r in zip(labels, rows)]  # fmt: skip
+    return list(zip(labels, rows)), common
+
+
+def _short_weights(weights: str) -> str:
+    """``results/demo/train_symmetric/last.pt`` -> ``train_symmetric/last.pt``; a hub name as it is."""
+    parts = weights.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) > 2 else weights
 
 
 def plot_scheme_table(table: SchemeTable, path: Path) -> None:
     """Horizontal grouped bars of top-1 error per model and scheme; a second panel with the delta."""
     plt = pyplot()
-    n, k = len(table.rows), len(table.schemes)
+    fig = scheme_figure(table)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def scheme_figure(table: SchemeTable):
+    """The figure of :func:`plot_scheme_table` (matplotlib's ``Figure``), rows as :func:`chart_rows`."""
+    plt = pyplot()
+    labelled, common = chart_rows(table)
+    rows = [row for _, row in labelled]
+    n, k = len(rows), len(table.schemes)
     panels = 2 if table.delta else 1
-    fig, axes = plt.subplots(1, panels, figsize=(6 * panels + 3, 1.2 + 0.3 * n * k), squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 3, 1.6 + 0.3 * n * k), squeeze=False)
     ax = axes[0, 0]
     height = 0.8 / k
     colours = plt.get_cmap("tab10")
     for j, scheme in enumerate(table.schemes):  # one bar slot per scheme; missing results leave it empty
-        present = [(i, row.error(scheme, "top1_err")) for i, row in enumerate(table.rows)]
+        present = [(i, row.error(scheme, "top1_err")) for i, row in enumerate(rows)]
         present = [(i + (j - (k - 1) / 2) * height, v) for i, v in present if v is not None]
         bars = ax.barh([y for y, _ in present], [v for _, v in present], height, label=scheme, color=colours(j))
-        ax.bar_label(bars, [f"{v:.2f}" for _, v in present], padding=2, fontsize=7)
-    ax.set_yticks(range(n), [_short_label(row) for row in table.rows], fontsize=8)
+        ax.bar_label(bars, [VALUE.format(v) for _, v in present], padding=2, fontsize=7)
+    ax.set_yticks(range(n), [label for label, _ in labelled], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("top-1 error (%)")
-    ax.set_title("Top-1 error per padding scheme")
+    ax.set_title("Top-1 error per padding scheme" + (f"\n{textwrap.fill(common, 60)}" if common else ""), fontsize=9)
     for boundary in range(n - 1):
         ax.axhline(boundary + 0.5, color="0.85", linewidth=0.8)
     fig.legend(*ax.get_legend_handles_labels(), loc="upper center", ncol=min(k, 6), fontsize=8, frameon=False)
     ax.margins(x=0.15)
     if table.delta:
         ax = axes[0, 1]
-        deltas = [(i, table.delta_of(row, "top1_err")) for i, row in enumerate(table.rows)]
+        deltas = [(i, table.delta_of(row, "top1_err")) for i, row in enumerate(rows)]
         deltas = [(i, d) for i, d in deltas if d is not None]
         colour = ["tab:red" if d > 0 else "tab:green" for _, d in deltas]
         bars = ax.barh([i for i, _ in deltas], [d for _, d in deltas], 0.6, color=colour)
-        ax.bar_label(bars, [f"{d:+.3f}" for _, d in deltas], padding=2, fontsize=8)
+        ax.bar_label(bars, ["+" * (d >= 0) + VALUE.format(d) for _, d in deltas], padding=2, fontsize=7)
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_ylim(axes[0, 0].get_ylim())  # rows line up with the left panel
         ax.set_yticks(range(n), [""] * n)
         ax.set_xlabel("Δ top-1 error (points)")
-        ax.set_title(f"{table.delta[0]} − {table.delta[1]} (> 0: {table.delta[0]} is worse)")
+        ax.set_title(f"{table.delta[0]} − {table.delta[1]}\n(> 0: {table.delta[0]} is worse)", fontsize=9)
         ax.margins(x=0.25)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))  # room for the legend on top
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
@@ -86,7 +118,7 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
             if np.isnan(value):
                 ax.text(j, i, "not run", ha="center", va="center", color="0.5", fontsize=8)
             else:
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=9,
+                ax.text(j, i, VALUE.format(value), ha="center", va="center", color="white", fontsize=9,
                         path_effects=outline)
             if m.matched(m.trained[i], m.evaluated[j]):
                 ax.add_patch(plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="red",

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..archs import ARCHS
 from ..grid import grid_members
 from ..padding import PRESETS
-from .published import tensornets_reference
+from .published import TENSORNETS, tensornets_reference
 from .rows import latest_rows, protocol_label, scheme_label, weights_label
 
 METRICS = ("top1_err", "top5_err", "top5_err_10crop")  # the three columns of a scheme
@@ -159,6 +159,15 @@ def scheme_records(
             record.update(zip(columns[-5:-1], published(m["arch"])))
         records.append(record)
     return columns, records
+
+
+def reference_note(table: SchemeTable) -> str | None:
+    """Why ``--reference`` added no published number to ``table`` (one line), or None when a row has some."""
+    if any(tensornets_reference(row.arch) is not None for row in table.rows):
+        return None
+    archs = sorted({row.arch for row in table.rows}, key=_arch_order)
+    return (f"--reference added nothing: TensorNets published ImageNet numbers for {', '.join(TENSORNETS)} only, "
+            f"and these results are of {', '.join(archs) or 'no model'}")
 
 
 def to_markdown(

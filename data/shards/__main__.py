@@ -13,6 +13,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from resnet.report.progress import Progress, progress_mode
+
 from ..decode import DECODE_ERRORS, decode_rgb
 from ..ilsvrc import GROUND_TRUTH, SOLUTION_CSV, train_samples, val_samples
 from ..imagefolder import IMAGE_EXTENSIONS, check_same_classes, find_classes, find_images
@@ -24,7 +26,7 @@ from .index import (
     ShardIndex,
     check_shards,
     read_index,
-    read_samples,
+    records,
     sample_checksum,
 )
 from .write import convert, file_samples
@@ -183,30 +185,35 @@ def check_split(index: ShardIndex, deep: bool = False) -> str:
     changed: list[str] = []  # "shard: key" of each sample whose checksum differs
     undecodable: list[str] = []  # "shard: key (reason)" of each image that does not decode (deep)
     verified = all(shard.crc32 is not None for shard in index.shards)
-    for shard in index.shards:
-        path = index.path(shard)
-        recorded = shard.checksums() if verified else None
-        with open(path, "rb") as f:
-            found = list(read_samples(f, str(path)))
-        if len(found) != shard.count:
-            raise ShardError(f"{path} holds {len(found)} images, {INDEX_NAME} says {shard.count}; {REWRITE}")
-        for n, (record, data) in enumerate(found):
-            if record.label >= len(index.classes):
-                raise ShardError(
-                    f"{path}: {record.key} has class index {record.label}, {INDEX_NAME} lists {len(index.classes)} "
-                    f"classes; {REWRITE}"
-                )
-            if record.key in seen:
-                raise ShardError(f"{path}: {record.key} is in another shard too; {REWRITE}")
-            seen.add(record.key)
-            per_class[record.label] += 1
-            if recorded is not None and sample_checksum(data, record.label) != recorded[n]:
-                changed.append(f"{shard.name}: {record.key}")
-            if deep:
-                try:
-                    decode_rgb(data)
-                except DECODE_ERRORS as err:
-                    undecodable.append(f"{shard.name}: {record.key} ({type(err).__name__}: {err})")
+    # A bar on a terminal only: in a log, the one line check prints (or its error) is the whole output.
+    with Progress(index.count, "check", unit="img", enabled=progress_mode() == "bar") as bar:
+        for shard in index.shards:
+            path = index.path(shard)
+            recorded = shard.checksums() if verified else None
+            with open(path, "rb") as f:
+                listed = records(f, str(path))  # every member whole: it checks each ends before the file does
+                if len(listed) != shard.count:
+                    raise ShardError(f"{path} holds {len(listed)} images, {INDEX_NAME} says {shard.count}; {REWRITE}")
+                for n, record in enumerate(listed):
+                    f.seek(record.offset)
+                    data = f.read(record.size)
+                    if record.label >= len(index.classes):
+                        raise ShardError(
+                            f"{path}: {record.key} has class index {record.label}, {INDEX_NAME} lists "
+                            f"{len(index.classes)} classes; {REWRITE}"
+                        )
+                    if record.key in seen:
+                        raise ShardError(f"{path}: {record.key} is in another shard too; {REWRITE}")
+                    seen.add(record.key)
+                    per_class[record.label] += 1
+                    if recorded is not None and sample_checksum(data, record.label) != recorded[n]:
+                        changed.append(f"{shard.name}: {record.key}")
+                    if deep:
+                        try:
+                            decode_rgb(data)
+                        except DECODE_ERRORS as err:
+                            undecodable.append(f"{shard.name}: {record.key} ({type(err).__name__}: {err})")
+                    bar.update()
     if changed:
         raise ShardError(
             f"{len(changed):,} sample(s) in {index.root} no longer match their checksums in {INDEX_NAME}, their bytes "

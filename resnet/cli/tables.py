@@ -18,6 +18,7 @@ from pathlib import Path
 from ..report.rows import read_rows
 from ..report.table_files import write_tables
 from ..report.tables import cross_matrices, log_to_wandb, reference_note, scheme_table
+from ..report.wandb_log import start_run
 
 DESCRIPTION = "Regenerate the error tables from a results file: ``python -m resnet.tables``."  # --help's first line
 
@@ -38,11 +39,10 @@ def main(argv: list[str] | None = None) -> None:
     note = reference_note(scheme_table(read_rows(args.results), args.schemes, args.delta)) if args.reference else None
     if note:
         print(f"note: {note}", file=sys.stderr)
-    if args.wandb:
-        import wandb
-
+    if args.wandb:  # offline, in one line, where online cannot work (start_run)
         rows = read_rows(args.results)
-        run = wandb.init(project=args.wandb, job_type="tables", dir=str(args.out))
+        run = start_run({"project": args.wandb}, {"results": str(args.results)}, group=None, run_dir=args.out,
+                        job_type="tables")  # fmt: skip
         log_to_wandb(run, scheme_table(rows, args.schemes, args.delta), cross_matrices(rows), args.reference)
         run.finish()
 

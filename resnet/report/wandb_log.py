@@ -48,7 +48,7 @@ def run_group(meta, grid: Sequence[str] | None = None) -> str:
     return grid_name(grid) if grid else meta.padding_name
 
 
-def start_run(logger: Mapping, config: Mapping, group: str, run_dir: str | Path, job_type: str = "train"):
+def start_run(logger: Mapping, config: Mapping, group: str | None, run_dir: str | Path, job_type: str = "train"):
     """``wandb.init`` from a ``configs/logger/wandb.yaml`` node (:func:`wandb_mode`), offline
     where online cannot work (:func:`offline_reason`); its files under :func:`wandb_dir`."""
     import wandb

@@ -23,14 +23,16 @@ def launched_rank() -> int:
         return 0
 
 
-def exit_config_error(message: str) -> NoReturn:
-    """Print ``error: <message>`` on rank 0 only (every rank sees the same config) and exit.
+def config_error_status() -> int:
+    """The exit status of a config error: 2, but 0 under torchrun, whose agent reports any other
+    status of a worker as a failure with its own 30-line traceback, which would bury the one line
+    that says what to fix."""
+    return 0 if "TORCHELASTIC_RUN_ID" in os.environ else CONFIG_ERROR_STATUS
 
-    Under torchrun the status is 0: the agent reports any other status of a worker as a failure
-    with its own 30-line traceback, which would bury the one line that says what to fix. Every
-    other launcher (and a plain run) gets status 2.
-    """
+
+def exit_config_error(message: str) -> NoReturn:
+    """Print ``error: <message>`` on rank 0 only (every rank sees the same config) and exit with
+    :func:`config_error_status`."""
     if launched_rank() == 0:
         print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ
-    raise SystemExit(0 if under_torchrun else CONFIG_ERROR_STATUS)
+    raise SystemExit(config_error_status())

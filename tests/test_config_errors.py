@@ -114,3 +114,21 @@ def test_under_torchrun_a_config_error_is_printed_once_and_torchrun_adds_no_trac
     lines = [line for line in proc.stderr.splitlines() if not line.startswith("W")]  # torchrun's OMP warning
     assert lines == ["error: +padding=symetric: Could not find 'padding/symetric'; did you mean +padding=symmetric? "
                      "choose one of asymmetric, caffe, keras, symmetric, tf_same, tf_slim"], proc.stderr[-3000:]
+
+
+def test_every_hydra_command_ends_a_composition_error_in_one_line(capsys, monkeypatch, tmp_path):
+    from hydra.core.global_hydra import GlobalHydra
+
+    from resnet.cli.detect import main as detect_main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["resnet-detect", "weights=x.pt", "data=fashion_mnistt"])
+    try:
+        with pytest.raises(SystemExit) as exit:
+            detect_main()
+    finally:
+        GlobalHydra.instance().clear()
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("error: data=fashion_mnistt: Could not find 'data/fashion_mnistt'; "
+                          "did you mean data=fashion_mnist?")

@@ -64,6 +64,11 @@ def test_an_unknown_key_suggests_the_key():
     assert "did you mean epochs=3?" in root and "hydra" not in root.split("its keys:")[1]
 
 
+def test_a_group_outside_the_defaults_suggests_adding_it():
+    assert composition("padding=symmetric") == ("padding=symmetric: padding is not in the config until chosen; "
+                                                "did you mean +padding=symmetric?")
+
+
 def test_an_override_hydra_cannot_parse_is_one_line():
     assert "\n" not in composition("optim.lr=1,2") and "\n" not in composition("epochs")
 
@@ -106,15 +111,26 @@ def test_inspect_of_an_unknown_architecture_is_one_line(capsys):
     assert err.startswith("error: unknown architecture 'resnet51'") and "did you mean resnet50?" in err
 
 
-@pytest.mark.slow
-def test_under_torchrun_a_config_error_is_printed_once_and_torchrun_adds_no_traceback(tmp_path):
-    torchrun = Path(sys.executable).parent / "torchrun"
-    proc = run([torchrun, "--nproc_per_node=2", "--master_port=0", REPO / "train.py", "+padding=symetric"],
-               cwd=tmp_path, timeout=240)  # fmt: skip
-    lines = [line for line in proc.stderr.splitlines() if not line.startswith("W")]  # torchrun's OMP warning
-    assert lines == ["error: +padding=symetric: Could not find 'padding/symetric'; did you mean +padding=symmetric? "
-                     "choose one of asymmetric, caffe, keras, symmetric, tf_same, tf_slim"], proc.stderr[-3000:]
+TORCHRUN_CASES = {  # override -> its one line; a composition error (hydra_app.run_main), a value (one_line_errors)
+    "+padding=symetric": "error: +padding=symetric: Could not find 'padding/symetric'; did you mean "
+                         "+padding=symmetric? choose one of asymmetric, caffe, keras, symmetric, tf_same, tf_slim",
+    "optim.lr=abc": "error: optim.lr=abc: expected a number > 0, e.g. optim.lr=0.1",
+}
+NEEDS_ERRORS_PY = pytest.mark.xfail(strict=True, reason="resnet/cli/errors.py prints a ConfigError on every rank with "
+                                    "status 2: it is to print through resnet.cli.config_exit (rank 0, status 0 under "
+                                    "torchrun)")  # fmt: skip
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("override", [
+    "+padding=symetric", pytest.param("optim.lr=abc", marks=NEEDS_ERRORS_PY),
+])  # fmt: skip
+def test_under_torchrun_a_config_error_is_printed_once_and_torchrun_adds_no_traceback(tmp_path, override):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = run([torchrun, "--nproc_per_node=2", "--master_port=0", REPO / "train.py", override], cwd=tmp_path,
+               timeout=240)  # fmt: skip
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("W")]  # torchrun's OMP warning
+    assert lines == [TORCHRUN_CASES[override]], proc.stderr[-3000:]
 
 def test_every_hydra_command_ends_a_composition_error_in_one_line(capsys, monkeypatch, tmp_path):
     from hydra.core.global_hydra import GlobalHydra

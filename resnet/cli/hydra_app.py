@@ -70,7 +70,13 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
         hint = f"did you mean {parent + '.' if parent else ''}{near[0]}={value}? " if near else ""
         return (f"{typed}: there is no key '{key}' {where}; {hint}its keys: {', '.join(keys)} "
                 f"(+{full_key}={value} adds a new one)")
-    lines = [line.strip() for line in str(err).splitlines()]
+    text = str(err)
+    group = re.match(r"Could not override '([\w.]+)'\. No match in the defaults list\.", text)
+    suggested = re.search(r"use (\+\S+)", text)
+    if group and suggested:  # padding=symmetric: the group is not in the defaults, so it is added with +
+        typed = _override_of(group.group(1), overrides) or group.group(1)
+        return f"{typed}: {group.group(1)} is not in the config until chosen; did you mean {suggested.group(1)}?"
+    lines = [line.strip().rstrip(".") for line in text.splitlines()]
     if "Config search path:" in lines:  # where Hydra looked: not what the user can change
         lines = lines[: lines.index("Config search path:")]
     return "; ".join(line for line in lines if line)

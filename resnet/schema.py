@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 @dataclass(frozen=True)
@@ -25,20 +25,26 @@ class Field:
     false), an optional range, null where the key has a "not set" meaning, and the words that
     the key takes besides (``channels_last: auto``)."""
 
-    kind: type
-    low: float | None = None  # smallest value allowed
+    kind: type  # int, float, bool, or list (its items' kind: items)
+    low: float | None = None  # smallest value allowed (of each item, for a list)
     high: float | None = None  # largest value allowed
     open_low: bool = False  # low itself is not allowed
     open_high: bool = False  # high itself is not allowed
     nullable: bool = False  # null means "not set" (the comment in the YAML says what then)
     words: tuple[str, ...] = ()  # strings allowed besides the kind's values
     example: str = ""  # a value that works, for the message
+    items: type | None = None  # a list's items: int, float or str
 
     def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` (``expected ...``), or None when it fits."""
         if value is None and self.nullable or isinstance(value, str) and value in self.words:
             return None
-        if not self._is_kind(value) or self.kind is not bool and not math.isfinite(value):
+        if self.kind is list:
+            if not isinstance(value, (list, ListConfig)):
+                return f"expected {self._describe()}"
+            item = Field(self.items or str, self.low, self.high, self.open_low, self.open_high)
+            return next((f"{problem} for each item" for v in value if (problem := item.problem(v))), None)
+        if not self._is_kind(value) or self.kind in (int, float) and not math.isfinite(value):
             return f"expected {self._describe()}"
         if self.low is not None and (value < self.low or self.open_low and value == self.low):
             return f"expected {self._describe()}"
@@ -47,6 +53,8 @@ class Field:
         return None
 
     def _is_kind(self, value: object) -> bool:
+        if self.kind is str:
+            return isinstance(value, str)
         if self.kind is bool:
             return isinstance(value, bool)
         if isinstance(value, bool):  # true is not a number here, though Python's bool is an int
@@ -54,7 +62,10 @@ class Field:
         return isinstance(value, int) if self.kind is int else isinstance(value, (int, float))
 
     def _describe(self) -> str:
-        what = {bool: "true or false", int: "a whole number", float: "a number"}[self.kind]
+        kinds = {bool: "true or false", int: "a whole number", float: "a number", str: "a name"}
+        if self.kind is list:
+            return f"a list of {kinds[self.items or str].partition(' ')[2]}s" + (" (or null)" if self.nullable else "")
+        what = kinds[self.kind]
         if self.low is not None and self.high is not None:
             what += f" in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
         elif self.low is not None:
@@ -90,6 +101,9 @@ SCHEMA: dict[str, Field] = {
     "eval_every": Field(int, low=1, example="eval_every=1"),
     "log_every": Field(int, low=1, example="log_every=50"),
     "max_steps_per_epoch": Field(int, low=1, nullable=True, example="max_steps_per_epoch=20"),
+    "grid": Field(list, nullable=True, example="grid=[symmetric,asymmetric]"),
+    "optim.betas": Field(list, items=float, low=0, high=1, open_high=True, example="optim.betas=[0.9,0.999]"),
+    "sched.milestones": Field(list, items=float, low=0, example="sched.milestones=[30,60,80]"),
     "optim.lr": Field(float, low=0, open_low=True, example="optim.lr=0.1"),
     "optim.momentum": Field(float, low=0, high=1, open_high=True, example="optim.momentum=0.9"),
     "optim.nesterov": SWITCH,

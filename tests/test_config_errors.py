@@ -26,6 +26,8 @@ BAD_VALUES = {  # override -> what its one line must say (the override itself co
     "epochs=1.5": "expected a whole number",
     "compile=yes": "expected true or false",
     "max_steps_per_epoch=0": "(or null)",
+    "grid=symmetric": "expected a list of names (or null), e.g. grid=[symmetric,asymmetric]",
+    "optim.lr=nan": "expected a number > 0",
 }
 
 
@@ -34,6 +36,12 @@ def test_a_wrong_type_or_range_names_the_key_and_the_value(override):
     problems = schema_problems(compose_config("train", override))
     assert len(problems) == 1 and problems[0].startswith(f"{override}: ")
     assert BAD_VALUES[override] in problems[0]
+
+
+def test_list_items_are_checked():
+    (problem,) = schema_problems(compose_config("train", "sched=step", "sched.milestones=[30,sixty]"))
+    assert problem.startswith("sched.milestones=") and problem.endswith("expected a number >= 0 for each item, "
+                                                                        "e.g. sched.milestones=[30,60,80]")
 
 
 def test_every_shipped_config_fits_the_schema():

@@ -16,6 +16,7 @@ Standard library only: importing this must not import torch.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import threading
@@ -29,6 +30,7 @@ class _Record:
     signum: int | None = None  # the first stop signal since catch() or clear()
     interrupts = 0  # SIGINTs seen: the second ends the process
     previous: dict[int, Callable | int | None] = {}  # the handlers catch() replaced (submitit's, for one)
+    at_exit = False  # whether _ignore_from_now_on is registered
 
 
 _record = _Record()
@@ -47,6 +49,9 @@ def catch(*extra: int) -> tuple[int, ...]:
     main thread, where Python cannot set handlers)."""
     if threading.current_thread() is not threading.main_thread():
         return ()
+    if not _record.at_exit:
+        atexit.register(_ignore_from_now_on)
+        _record.at_exit = True
     placed = []
     for signum in dict.fromkeys((*STOP_SIGNALS, *submitit_signal(), *extra)):
         current = signal.getsignal(signum)
@@ -85,6 +90,15 @@ def previous_handler(signum: int) -> Callable | int | None:
 
 def name(signum: int | None) -> str:
     return signal.Signals(signum).name if signum is not None else "none"
+
+
+def _ignore_from_now_on() -> None:
+    """At exit (atexit runs before the interpreter's last steps): ignore the caught signals. Python
+    puts back the default action of every signal it handles as it finalises, and a stop that came
+    then (an srun passing a late warning on) would kill a process that had finished its work."""
+    for signum in list(_record.previous):
+        if signal.getsignal(signum) is _handler:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _handler(signum: int, frame) -> None:

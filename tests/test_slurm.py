@@ -49,11 +49,9 @@ import os, runpy, sys, time
 from pathlib import Path
 
 import resnet.engine.run as engine_run
-from resnet.engine.preempt import StopRequest
+from resnet import stop
 
-marker, seen, calls = Path(os.environ["PAUSE_MARKER"]), [], 0
-record = StopRequest._record
-StopRequest._record = lambda self, signum, frame: (seen.append(signum), record(self, signum, frame))
+marker, calls = Path(os.environ["PAUSE_MARKER"]), 0
 loss_and_augment = engine_run.loss_and_augment
 
 
@@ -66,7 +64,7 @@ def pausing(cfg, num_classes, device):
         if calls == 8 and os.environ["SLURM_PROCID"] == "0" and not marker.exists():
             marker.write_text(os.environ["SLURM_JOB_ID"])
             deadline = time.monotonic() + 90
-            while not seen and time.monotonic() < deadline:
+            while stop.pending() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
         return loss_fn(logits, labels)
 
@@ -76,6 +74,66 @@ def pausing(cfg, num_classes, device):
 engine_run.loss_and_augment = pausing
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+SITE_PAUSE = '''\"\"\"sitecustomize for the jobs of a test: rank 0 of the first job whose training gets to its
+8th loss waits there until a stop signal has arrived (a marker file holds its job id, once).\"\"\"
+import importlib.abc
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def pause_at_the_8th_loss(run):
+    from resnet import stop
+
+    real, calls, marker = run.loss_and_augment, [0], Path(os.environ["PAUSE_MARKER"])
+
+    def loss_and_augment(cfg, num_classes, device):
+        loss_fn, augment = real(cfg, num_classes, device)
+
+        def loss(logits, labels):
+            calls[0] += 1
+            if calls[0] == 8 and os.environ.get("SLURM_PROCID") == "0":
+                try:
+                    fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    return loss_fn(logits, labels)
+                array = os.environ.get("SLURM_ARRAY_JOB_ID")  # scancel <array id> would signal every task
+                job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
+                os.write(fd, job.encode())
+                os.close(fd)
+                deadline = time.monotonic() + 90
+                while stop.pending() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            return loss_fn(logits, labels)
+
+        return loss, augment
+
+    run.loss_and_augment = loss_and_augment
+
+
+class AfterImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "resnet.engine.run":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            pause_at_the_8th_loss(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if os.environ.get("PAUSE_MARKER"):
+    sys.meta_path.insert(0, AfterImport())
 '''
 
 
@@ -175,6 +233,17 @@ def test_sbatch_on_two_nodes_over_a_real_interface_equals_torchrun(cluster, tiny
     assert (results["world_size"], results["global_batch"], results["n_val_images"]) == (2, 4, 7)
     assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
 
+    # `scontrol requeue` of the COMPLETED job: it runs again, finds its run finished, and keeps every file.
+    files = {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()}
+    requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30,
+                             env={**os.environ, **env})  # fmt: skip
+    assert requeue.returncode == 0, requeue.stderr
+    fields = wait_for_end(env, job, log)
+    assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), read(log)[-3000:]
+    top1 = f"{results['top1_err']:.2f}%"
+    assert f"run in {run_dir} already finished: top-1 err {top1}; results.json kept" in read(log)
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()} == files
+
 
 def test_a_usr1_to_the_batch_shell_requeues_for_real_and_the_job_resumes_exactly(
     cluster, tiny_folder, torchrun_reference, tmp_path
@@ -201,20 +270,122 @@ def test_a_usr1_to_the_batch_shell_requeues_for_real_and_the_job_resumes_exactly
     assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
 
 
-def test_the_readme_submitit_sweep_runs_through_submitits_slurm_executor(cluster, tiny_folder, tmp_path):
-    sweep = tmp_path / "sweep"
+def test_stock_preemption_sigterm_requeues_and_the_job_resumes_exactly(cluster, tiny_folder, torchrun_reference,
+                                                                       tmp_path):  # fmt: skip
+    # PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, GraceTime=20 and no preempt_send_user_signal:
+    # a job in `high` that needs node1 makes slurmctld send SIGTERM to the `low` training there, mid-epoch.
+    run_dir, log, marker = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused"
+    (tmp_path / "pause.py").write_text(PAUSE)
+    env = {**cluster, "PYTHON": str(python_shim(tmp_path, f"{PY} {tmp_path / 'pause.py'}")),
+           "TASK_LOG": str(tmp_path / "tasks.log"), "RUN_DIR": str(run_dir), "PAUSE_MARKER": str(marker)}  # fmt: skip
+    node = ["--nodelist=node1", "--nodes=1", "--exclusive", "--gpus-per-node=0"]
+    job = sbatch(env, "--partition=low", *node, "--ntasks-per-node=2", "--cpus-per-task=1", f"--output={log}",
+                 "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
+    wait_for_marker(env, job, marker, log)  # rank 0 waits mid-epoch 1 until a stop signal has reached it
+    high = sbatch(env, "--partition=high", *node, "--ntasks=1", f"--output={tmp_path / 'high.out'}", "--wrap=true")
+    fields = wait_for_end(env, job, log)
+    out = read(log)
+    assert fields["JobState"] == "COMPLETED" and int(fields["Restarts"]) >= 1, out[-3000:]
+    assert f"stopped by SIGTERM: saved {run_dir / 'last.pt'}; requeued SLURM job {job}" in out
+    assert f"resumed from {run_dir / 'last.pt'} after epoch 1, batch 2 (step 8)" in out
+    assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
+    assert wait_for_end(env, high, tmp_path / "high.out")["JobState"] == "COMPLETED"
+
+
+def test_a_stop_signal_1_3_or_10_s_after_the_job_starts_ends_completed_with_its_results(cluster, tiny_folder,
+                                                                                       tmp_path):  # fmt: skip
+    # (signal, seconds after the job started running, who gets it): the batch shell alone (before or
+    # just after it started srun), the tasks alone (python starting up), both (mid-training or later).
+    cases = [("USR1", 1, "--batch"), ("TERM", 3, ""), ("USR1", 10, "--full")]
+    jobs = []
+    for n, (name, _, _) in enumerate(cases):
+        log = tmp_path / f"job{n}.out"
+        env = {**cluster, "PYTHON": PY}
+        if n < 2:  # the last job keeps the script's own run dir: outputs/slurm/<cluster>/<job name>-<job id>
+            env["RUN_DIR"] = str(tmp_path / f"run{n}")
+        job = sbatch(env, "--nodes=1", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
+                     f"--output={log}", f"--job-name=stop-{name.lower()}", "scripts/slurm.sbatch",
+                     *config(tiny_folder))  # fmt: skip
+        jobs.append((job, log, env))
+    started: dict[int, float] = {}
+    pending = dict(enumerate(cases))
+    deadline = time.monotonic() + 300
+    while pending and time.monotonic() < deadline:
+        for n, (name, after, whom) in list(pending.items()):
+            job = jobs[n][0]
+            if n not in started and job_fields(cluster, job)["JobState"] == "RUNNING":
+                started[n] = time.monotonic()
+            if n in started and time.monotonic() >= started[n] + after:
+                sent = subprocess.run(["scancel", f"--signal={name}", *filter(None, [whom]), job], capture_output=True,
+                                      text=True, timeout=30, env={**os.environ, **cluster})  # fmt: skip
+                assert sent.returncode == 0, sent.stderr
+                del pending[n]
+        time.sleep(0.1)
+    assert not pending, f"jobs never ran: {pending}"
+    default_dir = REPO / "outputs" / "slurm" / "resnet-test" / f"stop-usr1-{jobs[2][0]}"
+    try:
+        for job, log, env in jobs:
+            fields = wait_for_end(env, job, log)
+            out = read(log)
+            assert fields["JobState"] == "COMPLETED", out[-3000:]
+            assert "Traceback" not in out and "User defined signal" not in out and "Terminated" not in out, out[-3000:]
+            run_dir = Path(env["RUN_DIR"]) if "RUN_DIR" in env else default_dir
+            results = json.loads((run_dir / "results.json").read_text())
+            assert results["epochs"] == 2 and results["n_val_images"] == 7 and results["top1_err"] is not None
+            if fields["Restarts"] != "0":  # stopped before the end: requeued by the script or by rank 0
+                assert f"requeued SLURM job {job}" in out, out[-3000:]
+    finally:
+        shutil.rmtree(default_dir, ignore_errors=True)
+
+
+def wait_for_marker(env: dict, job: str, marker: Path, log: Path) -> None:
+    deadline = time.monotonic() + 300  # a busy machine: the job may wait for the last one's node
+    while not marker.exists():
+        assert time.monotonic() < deadline and job_fields(env, job)["JobState"] in ("PENDING", "RUNNING"), read(log)
+        time.sleep(0.2)
+
+
+def test_the_readme_submitit_sweep_runs_and_a_usr2_with_a_short_timeout_ends_in_one_line(cluster, tiny_folder,
+                                                                                         tmp_path):  # fmt: skip
+    # The README's sweep, 2 jobs x 2 tasks through submitit's SLURM executor, with timeout_min=5: submitit
+    # then counts every signal as a time-out, and with max_num_timeout=0 it will not requeue. The job
+    # paused mid-epoch gets USR2: every rank saves and ends with its result file, the other job trains
+    # on to its results, and the sweep ends in one line saying why nothing was requeued (no accounting
+    # database here: submitit reads result files, and would wait forever for a missing one).
+    sweep, marker = tmp_path / "sweep", tmp_path / "paused"
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(SITE_PAUSE)
+    env = {**cluster, "PYTHONPATH": str(tmp_path / "hook"), "PAUSE_MARKER": str(marker)}
     args = [PY, "train.py", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=1",
-            "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=10",
-            f"hydra.sweep.dir={sweep}", *config(tiny_folder)[:-2], "epochs=1",
-            "+padding=symmetric,asymmetric"]  # fmt: skip
-    proc = procs.run(args, cluster, timeout=360)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+            "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5",
+            f"hydra.sweep.dir={sweep}", *config(tiny_folder)[:-2], "+padding=symmetric,asymmetric"]  # fmt: skip
+    sweep_proc = procs.start(args, env)
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert time.monotonic() < deadline and sweep_proc.poll() is None, sweep_proc.communicate()
+        time.sleep(0.2)
+    paused = marker.read_text()
+    sent = subprocess.run(["scancel", "--signal=USR2", paused], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **cluster})  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    [proc] = procs.wait_all([sweep_proc], timeout=240)  # bounded: a rank without its result file would hang it
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("stopped by SIGUSR2")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "submitit will not requeue it (Job not requeued because: timed-out too many times)" in lines[0]
+    assert "raise hydra.launcher.max_num_timeout" in lines[0]
     jobs = sorted(path.name for path in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", path.name))
     assert len(jobs) == 2, jobs  # one SLURM job array, a task each
-    for job in jobs:  # slurmctld ran each as one 2-task job (the result files alone could be the local executor's)
+    for job in jobs:  # slurmctld ran each as one 2-task job; every task wrote its result file
         fields = wait_for_end(cluster, job, sweep / ".submitit" / job / f"{job}_0_log.err", timeout=60)  # exiting
-        assert (fields["JobState"], fields["NumTasks"]) == ("COMPLETED", "2"), fields
-    for n, scheme in enumerate(("symmetric", "asymmetric")):
-        results = json.loads((sweep / str(n) / "results.json").read_text())
-        assert (results["padding_name"], results["world_size"], results["global_batch"]) == (scheme, 2, 4)
-        assert results["n_val_images"] == 7
+        assert fields["NumTasks"] == "2" and fields["Restarts"] == "0", fields
+        assert sorted(p.name for p in (sweep / ".submitit" / job).glob("*_result.pkl")) == [
+            f"{job}_0_result.pkl", f"{job}_1_result.pkl"]  # fmt: skip
+    finished = [n for n in (0, 1) if (sweep / str(n) / "results.json").exists()]
+    assert len(finished) == 1, finished
+    results = json.loads((sweep / str(finished[0]) / "results.json").read_text())
+    scheme = ("symmetric", "asymmetric")[finished[0]]
+    assert (results["padding_name"], results["world_size"], results["global_batch"]) == (scheme, 2, 4)
+    assert results["n_val_images"] == 7
+    stopped = torch.load(sweep / str(1 - finished[0]) / "last.pt", weights_only=True)
+    assert stopped["epoch_partial"]["batches"] == 2  # saved after the step it was in: batch 2 of the epoch

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from ..config import register_configs
 from .config_exit import exit_config_error
-from .errors import one_line_errors
+from .errors import JobEnded, one_line_errors
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # absolute: found however the module is run
 FULL_ERROR = "HYDRA_FULL_ERROR"  # "1": Hydra raises its errors instead of printing them and exiting 1
@@ -42,6 +42,9 @@ def run_main(main: Callable[[], object]) -> None:
         main()
     except (ConfigCompositionException, OverrideParseException) as err:
         exit_config_error(composition_error(err, sys.argv[1:]))
+    except JobEnded as err:  # a job of a submitit sweep ended as train.py would have: its one line, status 1
+        print(err, file=sys.stderr)
+        raise SystemExit(1) from None
     finally:
         os.environ.pop(FULL_ERROR, None)
 

@@ -173,9 +173,17 @@ def test_the_readme_submitit_sweep_composes():
     assert launcher.max_num_timeout > 0 and cfg.resume is True and cfg.checkpoint_every > 0  # requeued, resumed
 
 
-def test_under_submitit_the_stop_signal_is_handed_to_submitits_own_requeue(monkeypatch):
+@pytest.mark.parametrize(
+    "submitit_does, said, requeued",
+    [
+        ("requeue", "requeued by submitit", True),  # submitit requeues, then exits
+        ("refuse", "submitit will not requeue it (Job not requeued because: timed-out too many times)", False),
+    ],
+)
+def test_under_submitit_the_stop_signal_is_handed_to_submitits_own_requeue(submitit_does, said, requeued):
     # submitit installs its checkpoint-and-requeue handler on USR2 before calling train.py; the run
-    # records the signal, saves at the next step boundary, then calls that handler (it requeues).
+    # records the signal, saves at the next step boundary, then calls that handler, which requeues
+    # (and exits) or says why it will not; either way the run learns which, and no rank just exits.
     import signal
 
     from resnet.distributed import DistEnv, Launch
@@ -185,6 +193,9 @@ def test_under_submitit_the_stop_signal_is_handed_to_submitits_own_requeue(monke
 
     def submitit_handler(signum, frame):
         calls.append(signum)
+        if submitit_does == "requeue":
+            raise SystemExit(-1)
+        raise RuntimeError("Job not requeued because: timed-out too many times.")  # its UncompletedJobError
 
     previous = signal.signal(signal.SIGUSR2, submitit_handler)
     try:
@@ -192,10 +203,30 @@ def test_under_submitit_the_stop_signal_is_handed_to_submitits_own_requeue(monke
         stop = StopRequest(env).install()
         signal.raise_signal(signal.SIGUSR2)
         assert stop.requested and calls == []  # recorded only: nothing requeues mid-step
-        assert stop.hand_over().startswith("handed to submitit") and calls == [signal.SIGUSR2]
+        done = stop.hand_over()
+        assert done.text.startswith(said) and done.requeued is requeued and calls == [signal.SIGUSR2]
         assert signal.getsignal(signal.SIGUSR2) is submitit_handler  # handed back
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+def test_the_sbatch_run_dir_differs_between_clusters_and_array_tasks_that_share_a_job_id(tmp_path):
+    # Job ids start again on another cluster or after a controller reset: the default run dir names the cluster.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text('#!/bin/sh\nfor a in "$@"; do case $a in hydra.run.dir=*) '
+                                           'echo "${a#hydra.run.dir=}";; esac; done\n')  # fmt: skip
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    base = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "SLURM_JOB_ID": "1234", "SLURM_JOB_NAME": "resnet-padding",
+            "SLURM_SUBMIT_DIR": str(tmp_path)}  # fmt: skip
+    dirs = {}
+    for name, extra in {"a": {"SLURM_CLUSTER_NAME": "alpha"}, "b": {"SLURM_CLUSTER_NAME": "beta"},
+                        "array": {"SLURM_CLUSTER_NAME": "alpha", "SLURM_ARRAY_JOB_ID": "1230",
+                                  "SLURM_ARRAY_TASK_ID": "4"}}.items():  # fmt: skip
+        proc = launch(["bash", str(REPO / "scripts" / "slurm.sbatch")], **base, **extra)
+        assert proc.returncode == 0, proc.stderr
+        dirs[name] = proc.stdout.strip()
+    assert dirs == {"a": "outputs/slurm/alpha/resnet-padding-1234", "b": "outputs/slurm/beta/resnet-padding-1234",
+                    "array": "outputs/slurm/alpha/resnet-padding-1230_4"}  # fmt: skip
 
 
 def test_a_multi_node_job_on_a_host_named_for_loopback_is_one_line_not_a_hang(monkeypatch):

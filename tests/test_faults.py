@@ -479,3 +479,26 @@ def test_bad_dataset_layout_is_one_line(tmp_path, train, val, message):
     make_folder(tmp_path / "data" / "val", val, size=(40, 36))
     assert message in config_error(tmp_path / "data", tmp_path / "run")
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_metrics_and_results_are_replaced_whole_never_left_half_written(tmp_path, monkeypatch):
+    # A run killed inside a write (here: the rename never happens) leaves the file as it was before it.
+    from resnet.engine.runlog import CsvLog, write_json
+
+    log = CsvLog(tmp_path / "metrics.csv")
+    log.write({"epoch": 1, "train_loss": 0.5})
+    write_json(tmp_path / "results.json", {"top1_err": 7.0})
+    before = {name: (tmp_path / name).read_bytes() for name in ("metrics.csv", "results.json")}
+
+    def killed(src, dst):
+        raise KeyboardInterrupt  # stands in for the process dying between the write and the rename
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        log.write({"epoch": 2, "train_loss": 0.4})
+    with pytest.raises(KeyboardInterrupt):
+        write_json(tmp_path / "results.json", {})
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    monkeypatch.undo()
+    log.write({"epoch": 2, "train_loss": 0.4}, {"epoch": 3, "train_loss": 0.3})
+    assert [r["epoch"] for r in read_csv(tmp_path / "metrics.csv")] == ["1", "2", "3"]

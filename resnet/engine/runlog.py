@@ -7,6 +7,7 @@ nothing here writes it to disk or into the logged config.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,9 @@ from ..report.wandb_log import start_run, table_cell
 
 
 class CsvLog:
-    """Appends dict rows to a CSV file; the header is the first row's keys."""
+    """Dict rows in a CSV file; the header is the first row's keys. Every write replaces the file
+    whole (a temporary file, then a rename), so a run killed at any moment leaves the rows before
+    the write or after it, never half a row."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -31,22 +34,25 @@ class CsvLog:
             return
         with open(self.path, newline="") as f:
             rows = [r for r in csv.DictReader(f) if keep(r)]
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.fields)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, self.path)
+        self._replace("", rows)
 
-    def write(self, row: Mapping) -> None:
-        new = self.fields is None
-        if new:
-            self.fields = list(row)
-        with open(self.path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+    def write(self, *rows: Mapping) -> None:
+        if not rows:
+            return
+        kept = ""
+        if self.fields is None:
+            self.fields = list(rows[0])
+        elif self.path.exists():
+            kept = self.path.read_text()
+        self._replace(kept, rows)
+
+    def _replace(self, kept: str, rows: Sequence[Mapping]) -> None:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=self.fields, extrasaction="ignore")
+        if not kept:
+            writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(self.path, kept + buffer.getvalue())
 
 
 class RunLogger:
@@ -72,8 +78,8 @@ class RunLogger:
     def log_steps(self, records: Sequence[Mapping], epoch: int) -> None:
         if not self.enabled:
             return
+        self.steps.write(*({"epoch": epoch, **record} for record in records))
         for record in records:
-            self.steps.write({"epoch": epoch, **record})
             if self.wandb is not None:
                 self.wandb.log({f"train/{k}": v for k, v in record.items() if k != "step"}, step=record["step"])
 
@@ -102,6 +108,15 @@ class RunLogger:
 
 
 def write_json(path: Path, data: Mapping) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or what it held before, whenever the process dies: written to a
+    temporary file beside it, flushed to disk, then renamed over it."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)

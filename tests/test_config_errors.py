@@ -117,6 +117,10 @@ def test_inspect_of_an_unknown_architecture_is_one_line(capsys):
     err = capsys.readouterr().err
     assert exit.value.code == 2 and err.count("\n") == 1
     assert err.startswith("error: unknown architecture 'resnet51'") and "did you mean resnet50?" in err
+    with pytest.raises(SystemExit):
+        inspect_main(["resnet50", "--presets", "symetric"])  # argparse's usage, then its one error line
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.endswith("did you mean symmetric?") and "+padding" not in last  # not a config override here
 
 
 TORCHRUN_CASES = {  # override -> its one line; a composition error (hydra_app.run_main), a value (one_line_errors)

@@ -23,8 +23,10 @@ def _scheme_name(name: str) -> str:
     """An argparse type: a preset, or a blurred one (``symmetric+blur(block_conv)``)."""
     try:
         resolve_padding(name)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    except ValueError as err:  # its "(e.g. +padding=...)" is a config override's hint, not this command's
+        near = difflib.get_close_matches(name, list(PRESETS), n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise argparse.ArgumentTypeError(str(err).split(" (e.g.")[0] + hint) from None
     return name
 
 

@@ -53,6 +53,9 @@ def test_every_benchmark_writes_its_json(tmp_path):
     assert {"whole decode", "window decode", "window decode, fast"} <= set(alternatives["us_per_image"])
     assert 0 < alternatives["crop_bottom_fraction_mean"] <= 1 and alternatives["fast_pixels_off"]["max"] > 0
 
+    save = json.loads((tmp_path / "bench_checkpoint_save.json").read_text())
+    assert save["save_s"] > 0 and save["load_s"] > 0 and save["bytes"] > 40 * 2**20  # resnet18's weights, momentum, EMA
+
     summary = json.loads((tmp_path / "bench_summary.json").read_text())
     # --quick measures none of end_to_end's ratios with a goal (10-crop cost is the one it has)
     assert {row["benchmark"] for row in summary} == set(RUNS) - {"end_to_end"}

@@ -40,6 +40,8 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if state is None:
+        if cfg.get("init"):
+            init_weights(cfg.init, training, env)
         return ResumePoint()
     partial = _partial(state, path, layout, env.rank)
     changes = check_resumable(cfg, state, path, layout, training.meta)
@@ -73,7 +75,44 @@ def check_resumable(cfg: DictConfig, state: dict, path: Path, layout: dict, meta
     if refused:
         raise ConfigError(refusal(path, refused))
     _check_same_grid(cfg, state, path)
+    _check_extension(cfg, recorded, path)
     return changed
+
+
+# schedules whose state ends at the planned last step: OneCycleLR refuses a step past it, a cosine
+# would climb back up. (step: its milestones are absolute, and past them the LR stays where it is.)
+ENDS_AT_PLAN = ("onecycle", "cosine")
+
+
+def _check_extension(cfg: DictConfig, recorded: dict, path: Path) -> None:
+    """``epochs`` beyond the planned end: refused before anything is trained where the schedule
+    cannot run past it, naming the fine-tune that can."""
+    planned, sched = recorded.get("epochs"), cfg.sched.name
+    if not isinstance(planned, int) or cfg.epochs <= planned or sched not in ENDS_AT_PLAN:
+        return
+    raise ConfigError(
+        f"{path} was planned for epochs={planned} and sched={sched} ends there, so it cannot train to epochs="
+        f"{cfg.epochs}: fine-tune from its weights in a new run dir instead (init={path} epochs=<more> "
+        "hydra.run.dir=<new dir>, with a fresh optimizer and schedule), or keep epochs={planned}"
+    )
+
+
+def init_weights(source: str, training, env: DistEnv) -> None:
+    """A fine-tune's start: the weights of ``source`` (a training checkpoint or any weights file
+    :func:`resnet.checkpoint.load_checkpoint` reads), into the model and its EMA; the optimizer and
+    the schedule start afresh. Another padding is allowed: that is what a fine-tune to a grid is."""
+    from ..checkpoint import load_checkpoint
+
+    path = Path(source)
+    try:
+        checkpoint = load_checkpoint(path)
+        load_weights(training.model, checkpoint["model"], path, arch=(checkpoint.get("meta") or {}).get("arch"))
+    except (CheckpointError, FileNotFoundError) as err:
+        raise ConfigError(f"init={source}: {error_line(err)}") from None
+    if training.ema is not None:
+        training.ema.module.load_state_dict(training.model.state_dict())
+    if env.is_main:
+        print(f"initialised from {path} (fine-tune: a fresh optimizer and schedule)")
 
 
 def refusal(path: Path, refused: list[Difference]) -> str:

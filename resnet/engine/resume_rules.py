@@ -51,6 +51,7 @@ RULES: dict[str, tuple[str, str]] = {
     "epochs": (CHANGES, "how long: beyond the planned end only where the schedule can extend"),
     "stop_after": (CHANGES, "epochs in this invocation"),
     "resume": (CHANGES, "where to resume from"),
+    "init": (CHANGES, "the weights a fine-tune starts from (read only when there is nothing to resume)"),
     "run_dir": (CHANGES, "where the run is written"),
     "checkpoint_every": (CHANGES, "how often last.pt is saved"),
     "eval_every": (CHANGES, "how often the run validates"),

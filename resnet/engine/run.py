@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from ..cli.errors import raised_in_worker
 from ..config import ConfigError, padding_from_config
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
@@ -328,7 +329,8 @@ def _handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Di
         yield fit
     except RuntimeError as err:
         stop.restore()
-        if "DataLoader worker" not in str(err):  # torch's words for a dead worker (data.dataloader)
+        # torch's words for a dead worker (data.dataloader); an exception a live worker raised is its own
+        if "DataLoader worker" not in str(err) or raised_in_worker(err) is not None:
             raise
         raise LoaderWorkerDied(
             f"{str(err).splitlines()[0].rstrip('. ')}; {saver.kept}: a worker that dies unasked was most often "

@@ -19,7 +19,8 @@ Each figure comes from a fresh process (a probe), so that no memory or index car
 * first batch: from the process's launch (Python start-up and imports included) to the first
   training batch of data.build_loaders (224 px crops, --batch images, --workers workers), with
   the index rebuilt, reused, and reused with the epoch resumed at 80 %; for the resume also the
-  seconds from set_epoch to that batch, against the same at step 0;
+  seconds from set_epoch to that batch; and ``python train.py``'s launch to its first training
+  step (resnet_tiny, --train-batch images: on a CPU a big batch's step would dominate);
 * flat val: resnet.evaluation's set-up of the flat val (listing, labels csv), then its first batch;
 * shard conversion: images/s of data.shards.convert over the train tree (its listing excluded).
 """
@@ -61,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--val", type=int, default=50_000, help="images of the flat val")
     parser.add_argument("--workers", type=int, default=2, help="loader workers (the 2-core VM: 2)")
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--train-batch", type=int, default=32,
+                        help="train.py's batch: small, so that a CPU's forward and backward do not hide the rest")
+    parser.add_argument("--convert", action=argparse.BooleanOptionalAction, default=True,
+                        help="time the shard conversion (16 min at 1.28 M on the 2-core VM)")
     parser.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where the trees are built")
     parser.add_argument("--quick", action="store_true", help="smoke run, in this process")
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # internal: one measurement, as JSON
@@ -200,8 +205,9 @@ def probe_convert(root: Path, **_) -> dict:
 
 
 def first_step(root: Path, classes: int, workers: int, batch: int) -> dict:
-    """Seconds from launching ``python train.py`` (resnet_tiny: the pipeline's share, not a big
-    model's step) to its progress line after the first training step; the run is then killed."""
+    """Seconds from launching ``python train.py`` (resnet_tiny at ``batch`` images: the pipeline's
+    share, not a big model's step) to its progress line after the first training step; the run is
+    then killed."""
     command = [sys.executable, "train.py", "model=resnet_tiny", "data=imagenet", f"data.root={root}",
                f"data.num_classes={classes}", f"data.workers={workers}", f"batch_size={batch}", "epochs=1",
                "max_steps_per_epoch=2", "log_every=1", "device=cpu", "logger=csv", f"hydra.run.dir={root / 'run'}"]
@@ -266,9 +272,10 @@ def measure(args: argparse.Namespace, images: int) -> dict:
         row["torchvision scan"] = probe(args, "scan", root, kind="torchvision")
         row["torchvision workers"] = probe(args, "workers", root, kind="torchvision")
         if not args.quick:  # a train.py start-up: seconds even at the smallest size
-            row["train.py"] = first_step(root, args.classes, args.workers, args.batch)
+            row["train.py"] = first_step(root, args.classes, args.workers, args.train_batch)
         row["flat val"] = probe(args, "flat_val", root)
-        row["convert"] = probe(args, "convert", root)
+        if args.convert:
+            row["convert"] = probe(args, "convert", root)
         print(json.dumps(row), flush=True)
         return row
     finally:
@@ -299,7 +306,7 @@ def cell(row: dict, heading: str) -> str:
         return f"{row[key]['launch to first batch s']:.1f} / {reused:.1f}"
     if key == "first batch, resumed at 80%":
         return f"{row[key]['launch to first batch s']:.1f} / {row[key]['set_epoch to first batch s']:.2f}"
-    if key not in row:  # train.py under --quick
+    if key not in row:  # train.py under --quick, conversion under --no-convert
         return "-"
     value = row[key][figure]
     return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"

@@ -29,6 +29,7 @@ from .samplers import seeded
 __all__ = ["IMAGE_EXTENSIONS", "ImageFiles", "ImageFolder", "check_same_classes", "check_subset", "find_classes",
            "find_images"]
 
+
 def _some(names: list[str]) -> str:
     return ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
 

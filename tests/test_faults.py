@@ -24,7 +24,9 @@ from torch.utils.data import DistributedSampler
 from data.imagefolder import find_classes, find_images
 from resnet.checkpoint import CheckpointError, load_checkpoint
 from resnet.config import ConfigError, check_run_config
+from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss
+from resnet.engine.run import RunFailed
 from resnet.weights import WeightsError
 from tests.helpers.compose import compose_config
 from tests.helpers.evaluation import folder_overrides, run_eval
@@ -349,11 +351,97 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny
 
 def test_nonfinite_loss_skipped_and_counted(tiny_folder, tmp_path, monkeypatch, one_thread):
     nan_at(monkeypatch, 3)
-    run_in_process(tiny_folder, tmp_path, "on_nonfinite=skip")
+    run_in_process(tiny_folder, tmp_path, "on_nonfinite=skip", "max_skipped=0.2")  # 1 of 6 steps
     rows = read_csv(tmp_path / "metrics.csv")
     assert [r["skipped_steps"] for r in rows] == ["1", "0"]
     assert [r["step"] for r in rows] == ["5", "11"]  # a skipped step is not an optimizer step
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 11
+
+
+def test_skipping_most_steps_stops_in_one_line_and_keeps_the_epoch_before(tiny_folder, tmp_path, monkeypatch):
+    # every loss from the 8th on is NaN: epoch 2 skips 5 of its 6 steps, more than max_skipped=0.05
+    real = engine_run.loss_and_augment
+
+    def mostly_nan(cfg, num_classes, device):
+        loss_fn, augment = real(cfg, num_classes, device)
+        calls = [0]
+
+        def loss(logits, labels):
+            calls[0] += 1
+            return loss_fn(logits, labels) * (float("nan") if calls[0] >= 8 else 1.0)
+
+        return loss, augment
+
+    monkeypatch.setattr(engine_run, "loss_and_augment", mostly_nan)
+    with pytest.raises(NonFiniteLoss) as stopped:
+        run_in_process(tiny_folder, tmp_path, "on_nonfinite=skip")
+    line = str(stopped.value)
+    assert "on_nonfinite=skip skipped 5 of the 6 steps of epoch 2 (83%, more than max_skipped=0.05)" in line
+    assert "last.pt of epoch 1, step 6 is intact" in line and "\n" not in line
+    assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1 and not (tmp_path / "results.json").exists()
+
+
+def test_a_state_gone_non_finite_is_never_saved_and_a_lower_lr_resumes_from_the_last_finite_one(
+    tiny_folder, tmp_path, monkeypatch, capsys, one_thread
+):
+    # optim.lr=1e6: losses can stay finite while an update overflows the weights. Whatever stops the
+    # run (the state check at a save, or a non-finite loss), it is one line and last.pt holds only
+    # finite tensors (there, huge ones: a state that diverged that far fails again at a lower LR).
+    with pytest.raises((NonFiniteLoss, RunFailed)) as stopped:
+        run_in_process(tiny_folder, tmp_path / "huge", "optim.lr=1e6", "checkpoint_every=1")
+    assert "\n" not in str(stopped.value)
+    saved = load_checkpoint(tmp_path / "huge" / "last.pt")
+    tensors = [*saved["model"].values(), *(t for s in saved["optimizer"]["state"].values() for t in s.values())]
+    assert all(torch.isfinite(t).all() for t in tensors if t.is_floating_point())
+
+    # The 5th update overflows one weight while every loss so far was finite: its save is refused,
+    # last.pt keeps step 4, and the advised resume with a lower LR trains on to the end.
+    real = engine_run.build_optimizer
+
+    def overflowing(*args, **kwargs):
+        optimizer, calls = real(*args, **kwargs), [0]
+
+        def after_step(opt, args, kwargs):
+            calls[0] += 1
+            if calls[0] == 5:
+                with torch.no_grad():
+                    weight = opt.param_groups[0]["params"][0]
+                    weight[(0,) * weight.dim()] = float("inf")
+
+        optimizer.register_step_post_hook(after_step)
+        return optimizer
+
+    monkeypatch.setattr(engine_run, "build_optimizer", overflowing)
+    with pytest.raises(RunFailed, match=r"^the training state went non-finite by step 5 \(") as stopped:
+        run_in_process(tiny_folder, tmp_path / "run", "checkpoint_every=1")
+    assert "last.pt of epoch 0, step 4 is intact. Resume from it with a lower LR" in str(stopped.value)
+    monkeypatch.setattr(engine_run, "build_optimizer", real)
+    capsys.readouterr()
+    run_in_process(tiny_folder, tmp_path / "run", "checkpoint_every=1", "resume=true", "optim.lr=0.2")
+    assert "changed on resume: optim.lr: 0.4 -> 0.2" in capsys.readouterr().out
+    done = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert done["epoch"] == 2 and all(torch.isfinite(t).all() for t in done["model"].values() if t.is_floating_point())
+
+
+def test_the_save_refuses_a_non_finite_state_and_keeps_the_file(tiny_folder, tmp_path, one_thread, monkeypatch):
+    from resnet.engine.checkpointer import NonFiniteState
+
+    run_in_process(tiny_folder, tmp_path, "stop_after=1")
+    before = (tmp_path / "last.pt").read_bytes()
+    real_save = engine_run.Checkpointer.save
+
+    def poisoned(self, *args, **kwargs):
+        with torch.no_grad():
+            weight = next(self.training.model.parameters())
+            weight[(0,) * weight.dim()] = float("inf")
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine_run.Checkpointer, "save", poisoned)
+    with pytest.raises(NonFiniteState) as refused:
+        run_in_process(tiny_folder, tmp_path, "epochs=2", "resume=true")
+    assert str(refused.value).startswith("the training state went non-finite by step 12 (1 tensors, e.g. model.")
+    assert "not saved; the previous last.pt is intact" in str(refused.value)
+    assert (tmp_path / "last.pt").read_bytes() == before
 
 
 # --- hostile checkpoints -----------------------------------------------------------------

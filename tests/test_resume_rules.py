@@ -136,3 +136,18 @@ def test_a_step_schedule_extends_and_a_fine_tune_starts_from_the_weights(tiny_fo
     with pytest.raises(ConfigError, match=r"^init=/no/such\.pt: "):
         run_in_process(tiny_folder, tmp_path / "bad", "init=/no/such.pt")
 
+
+
+@pytest.mark.parametrize("sched", [["sched=onecycle"], ["sched=cosine", "sched.warmup_epochs=1.5", "optim=sgd"],
+                                   ["sched=step", "sched.milestones=[1.5]", "optim=sgd"]], ids=["onecycle", "cosine",
+                                                                                                "step"])  # fmt: skip
+def test_a_new_lr_on_resume_scales_every_later_lr_of_the_schedule(tiny_folder, tmp_path, sched, one_thread):
+    from tests.helpers.training import read_csv
+
+    run_in_process(tiny_folder, tmp_path / "straight", "log_every=1", *sched)
+    lr = compose_config("train", *tiny_overrides(tiny_folder, tmp_path, *sched)).optim.lr
+    run_in_process(tiny_folder, tmp_path / "halved", "log_every=1", "stop_after=1", *sched)
+    run_in_process(tiny_folder, tmp_path / "halved", "log_every=1", "resume=true", f"optim.lr={lr / 2}", *sched)
+    straight, halved = (read_csv(tmp_path / run / "steps.csv") for run in ("straight", "halved"))
+    assert [r["lr"] for r in halved[:6]] == [r["lr"] for r in straight[:6]]  # epoch 1: before the change
+    assert [float(r["lr"]) for r in halved[6:]] == pytest.approx([float(r["lr"]) / 2 for r in straight[6:]], rel=1e-9)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from ..checkpoint import save_checkpoint
 from ..checkpoint.errors import error_line
 from ..distributed import DistEnv, gather_objects
@@ -17,6 +19,11 @@ class RunFailed(RuntimeError):
 
 class CheckpointWriteError(RunFailed):
     """``last.pt`` could not be written (a full disk, a quota); the previous one is intact."""
+
+
+class NonFiniteState(RunFailed):
+    """The weights, their EMA or the optimizer's state hold NaN or inf: not saved, the last finite
+    ``last.pt`` kept. (A step whose loss was finite can still overflow its update.)"""
 
 
 class Checkpointer:
@@ -37,6 +44,15 @@ class Checkpointer:
         rng = gather_objects(rng_state(), self.env)  # every rank's, on rank 0
         partials = gather_objects(epoch_partial, self.env) if epoch_partial is not None else None  # likewise
         failed = None
+        if self.env.is_main:
+            bad = nonfinite(self.training)
+            if bad:
+                failed = (f"the training state went non-finite by step {step} ({len(bad)} tensors, e.g. {bad[0]}): not "
+                          f"saved; {self.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), or set "
+                          "grad_clip=1.0")
+        failed_state = gather_objects(failed, self.env)[0]
+        if failed_state:
+            raise NonFiniteState(failed_state)
         if self.env.is_main:
             try:
                 self._write(epoch_done, step, rng, partials)
@@ -64,6 +80,21 @@ class Checkpointer:
             self.path, t.model, optimizer=t.optimizer.state_dict(), scheduler=scheduler_state(t.scheduler),
             epoch=epoch_done, step=step, rng=rng, history=self.history, config=self.config, layout=self.layout, **extra,
         )
+
+
+def nonfinite(training) -> list[str]:
+    """The names of the floating tensors of the model, its EMA and the optimizer's state that hold
+    NaN or inf (one device-to-host read for all of them)."""
+    named = [(f"model.{k}", v) for k, v in training.model.state_dict().items()]
+    if training.ema is not None:
+        named += [(f"ema.{k}", v) for k, v in training.ema.module.state_dict().items()]
+    for index, state in training.optimizer.state_dict()["state"].items():
+        named += [(f"optimizer.state.{index}.{k}", v) for k, v in state.items()]
+    named = [(name, t) for name, t in named if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    if not named:
+        return []
+    finite = torch.stack([torch.isfinite(t).all() for _, t in named]).cpu()
+    return [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
 
 
 def write_error(err: BaseException) -> str:

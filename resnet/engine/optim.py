@@ -126,6 +126,23 @@ def scheduler_state(scheduler: lr_scheduler.LRScheduler) -> dict:
     return plain(scheduler.state_dict())
 
 
+def scale_lr(optimizer: torch.optim.Optimizer, scheduler: lr_scheduler.LRScheduler, ratio: float) -> None:
+    """Scale every LR of the run from its current step on by ``ratio`` (``optim.lr`` changed on
+    resume): each parameter group's LR and the values the schedules compute it from (OneCycleLR's
+    peak, start and floor; the base LRs of the others and the cosine's floor; the chainable ones
+    multiply the group's LR, which is scaled)."""
+    for group in optimizer.param_groups:
+        for key in ("lr", "initial_lr", "max_lr", "min_lr"):
+            if key in group:
+                group[key] *= ratio
+    for part in [scheduler, *getattr(scheduler, "_schedulers", [])]:
+        if hasattr(part, "base_lrs"):  # not SequentialLR itself: its parts hold them
+            part.base_lrs = [lr * ratio for lr in part.base_lrs]
+        part._last_lr = [lr * ratio for lr in part.get_last_lr()]
+        if isinstance(part, lr_scheduler.CosineAnnealingLR):
+            part.eta_min *= ratio
+
+
 def load_scheduler_state(scheduler: lr_scheduler.LRScheduler, state: dict) -> None:
     """The inverse of :func:`scheduler_state`: load, then give MultiStepLR its Counter back."""
     scheduler.load_state_dict(state)

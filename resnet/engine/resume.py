@@ -13,7 +13,7 @@ from ..checkpoint.errors import error_line
 from ..config import ConfigError
 from ..distributed import DistEnv
 from .checks import grid_bn
-from .optim import load_scheduler_state
+from .optim import load_scheduler_state, scale_lr
 from .resume_rules import Difference, compare
 from .state import find_resume, load_training_state
 
@@ -46,6 +46,9 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     partial = _partial(state, path, layout, env.rank)
     changes = check_resumable(cfg, state, path, layout, training.meta)
     _load_state(training, state, path)
+    for change in changes:  # a new LR scale: the loaded optimizer and schedule still hold the old one
+        if change.key == "optim.lr":
+            scale_lr(training.optimizer, training.scheduler, change.now / change.was)
     start = ResumePoint(state["epoch"], state["step"], list(state.get("history", [])), partial,
                         state["rng"][min(env.rank, len(state["rng"]) - 1)], [str(c) for c in changes])
     if env.is_main:
@@ -93,7 +96,7 @@ def _check_extension(cfg: DictConfig, recorded: dict, path: Path) -> None:
     raise ConfigError(
         f"{path} was planned for epochs={planned} and sched={sched} ends there, so it cannot train to epochs="
         f"{cfg.epochs}: fine-tune from its weights in a new run dir instead (init={path} epochs=<more> "
-        "hydra.run.dir=<new dir>, with a fresh optimizer and schedule), or keep epochs={planned}"
+        f"hydra.run.dir=<new dir>, with a fresh optimizer and schedule), or keep epochs={planned}"
     )
 
 

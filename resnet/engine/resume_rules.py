@@ -31,7 +31,8 @@ RULES: dict[str, tuple[str, str]] = {
     "batch_size": (FIXED, "the batch per process (and, with the world size, the global batch)"),
     "world_size": (FIXED, "the global batch: batch_size x processes"),
     # how it is trained
-    "optim": (FIXED, "the optimizer, its LR and weight decay (their state is in the checkpoint)"),
+    "optim": (FIXED, "the optimizer and its settings (their state is in the checkpoint)"),
+    "optim.lr": (CHANGES, "the LR scale: every LR of the schedule from here on scales with it"),
     "sched": (FIXED, "the schedule's shape"),
     "max_steps_per_epoch": (FIXED, "the schedule's length"),
     "loss": (FIXED, "the loss"),
@@ -58,6 +59,7 @@ RULES: dict[str, tuple[str, str]] = {
     "log_every": (CHANGES, "how often the run logs"),
     "logger": (CHANGES, "where the run logs"),
     "on_nonfinite": (CHANGES, "what a non-finite loss does"),
+    "max_skipped": (CHANGES, "the share of skipped steps that stops a run"),
     "device": (CHANGES, "where it runs"),
     "compile": (CHANGES, "how fast"),
     "channels_last": (CHANGES, "how fast"),

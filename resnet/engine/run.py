@@ -30,7 +30,7 @@ from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
 from .checks import check_train_config, grid_bn
 from .lock import own_run_dir
-from .loop import EpochStats, StepContext, train_one_epoch
+from .loop import EpochStats, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
 from .optim import build_optimizer, build_scheduler
 from .preempt import Stopped, StopRequest
@@ -275,6 +275,7 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         )
         if stats.interrupted:
             break
+        _check_skipped(cfg, stats, epoch, saver)
         global_step += stats.steps - steps_before
         fit.train_rate = stats.images_per_s
         row = _epoch_row(epoch, global_step, stats)
@@ -290,6 +291,20 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         if ctx.stop.agreed():
             break
     return fit
+
+
+def _check_skipped(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkpointer) -> None:
+    """``on_nonfinite=skip``: an epoch that skipped more than ``max_skipped`` of its steps did not
+    train; stop before it is saved (the last checkpoint holds the epoch before)."""
+    tried = stats.steps + stats.skipped_steps
+    if cfg.on_nonfinite != "skip" or not tried or stats.skipped_steps <= cfg.get("max_skipped", 0.05) * tried:
+        return
+    raise NonFiniteLoss(
+        f"on_nonfinite=skip skipped {stats.skipped_steps} of the {tried} steps of epoch {epoch + 1} "
+        f"({stats.skipped_steps / tried:.0%}, more than max_skipped={cfg.get('max_skipped', 0.05):g}): the run is not "
+        f"training; {saver.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), set grad_clip=1.0, "
+        "or raise max_skipped"
+    )
 
 
 def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:

@@ -20,6 +20,7 @@ the iterator polls them). A death is then reported at most 5 s later, always fro
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -108,3 +109,21 @@ def _leave_worker_checks_to_the_iterator() -> None:
         return  # torch sets no handler there either
     if getattr(signal.getsignal(signal.SIGCHLD), "__module__", None) == _TORCH_HANDLER_MODULE:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+# torch's words for an exception a loader worker raised and handed over (torch.utils.data._utils.worker):
+# the worker is alive and the exception is the cause, not memory.
+_RAISED_IN_WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\nOriginal Traceback")
+
+
+def raised_in_worker(err: BaseException | None) -> BaseException | None:
+    """The exception a live loader worker raised, as torch hands it over ("Caught NotImplementedError
+    in DataLoader worker process 0" and the worker's traceback), when ``err`` is it or was raised
+    while handling it (a training words it as a dead worker);
+    else None."""
+    seen = 0
+    while err is not None and seen < 3:
+        if _RAISED_IN_WORKER.match(str(err)):
+            return err
+        err, seen = err.__context__, seen + 1
+    return None

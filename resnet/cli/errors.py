@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
 from hydra.errors import CompactHydraException
-
-# torch's words for an exception a loader worker raised and handed over (torch.utils.data._utils.worker):
-# the worker is alive and the exception is the cause, not memory.
-_RAISED_IN_WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\nOriginal Traceback")
 
 
 @contextmanager
@@ -38,6 +33,8 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
     except WeightsError as err:
         leave(f"{program}: {err}", 1)
     except RuntimeError as err:
+        from data.dataloader import raised_in_worker
+
         cause = raised_in_worker(err)
         if cause is not None:  # a bug in the data code, not a dead worker: lowering workers would not help
             raise cause from None
@@ -77,16 +74,3 @@ def leave(line: str, status: int) -> NoReturn:
     if status and "SUBMITIT_FOLDER" in os.environ:
         raise JobEnded(line) from None
     raise SystemExit(status) from None
-
-
-def raised_in_worker(err: BaseException | None) -> BaseException | None:
-    """The exception a live loader worker raised, as torch hands it over ("Caught NotImplementedError
-    in DataLoader worker process 0" and the worker's traceback), when ``err`` is it or was raised
-    while handling it (training words it as a dead worker: :class:`resnet.engine.run.LoaderWorkerDied`);
-    else None."""
-    seen = 0
-    while err is not None and seen < 3:
-        if _RAISED_IN_WORKER.match(str(err)):
-            return err
-        err, seen = err.__context__, seen + 1
-    return None

@@ -1,0 +1,153 @@
+"""How a training run ends: its fit (what the epochs leave for the results row), a stop handed
+over to SLURM or submitit (or ended with the command that resumes), and a finished run found
+again in its run dir, which is left as it is."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from data.dataloader import raised_in_worker
+
+from ..config import ConfigError
+from ..distributed import DistEnv, gather_objects
+from .checkpointer import Checkpointer, RunFailed
+from .preempt import Stopped, StopRequest
+from .resume import refusal
+from .resume_rules import compare
+
+
+class LoaderWorkerDied(RunFailed):
+    """A DataLoader worker process died (the kernel's OOM killer, most often)."""
+
+
+@dataclass
+class Fit:
+    """What the epochs left for the results row: the last validation (model and EMA), the last
+    epoch's training rate, and the epochs the run went to."""
+
+    epochs: int
+    val: dict = field(default_factory=dict)
+    ema_val: dict = field(default_factory=dict)
+    train_rate: float = 0.0
+    history: list[dict] = field(default_factory=list)
+    trained_to: int = 0  # the epochs done when it returned: == epochs when the run finished
+
+    @property
+    def finished(self) -> bool:
+        return self.trained_to >= self.epochs > 0
+
+    def update(self, other: Fit) -> None:
+        self.__dict__.update(other.__dict__)
+
+    @classmethod
+    def from_history(cls, epochs: int, history: list[dict]) -> Fit:
+        """The fit of a run whose every epoch is already saved (killed or requeued between its last
+        save and results.json): its last validation and training rate, as the last epoch's row holds them."""
+        last = history[-1] if history else {}
+        val = {k[4:]: v for k, v in last.items() if k.startswith("val_")}
+        ema_val = {k[4:]: v for k, v in last.items() if k.startswith("ema_")}
+        return cls(epochs, val, ema_val, last.get("train_images_per_s", 0.0), history, trained_to=epochs)
+
+
+@contextlib.contextmanager
+def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: DistEnv) -> Iterator[Fit]:
+    """Around the epochs (they fill in the :class:`Fit` yielded): the signal handlers are restored
+    however they end; a dead loader worker is one line saying what is kept; a stop request
+    (last.pt holds where every rank stopped) is handed to SLURM or submitit and ends the run with
+    :class:`Stopped`, unless every epoch was trained: then the run goes on to its results."""
+    fit = Fit(0)
+    try:
+        yield fit
+    except RuntimeError as err:
+        stop.restore()
+        # torch's words for a dead worker (data.dataloader); an exception a live worker raised is its own
+        if "DataLoader worker" not in str(err) or raised_in_worker(err) is not None:
+            raise
+        raise LoaderWorkerDied(
+            f"{str(err).splitlines()[0].rstrip('. ')}; {saver.kept}: a worker that dies unasked was most often "
+            "killed for memory: lower data.workers or batch_size, then run again with resume=true"
+        ) from None
+    except BaseException:
+        stop.restore()
+        raise
+    if not stop.requested:
+        stop.restore()
+        return
+    if fit.finished:  # the signal came after the last epoch was saved: nothing left to requeue for
+        stop.restore()
+        if env.is_main:
+            print(f"note: {stop.name} arrived after the last epoch was saved; the run is complete, not requeued",
+                  flush=True)
+        return
+    name, status = stop.name, stop.status
+    done = stop.hand_over()
+    saved = f"saved {saver.path}" if saver.writes else f"before its first step, nothing new to save ({saver.kept})"
+    resume = "" if done.requeued else f"; to go on: {resume_command(run_dir)}"
+    raise Stopped(f"stopped by {name}: {saved}; {done.text}{resume}", requeued=done.requeued, status=status)
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes this run: its own overrides, with resume=true and its run dir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))]
+    return shlex.join(["python", "train.py", *kept, "resume=true", f"hydra.run.dir={run_dir}"])
+
+
+def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
+    """The results of the finished run of this config in ``run_dir``, or None where there is
+    none (a collective: rank 0 reads, everyone learns). A run is finished when results.json
+    holds ``epochs`` at least this config's. Nothing is written: started again, requeued or
+    resubmitted, a finished run keeps its files byte for byte. A finished run of another config
+    (a fixed key differs) is refused in one line, before anything is written."""
+    found: tuple[str, object] = ("none", None)
+    if env.is_main:
+        try:
+            found = _read_finished(cfg, run_dir)
+        except ConfigError as err:
+            found = ("refused", str(err))
+    kind, value = gather_objects(found, env)[0]
+    if kind == "refused":
+        raise ConfigError(value)
+    if kind == "none":
+        return None
+    if env.is_main:
+        top1 = value.get("top1_err")
+        shown = f"{top1:.2f}%" if isinstance(top1, (int, float)) else "none"
+        print(f"run in {run_dir} already finished: top-1 err {shown}; results.json kept (to train it again, pass "
+              "another hydra.run.dir)", flush=True)
+    return value
+
+
+def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
+    path = run_dir / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except FileNotFoundError:
+        return ("none", None)
+    except (OSError, ValueError):
+        return ("none", None)  # not ours, or unreadable: training writes a new one at its end
+    if not isinstance(results, dict) or not isinstance(results.get("epochs"), int) or results["epochs"] < cfg.epochs:
+        return ("none", None)  # an earlier stop_after invocation, or a run being extended (resume decides)
+    last = run_dir / "last.pt"
+    if last.exists():
+        from .state import load_training_state
+
+        try:
+            state = load_training_state(last, torch.device("cpu"))
+        except (FileNotFoundError, ValueError):
+            state = None
+        if state is not None and state.get("config"):
+            refused, _ = compare(state["config"], OmegaConf.to_container(cfg, resolve=True))
+            if refused:
+                raise ConfigError(f"{run_dir} holds a finished run of another config: " + refusal(last, refused))
+    return ("finished", results)

@@ -338,6 +338,18 @@ def test_a_stop_signal_1_3_or_10_s_after_the_job_starts_ends_completed_with_its_
         shutil.rmtree(default_dir, ignore_errors=True)
 
 
+def test_a_time_limit_no_longer_than_the_warnings_lead_is_one_line_not_a_requeue_loop(cluster, tiny_folder, tmp_path):
+    # --time=1 (60 s) with --signal=USR1@120: the warning would come at every start, and each start
+    # would requeue itself before training anything. The script refuses it instead.
+    log = tmp_path / "job.out"
+    job = sbatch({**cluster, "PYTHON": PY, "RUN_DIR": str(tmp_path / "run")}, "--time=1", "--nodes=1",
+                 "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1", f"--output={log}",
+                 "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
+    fields = wait_for_end(cluster, job, log, timeout=120)
+    assert (fields["JobState"], fields["Restarts"]) == ("FAILED", "0"), read(log)
+    assert "no longer than its --signal lead of 120 s" in read(log) and not (tmp_path / "run").exists()
+
+
 def wait_for_marker(env: dict, job: str, marker: Path, log: Path) -> None:
     deadline = time.monotonic() + 300  # a busy machine: the job may wait for the last one's node
     while not marker.exists():

@@ -205,11 +205,11 @@ def test_a_grid_run_resumes_only_with_its_own_presets_and_batchnorm(tiny_folder,
 
     run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "stop_after=1")
     with pytest.raises(ConfigError, match=r"was trained with grid=\[symmetric,tf_same\], this run has "
-                                          r"\['symmetric', 'asymmetric'\]: pass the grid it was trained with"):
+                                          r"\[symmetric,asymmetric\]: pass grid=\[symmetric,tf_same\] to resume it"):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric,asymmetric]", "resume=true")
-    with pytest.raises(ConfigError, match="trained with grid_bn=statistics: pass grid_bn=statistics, or start over"):
+    with pytest.raises(ConfigError, match="grid_bn=statistics, this run has shared: pass grid_bn=statistics"):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "grid_bn=shared", "resume=true")
-    with pytest.raises(ConfigError, match="was trained with grid=\\[symmetric,tf_same\\], this run has none"):
+    with pytest.raises(ConfigError, match="was trained with grid=\\[symmetric,tf_same\\], this run has null"):
         run_in_process(tiny_folder, tmp_path, "resume=true")
 
 

@@ -95,6 +95,8 @@ class StopRequest:
 
     def agreed(self) -> bool:
         """Whether any process was asked to stop (a collective: every process calls it)."""
+        if not self.env.distributed:
+            return self.agree(self.requested)
         flag = torch.tensor([float(self.requested)], device=self.env.device)
         return self.agree(bool(all_reduce_sum(flag, self.env).item() > 0))
 

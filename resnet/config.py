@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from .archs import ARCHS, canonical_name
 from .distributed import DEVICES
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
-from .schema import check_schema
+from .schema import schema_problems
 from .workers import auto_workers, usable_cores
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # amp=: autocast dtype (resnet.runtime)
@@ -55,9 +55,11 @@ def padding_overrides(name: str) -> list[str]:
 
 
 def check_run_config(cfg: DictConfig) -> None:
-    """Every number and switch (:func:`resnet.schema.check_schema`), then the keys train.yaml and
+    """Every number and switch (:data:`resnet.schema.SCHEMA`), then the keys train.yaml and
     eval.yaml share: device, amp, padding, data."""
-    check_schema(cfg)  # first: the checks below compare values that must be numbers
+    problems = schema_problems(cfg)  # first: the checks below compare values that must be numbers
+    if problems:
+        raise ConfigError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     if cfg.batch_size <= 0:
         raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
     if cfg.device not in DEVICES:

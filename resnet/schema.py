@@ -3,8 +3,9 @@
 The YAML files give each key a default and a comment; they cannot say that ``epochs`` is a whole
 number or that ``optim.lr`` is positive, so an override such as ``optim.lr=abc`` would reach the
 optimizer and end in a traceback, and ``optim.lr=-1`` in torch's complaint about the *scaled*
-value. :func:`check_schema` checks every key of :data:`SCHEMA` that a composed config holds, before
-any work, and fails in one line quoting the override as typed (:class:`resnet.config.ConfigError`).
+value. :func:`schema_problems` checks every key of :data:`SCHEMA` that a composed config holds, before
+any work (:func:`resnet.config.check_run_config` raises the first as a one-line
+:class:`resnet.config.ConfigError`), quoting the override as typed.
 
 Keys whose values are names (``device``, ``amp``, ``loss``, a padding preset, ``data.workers``) are
 checked where their choices are defined (:mod:`resnet.config`, :mod:`resnet.engine.checks`).
@@ -145,16 +146,6 @@ def schema_problems(cfg: DictConfig) -> list[str]:
             example = f", e.g. {field.example}" if field.example else ""
             problems.append(f"{key}={typed_value(key, value)}: {problem}{example}")
     return problems
-
-
-def check_schema(cfg: DictConfig) -> None:
-    """Raise :class:`resnet.config.ConfigError` for the first key whose value does not fit :data:`SCHEMA`."""
-    from .config import ConfigError
-
-    problems = schema_problems(cfg)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ConfigError(problems[0] + more)
 
 
 def typed_value(key: str, value: object) -> str:

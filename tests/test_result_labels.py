@@ -32,7 +32,7 @@ def test_error_percentages_are_stored_rounded():
     row = results_row(META, "fashion_mnist", "none", {"top1_err": 100 * (1 - 0.9973), "top5_err": None},
                       ema_top1_err=100 / 3, n_val_images=10_000)  # fmt: skip
     text = json.dumps(row)
-    assert '"top1_err": 0.27,' in text and row["ema_top1_err"] == 33.3333 and row["top5_err"] is None
+    assert '"top1_err": 0.27,' in text and row["ema_top1_err"] == 33.333333 and row["top5_err"] is None
 
 
 class RecordingWandb:

@@ -60,3 +60,15 @@ def test_train_and_eval_runs_of_one_trained_scheme_share_a_group(tmp_path, monke
     train, evaluation = fake.inits
     assert train["group"] == evaluation["group"] == "grid[symmetric,asymmetric]"
     assert (train["job_type"], evaluation["job_type"]) == ("train", "eval")
+
+
+def test_a_grid_trainings_wandb_group_is_its_grid(tiny_folder, tmp_path, monkeypatch):
+    # train.py hands the W&B run its group: the grid's name for a grid run, as its eval runs get
+    import resnet.engine.runlog as runlog
+    from tests.helpers.training import run_in_process
+
+    groups = []
+    monkeypatch.setattr(runlog, "start_run", lambda logger, config, group, run_dir: groups.append(group))
+    run_in_process(tiny_folder, tmp_path, "epochs=1", "max_steps_per_epoch=1", "grid=[symmetric,asymmetric]",
+                   "logger.wandb=true")  # fmt: skip
+    assert groups == ["grid[symmetric,asymmetric]"]

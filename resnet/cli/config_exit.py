@@ -6,7 +6,6 @@ config (:func:`resnet.cli.hydra_app.run_main`) or a check did afterwards (:class
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import NoReturn
 
@@ -24,10 +23,10 @@ def launched_rank() -> int:
 
 
 def config_error_status() -> int:
-    """The exit status of a config error: 2, but 0 under torchrun, whose agent reports any other
-    status of a worker as a failure with its own 30-line traceback, which would bury the one line
-    that says what to fix."""
-    return 0 if "TORCHELASTIC_RUN_ID" in os.environ else CONFIG_ERROR_STATUS
+    """The exit status of a config error: 2, under every launcher. (torchrun then adds its own
+    report of a failed worker below the one line; a status of 0 would spare it, and tell a script
+    or a scheduler that a run which never started had succeeded.)"""
+    return CONFIG_ERROR_STATUS
 
 
 def exit_config_error(message: str) -> NoReturn:

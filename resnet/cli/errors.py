@@ -28,8 +28,10 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
 
     try:
         yield
-    except ConfigError as err:
-        leave(f"error: {err}", 2)
+    except ConfigError as err:  # every rank sees the same config: the line is printed once, by rank 0
+        from .config_exit import config_error_status, launched_rank
+
+        leave(f"error: {err}", config_error_status(), show=launched_rank() == 0)
     except WeightsError as err:
         leave(f"{program}: {err}", 1)
     except RuntimeError as err:
@@ -66,11 +68,12 @@ class JobEnded(CompactHydraException):
     """The line a task launched by submitit ends with (Hydra prints it alone in the sweep)."""
 
 
-def leave(line: str, status: int) -> NoReturn:
+def leave(line: str, status: int, show: bool = True) -> NoReturn:
     """Print ``line`` and exit with ``status``. Under submitit a failure is raised instead: submitit
     writes a task's result file only when its function returns or raises, never on an exit, and
     the sweep that launched it would wait for that file forever."""
-    print(line, file=sys.stderr, flush=True)
+    if show:
+        print(line, file=sys.stderr, flush=True)
     if status and "SUBMITIT_FOLDER" in os.environ:
         raise JobEnded(line) from None
     raise SystemExit(status) from None

@@ -21,6 +21,7 @@ from ..grid import draw, make_grid, set_grid
 from ..model import ModelMeta
 from ..report.console import format_table
 from ..report.rows import TRAIN_SUMMARY, results_row
+from ..report.wandb_log import run_group
 from ..runtime import Runtime, join_job, runtime_for
 from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
@@ -203,7 +204,8 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     )
     config = OmegaConf.to_container(cfg, resolve=True)
     saver = Checkpointer(run_dir / "last.pt", t, env, config, layout, start.history)
-    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=t.meta.padding_name, resumed_epoch=start.epoch)
+    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=run_group(t.meta, t.grid),
+                       resumed_epoch=start.epoch)
     with handing_over(stop, saver, run_dir, env) as fit:
         fit.update(_fit(cfg, env, t, train_model, ctx, saver, logger, start))
     results = _results(cfg, env, t, fit, run_dir, time.perf_counter() - wall_start)

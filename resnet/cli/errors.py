@@ -61,7 +61,9 @@ def _training_error(err: RuntimeError) -> None:
     if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed
         leave(f"error: {err}", 1)
     if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130 or 3
-        leave(str(err), err.status)
+        from .config_exit import launched_rank
+
+        leave(str(err), err.status, show=launched_rank() == 0)  # every rank stopped at the same step: one line
 
 
 class JobEnded(CompactHydraException):

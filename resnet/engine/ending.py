@@ -90,17 +90,23 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     name, status = stop.name, stop.status
     done = stop.hand_over()
     saved = f"saved {saver.path}" if saver.writes else f"before its first step, nothing new to save ({saver.kept})"
-    resume = "" if done.requeued else f"; to go on: {resume_command(run_dir)}"
+    resume = "" if done.requeued else f"; to go on: {resume_command(run_dir, env)}"
     raise Stopped(f"stopped by {name}: {saved}; {done.text}{resume}", requeued=done.requeued, status=status)
 
 
-def resume_command(run_dir: Path) -> str:
-    """The command that resumes this run: its own overrides, with resume=true and its run dir."""
+def resume_command(run_dir: Path, env: DistEnv) -> str:
+    """The command that resumes this run: its launcher (torchrun on one node: its process count;
+    on several, the launch's own flags are the user's), its own overrides, resume=true, its run dir."""
     from hydra.core.hydra_config import HydraConfig
 
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     kept = [o for o in overrides if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))]
-    return shlex.join(["python", "train.py", *kept, "resume=true", f"hydra.run.dir={run_dir}"])
+    launcher = ["python"]
+    if env.launch is not None and env.launch.launcher == "torchrun":
+        launcher = ["torchrun", f"--nproc_per_node={env.local_world_size}"]
+        if env.world_size > env.local_world_size:
+            launcher.insert(1, "<its --nnodes and --rdzv flags>")
+    return shlex.join([*launcher, "train.py", *kept, "resume=true", f"hydra.run.dir={run_dir}"])
 
 
 def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:

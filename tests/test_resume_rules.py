@@ -74,7 +74,6 @@ def check(tiny_folder, trained: Path, *overrides: str, world_size: int = 1):
         ("label_smoothing=0.0", "label_smoothing", "0.1", "0.0"),
         ("loss=bce", "loss", "ce", "bce"),
         ("mixup=0.2", "mixup", "0.0", "0.2"),
-        ("optim.lr=0.5", "optim.lr", "0.4", "0.5"),
         ("optim.weight_decay=0.001", "optim.weight_decay", "5e-05", "0.001"),
         ("sched.pct_start=0.5", "sched.pct_start", "0.25", "0.5"),
         ("max_steps_per_epoch=3", "max_steps_per_epoch", "null", "3"),
@@ -106,6 +105,7 @@ def test_another_world_size_is_another_global_batch(tiny_folder, trained):
         ("compile=true", "compile: False -> True"),
         ("device=cpu", "device: auto -> cpu"),
         ("logger.wandb=true", "logger.wandb: False -> True"),
+        ("optim.lr=0.5", "optim.lr: 0.4 -> 0.5"),
     ],
 )
 def test_each_key_that_may_change_is_applied_and_reported(tiny_folder, trained, override, change):

@@ -81,7 +81,7 @@ def train(cfg: DictConfig) -> dict:
         shutdown(env)
 
 
-def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int):
+def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int, cache_dir: Path | None = None):
     from data import DataConfig, build_loaders  # imported here so that composing configs stays fast
     from data.gpu_decode import check_decode
 
@@ -89,7 +89,8 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int)
                                   workers=data_workers(data_cfg, env.local_world_size))
     try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
         check_decode(data.decode, env.device)  # decode=gpu needs a CUDA device to decode on
-        loaders = build_loaders(data, batch_size, rank=env.rank, world_size=env.world_size, seed=seed)
+        loaders = build_loaders(data, batch_size, rank=env.rank, world_size=env.world_size, seed=seed,
+                                cache_dir=cache_dir)  # folder indexes: beside the data, else in the run dir
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if loaders.num_classes != data_cfg.num_classes:
@@ -156,7 +157,7 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
     model = build_run_model(cfg)
     grid = list(model.grid) if hasattr(model, "grid") else None
     meta = model.meta
-    loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed))
+    loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir)))
     model = runtime.place(model)
     if cfg.sync_bn and env.distributed:
         model = convert_sync_batchnorm(model, env)

@@ -214,26 +214,29 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(tiny_folder, wrapper, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_finished_run_started_again_keeps_its_files_byte_for_byte(tiny_folder, straight, tmp_path):
+def test_a_finished_run_started_again_keeps_its_files_byte_for_byte(tiny_folder, straight, tmp_path, capsys):
     run_dir = tmp_path / "done"
     shutil.copytree(straight, run_dir)
     files = {name: (run_dir / name).read_bytes() for name in ("results.json", "metrics.csv", "steps.csv", "last.pt")}
     top1 = json.loads(files["results.json"])["top1_err"]
-    for extra in (("resume=true",), ("resume=false",), ("resume=true", "data.workers=1")):
-        proc = train_script(*overrides(tiny_folder, run_dir, "seed=3", *extra))
-        assert_status(proc, 0)
-        assert f"run in {run_dir} already finished: top-1 err {top1:.2f}%; results.json kept" in proc.stdout
-        assert "resumed from" not in proc.stdout and "Traceback" not in proc.stderr
+    said = f"run in {run_dir} already finished: top-1 err {top1:.2f}%; results.json kept"
+    proc = train_script(*overrides(tiny_folder, run_dir, "seed=3", "resume=true"))  # as a command: status 0
+    assert_status(proc, 0)
+    assert said in proc.stdout and "resumed from" not in proc.stdout and "Traceback" not in proc.stderr
+    assert {name: (run_dir / name).read_bytes() for name in files} == files
+    for extra in (("resume=false",), ("resume=true", "data.workers=1")):  # the same check, in this process
+        assert run_in_process(tiny_folder, run_dir, "seed=3", *extra) == json.loads(files["results.json"])
+        assert said in capsys.readouterr().out
         assert {name: (run_dir / name).read_bytes() for name in files} == files
     # a finished run of another config is not "finished" for this one: refused in one line, nothing written
-    line = error_line(train_script(*overrides(tiny_folder, run_dir, "seed=4", "resume=true")))
+    line = config_error(tiny_folder, run_dir, "seed=4", "resume=true")
     assert f"{run_dir} holds a finished run of another config" in line and "seed=3, this run has 4" in line
     assert {name: (run_dir / name).read_bytes() for name in files} == files
 
 
 @pytest.mark.slow
 def test_a_stop_during_the_last_validation_or_before_results_ends_with_the_uninterrupted_results(
-    tiny_folder, straight, wrapper, tmp_path
+    tiny_folder, straight, wrapper, tmp_path, capsys, one_thread
 ):
     # Under SLURM (a stand-in scontrol records any requeue): USR1 during the final validation is
     # after the last epoch's training: the run writes its results, exits 0, and requeues nothing.
@@ -251,9 +254,10 @@ def test_a_stop_during_the_last_validation_or_before_results_ends_with_the_unint
     args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "seed=3", "resume=true")]
     assert_status(launch(args, "finish:1"), KILLED)
     assert not (run_dir / "results.json").exists() and load_checkpoint(run_dir / "last.pt")["epoch"] == 2
-    proc = train_script(*overrides(tiny_folder, run_dir, "seed=3", "resume=true"))
-    assert_status(proc, 0)
-    assert "resumed from" in proc.stdout and "train 2:" not in proc.stderr  # nothing trained again
+    capsys.readouterr()
+    run_in_process(tiny_folder, run_dir, "seed=3", "resume=true")  # what is resumed is the file, not the process
+    out, err = capsys.readouterr()
+    assert "resumed from" in out and "batches" not in err  # nothing trained again
     assert untimed_results(run_dir) == untimed_results(straight)
     assert [r["epoch"] for r in read_csv(run_dir / "metrics.csv")] == ["1", "2"]
 

@@ -364,19 +364,7 @@ def test_nonfinite_loss_skipped_and_counted(tiny_folder, tmp_path, monkeypatch, 
 
 def test_skipping_most_steps_stops_in_one_line_and_keeps_the_epoch_before(tiny_folder, tmp_path, monkeypatch):
     # every loss from the 8th on is NaN: epoch 2 skips 5 of its 6 steps, more than max_skipped=0.05
-    real = engine_run.loss_and_augment
-
-    def mostly_nan(cfg, num_classes, device):
-        loss_fn, augment = real(cfg, num_classes, device)
-        calls = [0]
-
-        def loss(logits, labels):
-            calls[0] += 1
-            return loss_fn(logits, labels) * (float("nan") if calls[0] >= 8 else 1.0)
-
-        return loss, augment
-
-    monkeypatch.setattr(engine_run, "loss_and_augment", mostly_nan)
+    nan_at(monkeypatch, 8, onwards=True)
     with pytest.raises(NonFiniteLoss) as stopped:
         run_in_process(tiny_folder, tmp_path, "on_nonfinite=skip")
     line = str(stopped.value)

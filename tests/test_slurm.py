@@ -43,40 +43,6 @@ echo "$SLURM_PROCID $SLURMD_NODENAME $(readlink /proc/self/ns/net) $(getent host
 exec {python} "$@"
 """
 
-PAUSE = '''"""train.py whose rank 0 waits at its 8th loss (epoch 1, batch 2) until a stop signal has
-arrived, once (a marker file): the test sends it with scancel while the job is there."""
-import os, runpy, sys, time
-from pathlib import Path
-
-import resnet.engine.run as engine_run
-from resnet import stop
-
-marker, calls = Path(os.environ["PAUSE_MARKER"]), 0
-loss_and_augment = engine_run.loss_and_augment
-
-
-def pausing(cfg, num_classes, device):
-    loss_fn, augment = loss_and_augment(cfg, num_classes, device)
-
-    def loss(logits, labels):
-        global calls
-        calls += 1
-        if calls == 8 and os.environ["SLURM_PROCID"] == "0" and not marker.exists():
-            marker.write_text(os.environ["SLURM_JOB_ID"])
-            deadline = time.monotonic() + 90
-            while stop.pending() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-        return loss_fn(logits, labels)
-
-    return loss, augment
-
-
-engine_run.loss_and_augment = pausing
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
-
-
 SITE_PAUSE = '''\"\"\"sitecustomize for the jobs of a test: rank 0 of the first job whose training gets to its
 8th loss waits there until a stop signal has arrived (a marker file holds its job id, once).\"\"\"
 import importlib.abc
@@ -135,6 +101,13 @@ class AfterImport(importlib.abc.MetaPathFinder):
 if os.environ.get("PAUSE_MARKER"):
     sys.meta_path.insert(0, AfterImport())
 '''
+
+
+def pausing(tmp_path: Path, marker: Path) -> dict[str, str]:
+    """The environment under which a job's rank 0 pauses at its 8th loss until a stop signal (:data:`SITE_PAUSE`)."""
+    (tmp_path / "hook").mkdir(exist_ok=True)
+    (tmp_path / "hook" / "sitecustomize.py").write_text(SITE_PAUSE)
+    return {"PYTHONPATH": str(tmp_path / "hook"), "PAUSE_MARKER": str(marker)}
 
 
 @pytest.fixture(scope="module")
@@ -249,9 +222,8 @@ def test_a_usr1_to_the_batch_shell_requeues_for_real_and_the_job_resumes_exactly
     cluster, tiny_folder, torchrun_reference, tmp_path
 ):
     run_dir, log, marker = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused"
-    (tmp_path / "pause.py").write_text(PAUSE)
-    env = {**cluster, "PYTHON": str(python_shim(tmp_path, f"{PY} {tmp_path / 'pause.py'}")),
-           "TASK_LOG": str(tmp_path / "tasks.log"), "RUN_DIR": str(run_dir), "PAUSE_MARKER": str(marker)}  # fmt: skip
+    env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tmp_path / "tasks.log"),
+           "RUN_DIR": str(run_dir), **pausing(tmp_path, marker)}  # fmt: skip
     job = sbatch(env, "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1", f"--output={log}",
                  "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
     deadline = time.monotonic() + 300  # a busy machine: the job may wait for the last one's node
@@ -275,9 +247,8 @@ def test_stock_preemption_sigterm_requeues_and_the_job_resumes_exactly(cluster, 
     # PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, GraceTime=20 and no preempt_send_user_signal:
     # a job in `high` that needs node1 makes slurmctld send SIGTERM to the `low` training there, mid-epoch.
     run_dir, log, marker = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused"
-    (tmp_path / "pause.py").write_text(PAUSE)
-    env = {**cluster, "PYTHON": str(python_shim(tmp_path, f"{PY} {tmp_path / 'pause.py'}")),
-           "TASK_LOG": str(tmp_path / "tasks.log"), "RUN_DIR": str(run_dir), "PAUSE_MARKER": str(marker)}  # fmt: skip
+    env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tmp_path / "tasks.log"),
+           "RUN_DIR": str(run_dir), **pausing(tmp_path, marker)}  # fmt: skip
     node = ["--nodelist=node1", "--nodes=1", "--exclusive", "--gpus-per-node=0"]
     job = sbatch(env, "--partition=low", *node, "--ntasks-per-node=2", "--cpus-per-task=1", f"--output={log}",
                  "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
@@ -365,9 +336,7 @@ def test_the_readme_submitit_sweep_runs_and_a_usr2_with_a_short_timeout_ends_in_
     # on to its results, and the sweep ends in one line saying why nothing was requeued (no accounting
     # database here: submitit reads result files, and would wait forever for a missing one).
     sweep, marker = tmp_path / "sweep", tmp_path / "paused"
-    (tmp_path / "hook").mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(SITE_PAUSE)
-    env = {**cluster, "PYTHONPATH": str(tmp_path / "hook"), "PAUSE_MARKER": str(marker)}
+    env = {**cluster, **pausing(tmp_path, marker)}
     args = [PY, "train.py", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=1",
             "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5",
             f"hydra.sweep.dir={sweep}", *config(tiny_folder)[:-2], "+padding=symmetric,asymmetric"]  # fmt: skip

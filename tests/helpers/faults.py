@@ -193,8 +193,8 @@ def assert_same_training(a: dict, b: dict) -> None:
     assert untimed(a["history"]) == untimed(b["history"])  # every epoch's loss and val errors, bit for bit
 
 
-def nan_at(monkeypatch, n: int) -> None:
-    """The ``n``-th loss of the next in-process run is NaN."""
+def nan_at(monkeypatch, n: int, onwards: bool = False) -> None:
+    """The ``n``-th loss of the next in-process run is NaN (``onwards``: and every later one)."""
     real = engine_run.loss_and_augment
 
     def loss_and_augment(cfg, num_classes, device):
@@ -203,7 +203,8 @@ def nan_at(monkeypatch, n: int) -> None:
 
         def loss(logits, labels):
             calls[0] += 1
-            return loss_fn(logits, labels) * (float("nan") if calls[0] == n else 1.0)
+            due = calls[0] >= n if onwards else calls[0] == n
+            return loss_fn(logits, labels) * (float("nan") if due else 1.0)
 
         return loss, augment
 

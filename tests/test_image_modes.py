@@ -109,8 +109,8 @@ def every_mode(tmp_path_factory) -> Path:
     return root
 
 
-def test_every_mode_trains_and_validates_with_nothing_skipped(every_mode):
-    data = DataConfig("imagefolder", str(every_mode), workers=2, image_size=16)
+def assert_every_mode_read(data: DataConfig) -> None:
+    """Train and val of ``data`` deliver every image of :data:`CASES` as uint8, none skipped."""
     with build_loaders(data, batch_size=len(CASES)) as loaders:
         loaders.set_epoch(0)
         for loader in (loaders.train, loaders.val):
@@ -118,6 +118,10 @@ def test_every_mode_trains_and_validates_with_nothing_skipped(every_mode):
             assert sum(len(b.labels) for b in batches) == len(CASES)
             assert sum(b.skipped for b in batches) == 0, [p for b in batches for p in b.skipped_paths]
             assert all(b.images.dtype == torch.uint8 for b in batches)
+
+
+def test_every_mode_trains_and_validates_with_nothing_skipped(every_mode):
+    assert_every_mode_read(DataConfig("imagefolder", str(every_mode), workers=2, image_size=16))
 
 
 @pytest.mark.parametrize("crops", [1, 10])
@@ -142,13 +146,7 @@ def test_every_mode_reads_from_shards_with_nothing_skipped(every_mode, tmp_path)
         classes = find_classes(every_mode / split)
         samples = file_samples(every_mode / split, find_images(every_mode / split, classes))
         convert(samples, classes, tmp_path / split, split, shard_size=5, progress=False)
-    data = DataConfig("imagenet_shards", str(tmp_path), workers=0, image_size=16)
-    with build_loaders(data, batch_size=len(CASES)) as loaders:
-        loaders.set_epoch(0)
-        for loader in (loaders.train, loaders.val):
-            batches = list(loader)
-            assert sum(len(b.labels) for b in batches) == len(CASES)
-            assert sum(b.skipped for b in batches) == 0, [p for b in batches for p in b.skipped_paths]
+    assert_every_mode_read(DataConfig("imagenet_shards", str(tmp_path), workers=0, image_size=16))
 
 
 # --- a loader worker that raises --------------------------------------------------------------

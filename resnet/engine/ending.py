@@ -138,10 +138,8 @@ def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
     path = run_dir / "results.json"
     try:
         results = json.loads(path.read_text())
-    except FileNotFoundError:
+    except (OSError, ValueError):  # none yet, or not ours: training writes a new one at its end
         return ("none", None)
-    except (OSError, ValueError):
-        return ("none", None)  # not ours, or unreadable: training writes a new one at its end
     if not isinstance(results, dict) or not isinstance(results.get("epochs"), int) or results["epochs"] < cfg.epochs:
         return ("none", None)  # an earlier stop_after invocation, or a run being extended (resume decides)
     last = run_dir / "last.pt"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -32,6 +31,7 @@ from resnet.cli.detect import run as detect
 from resnet.cli.export import main as export_main
 from resnet.cli.export import run as export
 from resnet.detect import DetectionReport, SchemeScore, detect_padding
+from tests.helpers import procs
 from tests.helpers.builtin_data import require_fashion_mnist
 from tests.helpers.compose import compose_config
 from tests.helpers.models import random_model
@@ -203,8 +203,7 @@ def test_export_bad_input_is_one_line(tiny, tmp_path, capsys, overrides, says):
 def test_detect_command_line_prints_its_table(tiny, tmp_path):
     require_fashion_mnist()
     command = [sys.executable, "-m", "resnet.detect", f"weights={tiny[1]}", "images=40", "device=cpu"]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = procs.run(command, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     header = ("| rank", "| presets (identical outputs)", "| mean CE", "| margin ± s.e. (nats)", "| top-1 err %")
     assert all(column in done.stdout for column in header)

@@ -8,12 +8,13 @@ import importlib
 import importlib.metadata
 import json
 import shutil
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import procs
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
@@ -55,8 +56,7 @@ print(json.dumps(seen))
 def helps() -> dict[str, tuple[int, str, str]]:
     """(exit status, stdout, stderr) of ``python -m <module> --help`` of every command under both names."""
     modules = [name for target in SCRIPTS.values() for name in (module_of(target), old_module(target))]
-    proc = subprocess.run([sys.executable, "-c", HELP_ALL, *modules], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    proc = procs.run([sys.executable, "-c", HELP_ALL, *modules], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {module: tuple(result) for module, result in json.loads(proc.stdout.splitlines()[-1]).items()}
 
@@ -74,6 +74,7 @@ def test_the_entry_point_imports_and_is_callable(script):
     assert callable(getattr(importlib.import_module(module), function))
 
 
+@pytest.mark.xdist_group("helps")  # one worker runs the fixture's process
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_both_module_names_print_usage(script, helps):
     for module in (module_of(SCRIPTS[script]), old_module(SCRIPTS[script])):
@@ -99,6 +100,6 @@ def test_an_installed_console_script_runs():
     script = Path(sys.executable).parent / "resnet-inspect"
     if not script.exists() or shutil.which(str(script)) is None:
         pytest.skip("resnet-inspect is not installed beside this Python: pip install -e . puts it there")
-    proc = subprocess.run([str(script), "resnet18", "--size", "224"], capture_output=True, text=True, timeout=300)
+    proc = procs.run([script, "resnet18", "--size", "224"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "maxpool" in proc.stdout and "asymmetric" in proc.stdout  # the pads table

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 from urllib.error import URLError
@@ -333,11 +331,10 @@ def test_failed_download_is_one_line(offline_hubs, monkeypatch):
 
 def test_eval_script_reports_missing_weights_in_one_line(tmp_path):
     (tmp_path / "val").mkdir()
-    proc = subprocess.run(
+    proc = procs.run(
         [PY, "eval.py", "weights=torchvision:ResNet18_Weights.IMAGENET1K_V1", f"data.root={tmp_path}",
          f"hydra.run.dir={tmp_path / 'run'}", f"results_file={tmp_path / 'r.jsonl'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "TORCH_HOME": str(tmp_path / "torch"), "OMP_NUM_THREADS": "1"},
+        {"TORCH_HOME": str(tmp_path / "torch")}, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
 import random
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -23,6 +21,7 @@ from data.shards import ShardError, check_shards, convert, file_samples, read_by
 from data.shards import write as shards_write
 from data.shards.__main__ import main
 from data.shards.write import make_keys
+from tests.helpers import procs
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -501,15 +500,7 @@ def test_cli_as_a_program(folder, tmp_path):
     index = convert_folder(folder, tmp_path, shard_size=5)
     shard = index.path(index.shards[1])
     shard.write_bytes(shard.read_bytes()[:5000])
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "data.shards", "check", str(tmp_path)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = procs.run([sys.executable, "-m", "data.shards", "check", str(tmp_path)], timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 1 and not proc.stdout
     assert proc.stderr == (
         f"error: shard {shard} truncated: 5000 bytes, index.json says 20480; re-run the conversion (it resumes)\n"

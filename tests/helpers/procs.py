@@ -1,6 +1,10 @@
 """Starting the project's commands as the tests' subprocesses, so that a hang fails a test and
 never stalls the suite: each command runs in its own session (process group), and past its
-deadline the whole group (torchrun's workers, every stand-in srun task) is killed."""
+deadline the whole group (torchrun's workers, every stand-in srun task) is killed.
+
+A Python command is forked from a server that has imported torch already (tests/helpers/zygote.py:
+the same process a new interpreter would be, 3.5 s of CPU sooner); ``fresh=True``, or a command or
+environment the server cannot reproduce, starts a new interpreter."""
 
 from __future__ import annotations
 
@@ -14,12 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import zygote_client
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.Popen:
-    return subprocess.Popen([str(a) for a in args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = REPO,
+          fresh: bool = False) -> subprocess.Popen | zygote_client.Forked:  # fmt: skip
+    args = [str(a) for a in args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    if not fresh and (forked := zygote_client.fork(args, env, Path(cwd))) is not None:
+        return forked
+    return subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # fmt: skip
 
 
@@ -48,7 +58,7 @@ def _kill_groups(procs: list[subprocess.Popen]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader while a member runs
 
 
-def run(args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 240,
-        cwd: Path = REPO) -> subprocess.CompletedProcess:  # fmt: skip
+def run(args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 240, cwd: Path = REPO,
+        fresh: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
     """Run one command (and everything it starts) to its end, or fail the test at ``timeout``."""
-    return wait_all([start(args, env, cwd)], timeout)[0]
+    return wait_all([start(args, env, cwd, fresh)], timeout)[0]

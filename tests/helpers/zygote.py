@@ -1,0 +1,186 @@
+"""A process that has already imported torch, and forks a fresh child per command the tests start.
+
+Half the CPU of a test that runs ``python train.py ...`` is the interpreter importing torch,
+torchvision and Hydra (about 3.5 s on the 2-core runner), and the suite starts such commands
+about a hundred times. This server imports them once per pytest worker; each command is then a
+``fork`` of it that sets up exactly what a new interpreter would have (argv, environment, working
+directory, ``sys.path[0]``, standard streams on the caller's pipes, its own session) and runs the
+script or module as ``__main__``. Exit status, signals, process group, ``atexit`` handlers and
+output are those of the command run on its own: the child *is* a separate process.
+
+What a fork cannot give, a fresh interpreter does (tests/helpers/procs.py decides): anything
+other than ``python script.py ...``, ``python -m module ...``, ``python -c code ...`` or a console
+script of this Python; an environment that differs from the server's in what is read while importing (``PYTHON*``,
+thread counts, ``TORCH*``, the loader's variables); and a test that asks for ``fresh=True``
+because start-up itself is what it checks. The server is not used at all if importing wrote
+anything to its stderr (a warning a new interpreter would print at every start).
+
+Protocol over a Unix socket, one connection per command: the client sends one JSON request
+(argv, env, cwd) with three file descriptors (stdin, stdout, stderr); the server answers with
+the child's pid as one line, and later with its exit code (as ``Popen.returncode``) as another.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+# Third-party only: the project's own modules are imported by each child, as by a new interpreter
+# (a test that checks what a command imports, or refuses to, sees them imported for real).
+PRELOAD = ("torch", "torchvision", "hydra", "omegaconf", "numpy", "PIL.Image")
+
+# Variables that the interpreter, the dynamic loader, OpenMP or torch read while starting or
+# importing: a child whose environment differs in any of them gets a new interpreter instead.
+STARTUP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "TORCH", "LD_", "MALLOC_", "CUDA_", "NCCL_")
+
+
+def startup_env(env: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in env.items() if key.startswith(STARTUP_PREFIXES)}
+
+
+def serve(path: str) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    print("ready", flush=True)  # the client waits for this line on our stdout
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    children: dict[int, socket.socket] = {}
+    parent = os.getppid()
+    while os.getppid() == parent:  # the pytest worker is gone: so are we
+        for key, _ in selector.select(timeout=0.05):
+            if key.fileobj is listener:
+                conn, _ = listener.accept()
+                selector.register(conn, selectors.EVENT_READ)
+                continue
+            conn = key.fileobj
+            selector.unregister(conn)
+            request = receive(conn)
+            if request is None:
+                conn.close()
+                continue
+            sys.stdout.flush(), sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                conn.close()
+                selector.close()
+                child(*request)  # never returns
+            for fd in request[1]:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+            children[pid] = conn
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            conn = children.pop(pid)
+            with contextlib.suppress(OSError):  # the caller stopped listening: reaped all the same
+                conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            conn.close()
+
+
+def receive(conn: socket.socket) -> tuple[dict, list[int]] | None:
+    fds = array.array("i")
+    data, ancdata, _, _ = conn.recvmsg(1 << 20, socket.CMSG_LEN(3 * fds.itemsize))
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if not data or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return json.loads(data), list(fds)
+
+
+def child(request: dict, fds: list[int]) -> None:
+    """Become the command: a new session, the caller's streams, argv, environment and cwd."""
+    code = 1
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - the process's own streams
+        sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115 - line-buffered on a terminal only
+        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        code = run(request["argv"])
+    except BaseException:  # noqa: BLE001 - as the interpreter: print it and exit 1
+        sys.excepthook(*sys.exc_info())
+    os._exit(code)
+
+
+def run(argv: list[str]) -> int:
+    import atexit
+    import runpy
+    import threading
+    import traceback
+    import types
+
+    interrupted = False
+    try:
+        try:
+            if argv[0] == "-c":
+                sys.argv = ["-c", *argv[2:]]
+                sys.path[0] = ""
+                main = types.ModuleType("__main__")
+                main.__builtins__ = __builtins__
+                sys.modules["__main__"] = main
+                exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+            elif argv[0] == "-m":
+                sys.argv = [argv[1], *argv[2:]]
+                sys.path[0] = os.getcwd()
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = list(argv)
+                sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+                runpy.run_path(argv[0], run_name="__main__")
+            code = 0
+        except SystemExit as stop:
+            code = exit_code(stop.code)
+        except KeyboardInterrupt:
+            traceback.print_exc()
+            code, interrupted = 1, True
+        except BaseException:  # noqa: BLE001
+            sys.excepthook(*sys.exc_info())
+            code = 1
+        threading._shutdown()  # as at interpreter exit: wait for non-daemon threads, then atexit
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+    if interrupted:  # an uncaught KeyboardInterrupt ends the process by SIGINT, as CPython does
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return code
+
+
+def exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def main() -> None:
+    path = sys.argv[1]
+    for name in PRELOAD:
+        __import__(name)
+    sys.stderr.flush()
+    serve(path)
+
+
+if __name__ == "__main__":
+    main()

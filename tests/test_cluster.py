@@ -1,11 +1,9 @@
 """Who launched a process (torchrun, submitit, srun, python) and the one-line errors of launches
-that cannot work. The multi-process runs themselves are in test_train.py (torchrun, srun, the
-submitit local launcher) and test_faults.py (preemption and requeue)."""
+that cannot work. The multi-process runs themselves are in test_train.py (torchrun, the submitit
+local launcher), test_slurm.py (sbatch, srun and submitit on a real SLURM) and test_faults.py
+(stop signals and requeue)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -129,35 +127,6 @@ def test_a_multi_task_batch_script_running_python_fails_in_one_line_not_a_hang()
     env = {"SLURM_JOB_ID": "9", "SLURM_NTASKS": "8", "SLURM_PROCID": "0", "SLURM_NNODES": "2"}
     line = error_line(launch([PY, "train.py", "epochs=1"], timeout=60, **env))
     assert "not started by srun" in line and "srun python train.py" in line
-
-
-FAKE_SRUN = """#!/bin/bash
-# Stand-in srun: the command as 2 tasks on 2 'nodes' (two loopback addresses), with srun's variables.
-args=(); for a in "$@"; do case $a in --*) ;; *) args+=("$a");; esac; done
-pids=()
-for rank in 0 1; do
-    SLURM_PROCID=$rank SLURM_LOCALID=0 SLURM_NODEID=$rank SLURM_STEP_NUM_TASKS=2 \\
-    SLURM_STEP_NODELIST='127.0.0.[1-2]' SLURM_STEP_TASKS_PER_NODE='1(x2)' "${args[@]}" &
-    pids+=($!)
-done
-status=0; for pid in "${pids[@]}"; do wait "$pid" || status=1; done; exit $status
-"""
-
-
-@pytest.mark.slow
-def test_the_sbatch_script_runs_one_two_task_group_under_srun(tiny_folder, tmp_path):
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "srun").write_text(FAKE_SRUN)
-    (tmp_path / "bin" / "srun").chmod(0o755)
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PYTHON": PY, "SLURM_JOB_ID": "31337", "SLURM_NTASKS": "2",
-           "SLURM_JOB_NAME": "test", "SLURM_SUBMIT_DIR": str(REPO), "RUN_DIR": str(tmp_path / "run")}  # fmt: skip
-    args = ["model=resnet_tiny", "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3",
-            "data.image_size=32", "data.workers=0", "batch_size=2", "epochs=1"]  # fmt: skip
-    proc = launch(["bash", str(REPO / "scripts" / "slurm.sbatch"), *args], **env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert (results["world_size"], results["global_batch"], results["n_val_images"]) == (2, 4, 7)
-    assert Path(results["run_dir"]) == tmp_path / "run"
 
 
 def test_the_readme_submitit_sweep_composes():

@@ -4,8 +4,11 @@
 
 - the README's ``sbatch scripts/slurm.sbatch`` on 2 nodes x 1 task ends with the weights of a
   2-process torchrun run of the same config, its two tasks in two network namespaces;
-- ``scancel --signal=USR1 --batch`` mid-epoch: the job saves, the real ``scontrol requeue`` runs,
-  and the requeued job resumes in the same run dir to the weights of the uninterrupted run;
+- a stock preemption (SIGTERM from slurmctld) mid-epoch: the job saves, is requeued, and resumes
+  in the same run dir to the weights of the uninterrupted run;
+- a stop signal at any moment of a 1-task job (the batch shell 1 s in, the task starting up,
+  ``scancel --signal=USR1 --batch`` mid-epoch: the real ``scontrol requeue``) ends COMPLETED with
+  the uninterrupted weights; a requeued COMPLETED job keeps every file;
 - the README's ``hydra/launcher=submitit_slurm`` sweep (2 jobs x 2 tasks) runs through submitit's
   SLURM executor, each job one 2-process group.
 
@@ -27,7 +30,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from resnet.engine.run import train
 from tests.helpers import procs
+from tests.helpers.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -206,41 +211,6 @@ def test_sbatch_on_two_nodes_over_a_real_interface_equals_torchrun(cluster, tiny
     assert (results["world_size"], results["global_batch"], results["n_val_images"]) == (2, 4, 7)
     assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
 
-    # `scontrol requeue` of the COMPLETED job: it runs again, finds its run finished, and keeps every file.
-    files = {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()}
-    requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30,
-                             env={**os.environ, **env})  # fmt: skip
-    assert requeue.returncode == 0, requeue.stderr
-    fields = wait_for_end(env, job, log)
-    assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), read(log)[-3000:]
-    top1 = f"{results['top1_err']:.2f}%"
-    assert f"run in {run_dir} already finished: top-1 err {top1}; results.json kept" in read(log)
-    assert {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()} == files
-
-
-def test_a_usr1_to_the_batch_shell_requeues_for_real_and_the_job_resumes_exactly(
-    cluster, tiny_folder, torchrun_reference, tmp_path
-):
-    run_dir, log, marker = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused"
-    env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tmp_path / "tasks.log"),
-           "RUN_DIR": str(run_dir), **pausing(tmp_path, marker)}  # fmt: skip
-    job = sbatch(env, "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1", f"--output={log}",
-                 "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
-    deadline = time.monotonic() + 300  # a busy machine: the job may wait for the last one's node
-    while not marker.exists():  # rank 0 waits mid-epoch 1 until the signal has reached it
-        assert time.monotonic() < deadline and job_fields(env, job)["JobState"] in ("PENDING", "RUNNING"), read(log)
-        time.sleep(0.2)
-    cancel = subprocess.run(["scancel", "--signal=USR1", "--batch", job], capture_output=True, text=True, timeout=30,
-                            env={**os.environ, **env})  # fmt: skip
-    assert cancel.returncode == 0, cancel.stderr
-    fields = wait_for_end(env, job, log)
-    out = read(log)
-    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", out[-3000:]  # requeued once by slurmctld
-    assert f"stopped by SIGUSR1: saved {run_dir / 'last.pt'}; requeued SLURM job {job}" in out
-    assert "DUE TO JOB REQUEUE" in out  # slurmstepd's own words: the real scontrol requeue ended the first run
-    assert f"resumed from {run_dir / 'last.pt'} after epoch 1, batch 2 (step 8)" in out
-    assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
-
 
 def test_stock_preemption_sigterm_requeues_and_the_job_resumes_exactly(cluster, tiny_folder, torchrun_reference,
                                                                        tmp_path):  # fmt: skip
@@ -263,15 +233,33 @@ def test_stock_preemption_sigterm_requeues_and_the_job_resumes_exactly(cluster, 
     assert wait_for_end(env, high, tmp_path / "high.out")["JobState"] == "COMPLETED"
 
 
-def test_a_stop_signal_1_3_or_10_s_after_the_job_starts_ends_completed_with_its_results(cluster, tiny_folder,
-                                                                                       tmp_path):  # fmt: skip
-    # (signal, seconds after the job started running, who gets it): the batch shell alone (before or
-    # just after it started srun), the tasks alone (python starting up), both (mid-training or later).
-    cases = [("USR1", 1, "--batch"), ("TERM", 3, ""), ("USR1", 10, "--full")]
+@pytest.fixture(scope="module")
+def one_task_reference(tiny_folder, tmp_path_factory) -> dict:
+    """The same config uninterrupted as one process, run here (one thread, as the jobs' tasks)."""
+    run_dir = tmp_path_factory.mktemp("one_task") / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(compose_config("train", *config(tiny_folder), f"run_dir={run_dir}"))
+    finally:
+        torch.set_num_threads(threads)
+    return torch.load(run_dir / "last.pt", weights_only=True)
+
+
+def test_a_stop_signal_at_any_moment_ends_completed_with_the_uninterrupted_weights(
+    cluster, tiny_folder, one_task_reference, tmp_path
+):
+    # 1-task jobs, each stopped once: (signal, when, who gets it). The batch shell alone 1 s after the
+    # job started (before or just after it started srun); the task alone 3 s after (python starting
+    # up); the batch shell alone while rank 0 waits at its 8th loss, mid-epoch (SLURM's time-limit
+    # warning, --signal=B:USR1@120, forwarded by the script to srun). Each saves or not, is requeued,
+    # and ends COMPLETED with the weights of the uninterrupted run, bit for bit.
+    marker = tmp_path / "paused"
+    cases = [("USR1", 1, "--batch"), ("TERM", 3, ""), ("USR1", marker, "--batch")]
     jobs = []
     for n, (name, _, _) in enumerate(cases):
         log = tmp_path / f"job{n}.out"
-        env = {**cluster, "PYTHON": PY}
+        env = {**cluster, "PYTHON": PY, **(pausing(tmp_path, marker) if n == 2 else {})}
         if n < 2:  # the last job keeps the script's own run dir: outputs/slurm/<cluster>/<job name>-<job id>
             env["RUN_DIR"] = str(tmp_path / f"run{n}")
         job = sbatch(env, "--nodes=1", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
@@ -286,25 +274,45 @@ def test_a_stop_signal_1_3_or_10_s_after_the_job_starts_ends_completed_with_its_
             job = jobs[n][0]
             if n not in started and job_fields(cluster, job)["JobState"] == "RUNNING":
                 started[n] = time.monotonic()
-            if n in started and time.monotonic() >= started[n] + after:
+            if marker.exists() if isinstance(after, Path) else n in started and time.monotonic() >= started[n] + after:
                 sent = subprocess.run(["scancel", f"--signal={name}", *filter(None, [whom]), job], capture_output=True,
                                       text=True, timeout=30, env={**os.environ, **cluster})  # fmt: skip
                 assert sent.returncode == 0, sent.stderr
                 del pending[n]
         time.sleep(0.1)
-    assert not pending, f"jobs never ran: {pending}"
+    assert not pending, f"jobs never got to their signal: {pending}"
     default_dir = REPO / "outputs" / "slurm" / "resnet-test" / f"stop-usr1-{jobs[2][0]}"
     try:
-        for job, log, env in jobs:
+        for n, (job, log, env) in enumerate(jobs):
             fields = wait_for_end(env, job, log)
             out = read(log)
             assert fields["JobState"] == "COMPLETED", out[-3000:]
             assert "Traceback" not in out and "User defined signal" not in out and "Terminated" not in out, out[-3000:]
             run_dir = Path(env["RUN_DIR"]) if "RUN_DIR" in env else default_dir
+            assert_same_weights(one_task_reference, torch.load(run_dir / "last.pt", weights_only=True))
             results = json.loads((run_dir / "results.json").read_text())
             assert results["epochs"] == 2 and results["n_val_images"] == 7 and results["top1_err"] is not None
             if fields["Restarts"] != "0":  # stopped before the end: requeued by the script or by rank 0
                 assert f"requeued SLURM job {job}" in out, out[-3000:]
+            if n == 2:  # stopped mid-epoch: saved there, requeued by slurmctld, resumed from that step
+                assert fields["Restarts"] == "1", out[-3000:]
+                assert f"stopped by SIGUSR1: saved {run_dir / 'last.pt'}; requeued SLURM job {job}" in out
+                assert "DUE TO JOB REQUEUE" in out  # slurmstepd's own words: the real scontrol requeue ended it
+                assert f"resumed from {run_dir / 'last.pt'} after epoch 0, batch 8 (step 8)" in out, out[-3000:]
+
+        # `scontrol requeue` of a COMPLETED job: it runs again, finds its run finished, and keeps every file.
+        job, log, env = jobs[0]
+        run_dir = Path(env["RUN_DIR"])
+        files = {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()}
+        restarts = int(job_fields(cluster, job)["Restarts"])
+        requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30,
+                                 env={**os.environ, **env})  # fmt: skip
+        assert requeue.returncode == 0, requeue.stderr
+        fields = wait_for_end(env, job, log)
+        assert (fields["JobState"], int(fields["Restarts"])) == ("COMPLETED", restarts + 1), read(log)[-3000:]
+        top1 = f"{json.loads(files['results.json'])['top1_err']:.2f}%"
+        assert f"run in {run_dir} already finished: top-1 err {top1}; results.json kept" in read(log)
+        assert {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()} == files
     finally:
         shutil.rmtree(default_dir, ignore_errors=True)
 

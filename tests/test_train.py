@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from tests.helpers.training import (
     TORCHRUN,
     read_csv,
     run_in_process,
-    run_slurm_tasks,
     tiny_overrides,
 )
 
@@ -171,15 +169,6 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     ours = load_checkpoint(killed / "last.pt")
     assert_same_training(load_checkpoint(two_processes / "last.pt"), ours)
     assert len(ours["rng"]) == 2
-
-
-@pytest.mark.xdist_group("one_process")  # its reference run is computed once
-@pytest.mark.slow
-def test_two_slurm_tasks_on_two_nodes_equal_one_process(tiny_folder, one_process, tmp_path):
-    # No torchrun: rank, world size and the master come from SLURM's variables alone.
-    for proc in run_slurm_tasks([PY, "train.py", *launcher_overrides(tiny_folder, tmp_path, 2)], job_id=os.getpid()):
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_same_as_one_process(one_process, tmp_path)
 
 
 @pytest.mark.slow

@@ -52,6 +52,8 @@ RATIOS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", default="resnet50", choices=["resnet18", "resnet50"],
+                        help="the model of every contender (resnet18: a smoke run)")  # fmt: skip
     parser.add_argument("--batch", type=int, default=8, help="images per step")
     parser.add_argument("--size", type=int, default=224, help="input height and width (px)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model and mode")
@@ -72,18 +74,18 @@ def timm_same_stem(model: nn.Module) -> nn.Module:
     return model
 
 
-def make_models(size: int) -> dict[str, nn.Module]:
-    reference = torchvision.models.resnet50()
+def make_models(size: int, arch: str = "resnet50") -> dict[str, nn.Module]:
+    reference = getattr(torchvision.models, arch)()
     models = {
         "torchvision": reference,
-        "ours_symmetric": build_model("resnet50", padding="symmetric"),
-        "ours_asymmetric": build_model("resnet50", padding="asymmetric"),
+        "ours_symmetric": build_model(arch, padding="symmetric"),
+        "ours_asymmetric": build_model(arch, padding="asymmetric"),
         # every pad precomputed for this size (resnet.padding.freeze_padding), as exported
-        "ours_asymmetric_frozen": build_model("resnet50", padding="asymmetric", input_size=size),
-        "timm_symmetric": timm.create_model("resnet50"),
-        "timm_same": timm_same_stem(timm.create_model("resnet50")),
+        "ours_asymmetric_frozen": build_model(arch, padding="asymmetric", input_size=size),
+        "timm_symmetric": timm.create_model(arch),
+        "timm_same": timm_same_stem(timm.create_model(arch)),
         # grid-robust (resnet.grid): switchable between symmetric and asymmetric, alternating every step
-        "ours_grid": make_grid(build_model("resnet50", padding="symmetric"), ["symmetric", "asymmetric"]),
+        "ours_grid": make_grid(build_model(arch, padding="symmetric"), ["symmetric", "asymmetric"]),
     }
     state = reference.state_dict()  # all five share torchvision's key names
     for model in models.values():
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    models = make_models(args.size)
+    models = make_models(args.size, args.arch)
     x = torch.randn(args.batch, 3, args.size, args.size).contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (args.batch,))
     check_equal(models, x[:2])
@@ -195,7 +197,7 @@ def print_table(result: dict) -> None:
     modes = list(result["modes"])
     config = result["config"]
     print(
-        f"\nResNet-50, batch {config['batch']} at {config['size']}px, channels_last, "
+        f"\n{config['arch']}, batch {config['batch']} at {config['size']}px, channels_last, "
         f"{result['env']['threads']} threads, median of {config['repeats']} repeats, "
         f"load average {result['env']['loadavg_start'][0]:.1f} -> {result['env']['loadavg_end'][0]:.1f}\n"
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import io
 import json
 import os
 import selectors
@@ -107,16 +108,27 @@ def child(request: dict, fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - the process's own streams
-        sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115 - line-buffered on a terminal only
-        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - the process's own streams
+        sys.stdout = sys.__stdout__ = output_stream(1)
+        sys.stderr = sys.__stderr__ = output_stream(2)
         code = run(request["argv"])
     except BaseException:  # noqa: BLE001 - as the interpreter: print it and exit 1
         sys.excepthook(*sys.exc_info())
     os._exit(code)
+
+
+def output_stream(fd: int) -> io.TextIOWrapper:
+    """stdout or stderr as the interpreter makes them: unbuffered under PYTHONUNBUFFERED, else stdout
+    line-buffered on a terminal only and stderr always; stderr's errors backslash-escaped."""
+    errors = "backslashreplace" if fd == 2 else "strict"
+    if os.environ.get("PYTHONUNBUFFERED"):
+        raw = io.FileIO(fd, "w", closefd=False)
+        return io.TextIOWrapper(raw, errors=errors, line_buffering=False, write_through=True)
+    line = fd == 2 or os.isatty(fd)
+    return open(fd, "w", buffering=1 if line else -1, errors=errors, closefd=False)  # noqa: SIM115
 
 
 def run(argv: list[str]) -> int:

@@ -5,7 +5,7 @@
     python -m benchmarks.end_to_end --quick            # smoke run: train.py and its reference only
 
 A generated ImageNet-like folder (``--classes`` x photo-like 500x375 q90 JPEGs, as
-``benchmarks.input_pipeline`` writes them) and six contenders, each a fresh process:
+``benchmarks.input_pipeline`` writes them) and seven contenders, each a fresh process:
 
 * ``train.py``: ``data=imagefolder``, ``--workers`` workers, ``max_steps_per_epoch``,
   ``logger=csv``; ``reference train``: ``benchmarks.baseline_loops`` (classic ImageFolder +
@@ -13,6 +13,8 @@ A generated ImageNet-like folder (``--classes`` x photo-like 500x375 q90 JPEGs, 
 * ``eval.py`` single crop and ``reference eval`` (Resize / CenterCrop / ToTensor /
   Normalize), both on the checkpoint of a first, untimed train.py run; ``eval.py``
   10-crop on the same weights.
+* ``train.py, threads shared``: ``train.py`` without ``OMP_NUM_THREADS``, so that it lowers
+  its intra-op threads to the CPUs its loader workers leave (``resnet.workers.share_cpus``).
 * ``train.py 2 processes``: ``torchrun --standalone --nproc_per_node=2`` (gloo), the same
   global batch, half the workers each, ``OMP_NUM_THREADS=1`` each, against ``train.py``
   alone with ``OMP_NUM_THREADS=--threads``.
@@ -54,6 +56,7 @@ RATIOS = (
     ("eval.py / reference eval", "eval.py", "reference eval", None, ""),
     ("10-crop cost / 1-crop cost", "eval.py", "eval.py 10-crop", 10.5, "<="),
     ("2 processes / 1 process", "train.py 2 processes", "train.py", None, ""),
+    ("threads shared / all threads", "train.py, threads shared", "train.py", None, ""),
 )
 
 
@@ -139,6 +142,12 @@ def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list
             hydra=False,
         ),
     ] + ([] if args.quick else [  # a smoke run: the train pair only (eval and DDP: tests/test_eval.py, test_train.py)
+        Contender(  # no OMP_NUM_THREADS: train.py gives its loader workers their CPUs (resnet.workers.share_cpus)
+            "train.py, threads shared",
+            [python, *train, f"batch_size={args.batch}", f"data.workers={args.workers}"],
+            {"OMP_NUM_THREADS": ""},
+            read_results_json,
+        ),
         Contender("eval.py", [python, *evaluate, "crops=1"], one_process, read_eval_table),
         Contender(
             "reference eval",

@@ -13,6 +13,7 @@ from torch import nn
 
 from .config import AMP_DTYPES, ConfigError
 from .distributed import DistEnv, LaunchError, init_distributed
+from .workers import data_workers, share_cpus
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,17 @@ class Runtime:
 
 
 def join_job(cfg: DictConfig) -> DistEnv:
-    """This process's place in the job (:func:`resnet.distributed.init_distributed`); a launch
-    that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
+    """This process's place in the job (:func:`resnet.distributed.init_distributed`) and its share
+    of the CPUs (:func:`resnet.workers.share_cpus`: intra-op threads beside the loader workers); a
+    launch that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
     try:
-        return init_distributed(cfg.device)
+        env = init_distributed(cfg.device)
     except LaunchError as err:
         raise ConfigError(str(err)) from None
+    said = share_cpus(data_workers(cfg.data, env.local_world_size), env.local_world_size) if "data" in cfg else None
+    if said and env.is_main:
+        print(said)
+    return env
 
 
 def runtime_for(cfg: DictConfig, env: DistEnv) -> Runtime:

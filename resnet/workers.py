@@ -1,5 +1,6 @@
-"""How many loader worker processes a run gets: the CPU cores this process may use, its share
-of them beside the node's other processes, ``data.workers=auto`` (at most :data:`AUTO_WORKERS_CAP`)."""
+"""How a run spends the CPUs it may use (:mod:`resnet.cpus`): its share of them beside the node's
+other processes, ``data.workers=auto`` (at most :data:`AUTO_WORKERS_CAP`), and torch's intra-op
+threads beside those workers (:func:`share_cpus`)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,43 @@ import os
 
 from omegaconf import DictConfig
 
+from .cpus import cpu_share, usable_cpus
 from .distributed import LaunchError, detect_launch
 
 AUTO_WORKERS_CAP = 16  # past this, more decode processes mostly add memory (each holds its own copy of the dataset)
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: taskset, cgroups, SLURM's binding):
-    the bound above which torch's DataLoader warns about too many workers."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The CPUs this process may use (:func:`resnet.cpus.usable_cpus`: its affinity, its cgroup's
+    quota, SLURM's --cpus-per-task): the bound above which loader workers only contend."""
+    return usable_cpus()
 
 
 def cores_per_process(local_world_size: int = 1) -> int:
-    """This process's share of the cores: its affinity, split between the processes of this node
-    when they all see every core (torchrun), as it is when the launcher bound each to its own
-    (srun --cpu-bind, SLURM's cgroups)."""
-    cores = usable_cores()
-    if cores == (os.cpu_count() or cores) and local_world_size > 1:
-        cores //= local_world_size
-    return max(cores, 1)
+    """This process's share of the CPUs beside the node's other processes of the job
+    (:func:`resnet.cpus.cpu_share`)."""
+    return cpu_share(local_world_size)
+
+
+def intra_op_threads(workers: int, local_world_size: int = 1) -> int:
+    """torch's intra-op threads for a process with ``workers`` loader workers: its share of the
+    CPUs less one per worker (each decodes on a CPU of its own), at least 1."""
+    return max(cores_per_process(local_world_size) - workers, 1)
+
+
+def share_cpus(workers: int, local_world_size: int = 1) -> str | None:
+    """Lower torch's intra-op threads to :func:`intra_op_threads` (never raise them; leave them
+    alone where ``OMP_NUM_THREADS`` chose them). The line saying so, or None if unchanged."""
+    import torch  # here: composing a config imports this module, and must stay fast
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    threads, was = intra_op_threads(workers, local_world_size), torch.get_num_threads()
+    if threads >= was:
+        return None
+    torch.set_num_threads(threads)
+    return (f"threads: {threads} intra-op + {workers} loader worker(s) on {cores_per_process(local_world_size)} "
+            f"usable CPU(s) (torch would use {was}; OMP_NUM_THREADS=N sets your own)")
 
 
 def auto_workers(local_world_size: int | None = None) -> int:

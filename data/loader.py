@@ -29,7 +29,9 @@ What the trainer does::
   Train batches hold ``batch_size`` images (the last partial batch is dropped) minus any
   unreadable ones; ``batch_size`` is per process.
 * Validation shows every image exactly once across ranks, no padding duplicates, so the
-  all-reduced count equals ``loaders.val_size``.
+  all-reduced count equals ``loaders.val_size``. ``val_images=N`` scores N of them, the same N
+  every epoch and at every world size (:func:`data.samplers.spread`: spread evenly over an
+  image folder or Fashion-MNIST; the first N of shards, whose order the conversion mixed).
 * ``loaders.protocol`` records the transforms; put it in every result row.
 * Image folders are listed once and the listing kept (:mod:`data.index_cache`): beside the
   data where it is writable, else in ``cache_dir``; under DDP rank 0 lists, the others wait and
@@ -74,8 +76,9 @@ class Loaders:
     class_names: list[str]
     in_chans: int  # 3 (RGB), or 1 for fashion_mnist
     image_size: int  # side of the square images of both loaders
-    val_size: int  # images in the whole val split, over all ranks
+    val_size: int  # images validation scores, over all ranks (val_images=N: N)
     protocol: dict[str, str]  # dataset and transforms, for result rows
+    val_split_size: int = 0  # images in the whole val split (0: val_size)
     order_depends_on: dict = field(default_factory=dict)  # besides world size and batch: what fixes the batch order
 
     train_size: Callable[[int], int] | None = None  # epoch -> training crop (progressive resizing)
@@ -112,11 +115,12 @@ def build_loaders(
     seed: int = 0,
     val_batch_size: int | None = None,  # None: batch_size
     cache_dir: str | Path | None = None,  # the run dir: where folder indexes go when not beside the data
+    val_images: int | None = None,  # validation scores this many of the val images (None: all)
 ) -> Loaders:
     """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
     _check(data)
     if data.name in SHARDED:
-        return _shard_loaders(data, batch_size, rank, world_size, seed, val_batch_size or batch_size)
+        return _shard_loaders(data, batch_size, rank, world_size, seed, val_batch_size or batch_size, val_images)
     if data.name == "fashion_mnist":
         train_set, val_set, class_names, protocol = _fashion_mnist(data)
         in_chans, image_size, workers, collate_fn = 1, 28, 0, pass_batch  # in memory: workers would only pickle
@@ -140,8 +144,8 @@ def build_loaders(
         generator=torch.Generator().manual_seed(seed + rank),  # seeds the workers' augmentation RNG
         **(common | {"collate_fn": collate_encoded} if data.decode == "gpu" else common),
     )
-    val = DataLoader(val_set, batch_size=val_batch_size or batch_size, sampler=ShardSampler(len(val_set), rank,
-                                                                                             world_size), **common)
+    val_sampler = ShardSampler(len(val_set), rank, world_size, take=val_images)
+    val = DataLoader(val_set, batch_size=val_batch_size or batch_size, sampler=val_sampler, **common)
     return Loaders(
         train=train,
         val=val,
@@ -149,7 +153,8 @@ def build_loaders(
         class_names=list(class_names),
         in_chans=in_chans,
         image_size=image_size,
-        val_size=len(val_set),
+        val_size=min(len(val_set), val_images or len(val_set)),
+        val_split_size=len(val_set),
         protocol={"dataset": data.name, **protocol},
         train_size=_size_schedule(data.progressive),
     )
@@ -211,8 +216,9 @@ def _size_schedule(progressive: Mapping | None) -> Callable[[int], int] | None:
 
 
 def _shard_loaders(data: DataConfig, batch_size: int, rank: int, world_size: int, seed: int,
-                   val_batch_size: int) -> Loaders:
-    """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`)."""
+                   val_batch_size: int, val_images: int | None = None) -> Loaders:
+    """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`);
+    ``val_images``: the first that many val images (the conversion shuffled them)."""
     root = data.root
     if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
         raise FileNotFoundError(
@@ -222,7 +228,8 @@ def _shard_loaders(data: DataConfig, batch_size: int, rank: int, world_size: int
     train_tf, val_tf = _file_transforms(data)
     train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed,
                                   collate_fn=collate_encoded if data.decode == "gpu" else collate)
-    val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False)
+    val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False,
+                                limit=val_images)
     check_same_classes(train_set.classes, val_set.classes)
     common = dict(batch_size=None, num_workers=data.workers, collate_fn=pass_batch,
                   pin_memory=torch.cuda.is_available(), persistent_workers=data.workers > 0)
@@ -234,6 +241,7 @@ def _shard_loaders(data: DataConfig, batch_size: int, rank: int, world_size: int
         in_chans=3,
         image_size=_size(data),
         val_size=val_set.total,
+        val_split_size=int(val_set.counts.sum()),
         protocol={"dataset": data.name, "train": repr(train_tf), "val": repr(val_tf)},
         order_depends_on={"workers": data.workers},  # each worker reads a contiguous block of batches
         train_size=_size_schedule(data.progressive),

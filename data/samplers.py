@@ -6,7 +6,9 @@
 distributed evaluation of ImageNet val sees 50,001-50,004 images (docs/padding.md).
 Here rank r gets r, r + world_size, r + 2 * world_size, ...: shards differ in length by at
 most one and nothing is repeated, so summing correct counts and image counts over ranks
-(an all-reduce) gives the exact accuracy.
+(an all-reduce) gives the exact accuracy. ``take=N`` (train.py's ``val_images``) shards N of
+the indices spread evenly over the set (every k-th: a set stored class by class keeps every
+class's share), the same N at every world size.
 """
 
 from __future__ import annotations
@@ -20,18 +22,27 @@ from torch.utils.data import DistributedSampler, Sampler
 
 
 class ShardSampler(Sampler[int]):
-    """Indices ``rank::world_size`` of ``range(size)``, in order."""
+    """Indices ``rank::world_size`` of ``range(size)``, in order; ``take``: of :func:`spread`'s
+    ``take`` indices instead (None: all)."""
 
-    def __init__(self, size: int, rank: int = 0, world_size: int = 1):
+    def __init__(self, size: int, rank: int = 0, world_size: int = 1, take: int | None = None):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        self.indices = range(rank, size, world_size)
+        self.indices = spread(size, take)[rank::world_size]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices)
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+def spread(size: int, take: int | None = None) -> range | list[int]:
+    """``take`` of the indices of ``range(size)``, spread evenly over it (``i * size // take``), in
+    order; all of them where ``take`` is None or not below ``size``."""
+    if take is None or take >= size:
+        return range(size)
+    return [i * size // take for i in range(take)]
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:

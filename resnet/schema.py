@@ -103,6 +103,7 @@ SCHEMA: dict[str, Field] = {
     "eval_every": Field(int, low=1, example="eval_every=1"),
     "log_every": Field(int, low=1, example="log_every=50"),
     "max_steps_per_epoch": Field(int, low=1, nullable=True, example="max_steps_per_epoch=20"),
+    "val_images": Field(int, low=1, nullable=True, example="val_images=1000"),
     "grid": Field(list, nullable=True, example="grid=[symmetric,asymmetric]"),
     "optim.betas": Field(list, items=float, low=0, high=1, open_high=True, example="optim.betas=[0.9,0.999]"),
     "sched.milestones": Field(list, items=float, low=0, example="sched.milestones=[30,60,80]"),

@@ -26,6 +26,9 @@ BAD_VALUES = {  # override -> what its one line must say (the override itself co
     "epochs=1.5": "expected a whole number",
     "compile=yes": "expected true or false",
     "max_steps_per_epoch=0": "(or null)",
+    "val_images=0": "expected a whole number >= 1 (or null), e.g. val_images=1000",
+    "val_images=-1": "expected a whole number >= 1 (or null), e.g. val_images=1000",
+    "val_images=all": "expected a whole number >= 1 (or null), e.g. val_images=1000",
     "grid=symmetric": "expected a list of names (or null), e.g. grid=[symmetric,asymmetric]",
     "optim.lr=nan": "expected a number > 0",
 }

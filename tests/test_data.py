@@ -29,6 +29,7 @@ from data import (
 from data.decode import decode_resized_crop, decode_rgb, open_header
 from data.fashion_mnist import load_fashion_mnist
 from data.imagefolder import ImageFolder
+from data.samplers import spread
 from tests.helpers.builtin_data import require_fashion_mnist
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
@@ -267,6 +268,27 @@ def test_val_loader_counts_every_image_once(tmp_path, world_size):
         seen += sum(len(batch.labels) for batch in loaders.val)
         assert loaders.val_size == 7 and loaders.class_names == ["a", "b"]
     assert seen == 7
+
+
+def test_val_images_scores_n_images_spread_over_the_set_the_same_at_every_world_size(tmp_path):
+    assert list(spread(10, 4)) == [0, 2, 5, 7] and list(spread(3, 4)) == [0, 1, 2] and list(spread(3)) == [0, 1, 2]
+    make_folder(tmp_path / "train", {"a": 2, "b": 2})
+    make_folder(tmp_path / "val", {"a": 4, "b": 4})  # class by class, as image folders are listed
+    for world_size in (1, 2, 3):
+        seen = []
+        for rank in range(world_size):
+            loaders = build_loaders(DataConfig("imagefolder", str(tmp_path), image_size=16), 2, rank=rank,
+                                    world_size=world_size, val_images=4)
+            assert (loaders.val_size, loaders.val_split_size) == (4, 8)
+            seen += list(loaders.val.sampler)
+        assert sorted(seen) == [0, 2, 4, 6]  # both classes, not the first 4 images (all of class a)
+
+
+def test_val_images_of_fashion_mnist():
+    require_fashion_mnist()
+    loaders = build_loaders(DataConfig("fashion_mnist"), batch_size=500, world_size=2, rank=1, val_images=1000)
+    assert (loaders.val_size, loaders.val_split_size) == (1000, 10000)
+    assert sum(len(b.labels) for b in loaders.val) == 500
 
 
 def test_layout_errors(tmp_path):

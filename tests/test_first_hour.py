@@ -1,6 +1,7 @@
 """What a new user meets in the first hour, from the README alone: user commands need no test tools
 (export names its extra in one line, the seed-table recipe runs without pytest), one naming rule for
-the commands, lint that a folder in the working tree cannot change, and the README's facts."""
+the commands, lint that a folder in the working tree cannot change, and the README's facts; what a
+training run says (issue 35): a validation subset named as one wherever its numbers are shown."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from resnet.export import EXPORT_EXTRA, EXPORT_MODULES, missing_export_tools
 from resnet.inspect import pad_table
 from resnet.model import build_model
 from tests.helpers.procs import REPO, run
+from tests.helpers.training import run_in_process
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 README = (REPO / "README.md").read_text()
@@ -121,3 +123,13 @@ def test_the_readme_says_what_resnet_small_pads_at_28():
     assert "every stride-2 layer sees an even size" not in README
     assert "block convs at 14 and 7 px: only the stem's pad differs between `symmetric` and `asymmetric`" in " ".join(
         README.split())  # fmt: skip
+
+
+def test_val_images_scores_n_images_and_every_report_says_so(tiny_folder, tmp_path, capsys, one_thread):
+    run_in_process(tiny_folder, tmp_path, "epochs=1", "val_images=4")  # of the 7 val images
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert (saved["n_val_images"], saved["val_split_images"]) == (4, 7)
+    epoch_line = next(line for line in out.splitlines() if line.startswith("epoch 1 |"))
+    assert re.search(r"\| top-5 err \d+\.\d\d% \(on 4 of the 7 val images\)$", epoch_line), epoch_line
+    assert re.search(r"\|\s+4 of 7 \|", out)  # the summary's val images column

@@ -106,6 +106,7 @@ def test_another_world_size_is_another_global_batch(tiny_folder, trained):
         ("device=cpu", "device: auto -> cpu"),
         ("logger.wandb=true", "logger.wandb: False -> True"),
         ("optim.lr=0.5", "optim.lr: 0.4 -> 0.5"),
+        ("val_images=3", "val_images: (not set) -> 3"),
     ],
 )
 def test_each_key_that_may_change_is_applied_and_reported(tiny_folder, trained, override, change):

@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from data import DataConfig, build_loaders
 from data.batch import pass_batch
 from data.imagefolder import find_classes, find_images
 from data.shards import convert, file_samples, read_index
@@ -81,6 +82,17 @@ def test_evaluation_reads_every_image_exactly_once(data, world_size, workers):
     per_rank = read_all(shards / "val", world_size, workers, train=False)
     seen = sorted(c for rank in per_rank for batch in rank for c in batch)
     assert seen == source_checksums(folder / "val")  # 7 images: none dropped, none twice
+
+
+def test_val_images_reads_the_first_n_images_of_the_shards_at_every_world_size(data):
+    _, shards = data
+    first = [c for batch in read_all(shards / "val", 1, 0, train=False)[0] for c in batch][:5]
+    for world_size, workers in ((1, 0), (2, 2), (3, 0)):
+        per_rank = read_all(shards / "val", world_size, workers, train=False, limit=5)
+        assert sorted(c for rank in per_rank for batch in rank for c in batch) == sorted(first)
+    loaders = build_loaders(DataConfig("imagenet_shards", str(shards), image_size=16), 4, rank=1, world_size=2,
+                            val_images=5)
+    assert (loaders.val_size, loaders.val_split_size, sum(len(b.labels) for b in loaders.val)) == (5, 7, 3)
 
 
 @pytest.mark.parametrize(("world_size", "workers"), [(1, 2), (2, 0), (2, 2)])

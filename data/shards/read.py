@@ -73,6 +73,7 @@ class ShardBatches(IterableDataset):
         seed: int = 0,
         train: bool = True,
         collate_fn: Callable[[list], tuple] = collate,
+        limit: int | None = None,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
@@ -83,6 +84,7 @@ class ShardBatches(IterableDataset):
         self.seed = seed
         self.train = train
         self.collate_fn = collate_fn
+        self.limit = limit  # evaluation: the first this many samples only (None: all)
         # Per shard, in numpy arrays: workers read them without copying (data.file_index says why).
         self.counts = np.array([shard.count for shard in index.shards], dtype=np.int64)
         self._names = pack([shard.name for shard in index.shards])
@@ -115,7 +117,9 @@ class ShardBatches(IterableDataset):
 
     @property
     def total(self) -> int:
-        return int(self.counts.sum())
+        """The samples of an epoch: all of the split's, or its first ``limit``."""
+        count = int(self.counts.sum())
+        return count if self.limit is None else min(count, self.limit)
 
     def _range(self) -> tuple[int, int]:
         """This rank's [first, last) positions in the epoch's sequence."""

@@ -56,6 +56,7 @@ RULES: dict[str, tuple[str, str]] = {
     "run_dir": (CHANGES, "where the run is written"),
     "checkpoint_every": (CHANGES, "how often last.pt is saved"),
     "eval_every": (CHANGES, "how often the run validates"),
+    "val_images": (CHANGES, "how many val images a validation scores"),
     "log_every": (CHANGES, "how often the run logs"),
     "logger": (CHANGES, "where the run logs"),
     "on_nonfinite": (CHANGES, "what a non-finite loss does"),

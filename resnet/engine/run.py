@@ -81,7 +81,8 @@ def train(cfg: DictConfig) -> dict:
         shutdown(env)
 
 
-def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int, cache_dir: Path | None = None):
+def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int, cache_dir: Path | None = None,
+                 val_images: int | None = None):
     from data import DataConfig, build_loaders  # imported here so that composing configs stays fast
     from data.gpu_decode import check_decode
 
@@ -90,7 +91,8 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int,
     try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
         check_decode(data.decode, env.device)  # decode=gpu needs a CUDA device to decode on
         loaders = build_loaders(data, batch_size, rank=env.rank, world_size=env.world_size, seed=seed,
-                                cache_dir=cache_dir)  # folder indexes: beside the data, else in the run dir
+                                cache_dir=cache_dir,  # folder indexes: beside the data, else in the run dir
+                                val_images=val_images)
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if loaders.num_classes != data_cfg.num_classes:
@@ -157,7 +159,8 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
     model = build_run_model(cfg)
     grid = list(model.grid) if hasattr(model, "grid") else None
     meta = model.meta
-    loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir)))
+    loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir),
+                                                 val_images=cfg.get("val_images")))
     model = runtime.place(model)
     if cfg.sync_bn and env.distributed:
         model = convert_sync_batchnorm(model, env)
@@ -251,7 +254,7 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         logger.log_steps(stats.history, epoch)
         logger.log_epoch(row)  # before the checkpoint; a resume drops rows past the checkpoint's epoch
         if env.is_main:
-            _print_epoch(row)
+            _print_epoch(row, t.loaders.val_split_size)
         saver.save(epoch + 1, global_step)
         fit.trained_to = epoch + 1
         if ctx.stop.agreed():
@@ -290,11 +293,13 @@ def _validate(cfg: DictConfig, t: Training, ctx: StepContext, row: dict) -> tupl
         set_grid(t.model, 0)
         if t.ema is not None:
             set_grid(t.ema.module, 0)
-    val = evaluate(t.model, t.loaders.val, t.runtime, ctx.normalize, desc="val", **protocol).metrics()
+    share = f" ({val_share(t.loaders)})" if val_share(t.loaders) else ""  # val_images=N: "N of <all> images"
+    val = evaluate(t.model, t.loaders.val, t.runtime, ctx.normalize, desc=f"val{share}", **protocol).metrics()
     row.update({f"val_{k}": v for k, v in val.items()})
     ema_val = {}
     if t.ema is not None:
-        ema_val = evaluate(t.ema.module, t.loaders.val, t.runtime, ctx.normalize, desc="val EMA", **protocol).metrics()
+        ema_val = evaluate(t.ema.module, t.loaders.val, t.runtime, ctx.normalize, desc=f"val EMA{share}",
+                           **protocol).metrics()
         row.update({f"ema_{k}": v for k, v in ema_val.items()})
     return val, ema_val
 
@@ -312,6 +317,7 @@ def _results(cfg: DictConfig, env: DistEnv, t: Training, fit: Fit, run_dir: Path
         ema_top1_err=ema_val.get("top1_err"),  # None without EMA
         ema_top5_err=ema_val.get("top5_err"),
         n_val_images=val.get("n_images"),
+        val_split_images=t.loaders.val_split_size or t.loaders.val_size,  # n_val_images less: val_images=N, skips
         skipped_images=sum(int(r.get("skipped_images") or 0) for r in fit.history),  # training, every epoch
         val_skipped_images=val.get("skipped_images"),
         train_images_per_s=fit.train_rate,
@@ -323,18 +329,31 @@ def _results(cfg: DictConfig, env: DistEnv, t: Training, fit: Fit, run_dir: Path
 
 def _summary(results: dict, footer: str) -> str:
     """The closing table: one row for the trained weights, and one for their EMA when kept."""
-    rows = [{**results, "weights": "model"}]
+    shown = dict(results)
+    if results.get("val_split_images") and results["n_val_images"] != results["val_split_images"]:
+        shown["n_val_images"] = f"{results['n_val_images']:,} of {results['val_split_images']:,}"  # val_images=N
+    rows = [{**shown, "weights": "model"}]
     if results["ema_top1_err"] is not None:
-        rows.append({**results, "weights": f"EMA {results['ema_decay']:g}", "top1_err": results["ema_top1_err"],
+        rows.append({**shown, "weights": f"EMA {results['ema_decay']:g}", "top1_err": results["ema_top1_err"],
                      "top5_err": results["ema_top5_err"]})
     table = [{heading: row[key] for heading, key in TRAIN_SUMMARY.items()} for row in rows]
     return "\n" + format_table(table) + "\n" + footer
 
 
-def _print_epoch(row: dict) -> None:
+def val_share(loaders) -> str | None:
+    """``1,000 of 10,000 images`` where validation scores part of the val split (``val_images=N``), else None."""
+    if not loaders.val_split_size or loaders.val_size == loaders.val_split_size:
+        return None
+    return f"{loaders.val_size:,} of {loaders.val_split_size:,} images"
+
+
+def _print_epoch(row: dict, split: int = 0) -> None:
+    """The epoch's line; ``split``: the val split's images, said beside the errors where fewer were scored."""
     parts = [f"epoch {row['epoch']}", f"loss {row['train_loss']:.4f}", f"{row['train_images_per_s']:.0f} img/s"]
     if "val_top1_err" in row:
         parts += [f"val top-1 err {row['val_top1_err']:.2f}%", f"top-5 err {row['val_top5_err']:.2f}%"]
+        if split and row.get("val_n_images") != split:
+            parts[-1] += f" (on {row['val_n_images']:,} of the {split:,} val images)"
     if "ema_top1_err" in row:
         parts.append(f"EMA top-1 err {row['ema_top1_err']:.2f}%")
     if row["skipped_images"]:

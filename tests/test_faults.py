@@ -110,7 +110,8 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
 def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread,
                                                                   capsys):
     # 6 batches an epoch, a checkpoint every 2: killed at the 5th step, it resumes after batch 4 of
-    # epoch 0 and must end where the uninterrupted run ends (loader workers and augmentation on).
+    # the first epoch ("after epoch 0": none done) and must end where the uninterrupted run ends
+    # (loader workers and augmentation on).
     common = ("epochs=2", "seed=7", "checkpoint_every=2", "data.workers=2", "data.augment=true")
     run_in_process(tiny_folder, tmp_path / "straight", *common)
     run_dir = tmp_path / "killed"
@@ -327,7 +328,7 @@ def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_fo
     args = [PY, str(wrapper), str(REPO / "train.py"), *run]
     line = error_line(launch(args, "worker:30"), status=1)  # 24 train images an epoch: in the second epoch
     assert line.startswith("error: DataLoader worker (pid") and "was killed by signal 9 (SIGKILL)" in line
-    assert "last.pt of epoch 1, step 6 is intact" in line
+    assert "last.pt saved after epoch 1 (step 6) is intact" in line
     assert "lower data.workers or batch_size, then run again with resume=true" in line
     assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1
     run_in_process(tiny_folder, tmp_path, "data.workers=1", "resume=true")
@@ -339,13 +340,13 @@ def test_a_loader_worker_killed_mid_epoch_is_one_line_and_resume_goes_on(tiny_fo
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(tiny_folder, tmp_path, monkeypatch):
-    # The 9th loss is step 8: epoch 1, batch 2 (6 steps per epoch). train.py prints the message as
+    # The 9th loss is step 9: epoch 2, batch 3 (6 steps per epoch). train.py prints the message as
     # its one error line, exit status 1, like every RunFailed (test_a_loader_worker_killed_...).
     nan_at(monkeypatch, 9)
     with pytest.raises(NonFiniteLoss) as stopped:
         run_in_process(tiny_folder, tmp_path)
     line = str(stopped.value)
-    assert "non-finite loss (nan) at step 8 (epoch 1, batch 2)" in line and "on_nonfinite=skip" in line
+    assert "non-finite loss (nan) at step 9 (epoch 2, batch 3)" in line and "on_nonfinite=skip" in line
     assert "\n" not in line
     checkpoint = load_checkpoint(tmp_path / "last.pt")
     assert checkpoint["epoch"] == 1 and checkpoint["step"] == 6
@@ -369,7 +370,7 @@ def test_skipping_most_steps_stops_in_one_line_and_keeps_the_epoch_before(tiny_f
         run_in_process(tiny_folder, tmp_path, "on_nonfinite=skip")
     line = str(stopped.value)
     assert "on_nonfinite=skip skipped 5 of the 6 steps of epoch 2 (83%, more than max_skipped=0.05)" in line
-    assert "last.pt of epoch 1, step 6 is intact" in line and "\n" not in line
+    assert "last.pt saved after epoch 1 (step 6) is intact" in line and "\n" not in line
     assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1 and not (tmp_path / "results.json").exists()
 
 
@@ -406,7 +407,8 @@ def test_a_state_gone_non_finite_is_never_saved_and_a_lower_lr_resumes_from_the_
     monkeypatch.setattr(engine_run, "build_optimizer", overflowing)
     with pytest.raises(RunFailed, match=r"^the training state went non-finite by step 5 \(") as stopped:
         run_in_process(tiny_folder, tmp_path / "run", "checkpoint_every=1")
-    assert "last.pt of epoch 0, step 4 is intact. Resume from it with a lower LR" in str(stopped.value)
+    assert "last.pt saved after epoch 0, batch 4 (step 4) is intact. Resume from it with a lower LR" in str(
+        stopped.value)
     monkeypatch.setattr(engine_run, "build_optimizer", real)
     capsys.readouterr()
     run_in_process(tiny_folder, tmp_path / "run", "checkpoint_every=1", "resume=true", "optim.lr=0.2")

@@ -16,14 +16,16 @@ from data.shards import convert
 from data.shards.write import Sample
 from resnet.checkpoint import save_checkpoint
 from resnet.config import ConfigError
-from resnet.engine.loop import StepContext, train_one_epoch
+from resnet.engine.loop import NonFiniteLoss, StepContext, train_one_epoch
 from resnet.engine.run import train
 from resnet.evaluation.loop import evaluate
 from resnet.evaluation.run import evaluate_weights
 from resnet.report.progress import ENV, Progress, progress_mode
 from resnet.runtime import Runtime
 from tests.helpers.compose import compose_config
+from tests.helpers.faults import nan_at
 from tests.helpers.imagegen import make_folder
+from tests.helpers.training import read_csv, run_in_process
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -175,9 +177,9 @@ def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, 
     stats = train_one_epoch(model, batches, optimizer, scheduler, ctx, epoch=0, global_step=0)
     assert stats.steps == 4 and stats.empty_steps == 1
     captured = capsys.readouterr()
-    lines = progress_lines(captured.err, "train 0")
+    lines = progress_lines(captured.err, "train 1")  # epoch=0 is the first epoch: 1-based, as the epoch line
     assert [line.split(" | ")[0] for line in lines] == [
-        "train 0: 2/5 batches (40%)", "train 0: 4/5 batches (80%)", "train 0: 5/5 batches (100%)"]
+        "train 1: 2/5 batches (40%)", "train 1: 4/5 batches (80%)", "train 1: 5/5 batches (100%)"]
     assert " | loss " in lines[1] and " | loss " not in lines[2]
     assert "\r" not in captured.err and captured.out == ""
 
@@ -198,14 +200,15 @@ def test_evaluate_prints_a_line_every_log_every_batches(capsys, no_override):
 
 def test_train_py_prints_three_lines_an_epoch_to_a_pipe(tiny_folder, tmp_path, capsys, no_override):
     """train.py's run with log_every=2 on 6 batches an epoch: a line at steps 2, 4 and 6 of
-    each epoch and one per validation (2 batches < 50); stdout keeps only the epoch rows."""
+    each epoch and one per validation (2 batches < 50); stdout keeps only the epoch rows. The bar,
+    the epoch line, steps.csv and metrics.csv count epochs from 1."""
     train(compose_config(
         "train", "model=resnet_tiny", "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3",
         "data.image_size=32", "data.workers=0", "batch_size=4", "epochs=2", "log_every=2", "device=cpu",
         f"run_dir={tmp_path}",
     ))
     captured = capsys.readouterr()
-    for epoch in (0, 1):
+    for epoch in (1, 2):
         lines = progress_lines(captured.err, f"train {epoch}")
         assert [line.split(" | ")[0] for line in lines] == [
             f"train {epoch}: 2/6 batches (33%)", f"train {epoch}: 4/6 batches (66%)",
@@ -215,6 +218,33 @@ def test_train_py_prints_three_lines_an_epoch_to_a_pipe(tiny_folder, tmp_path, c
     assert [line.split(" | ")[0] for line in progress_lines(captured.err, "val")] == ["val: 2/2 batches (100%)"] * 2
     assert "\r" not in captured.err + captured.out
     assert not any(re.search(r"\d+/\d+ batches", line) for line in captured.out.splitlines())
+    assert [line.split(" | ")[0] for line in captured.out.splitlines() if line.startswith("epoch")] == [
+        "epoch 1", "epoch 2"]
+    assert [row["epoch"] for row in read_csv(tmp_path / "steps.csv")] == ["1"] * 3 + ["2"] * 3
+    assert [row["epoch"] for row in read_csv(tmp_path / "metrics.csv")] == ["1", "2"]
+
+
+def test_after_a_resume_the_bar_shows_the_epoch_being_trained(tiny_folder, tmp_path, capsys, monkeypatch,
+                                                              no_override, one_thread):
+    """``resumed from X after epoch E, batch B`` (E epochs done): the bar goes on at epoch E + 1, from
+    batch B; steps.csv holds each epoch's rows once, 1-based."""
+    nan_at(monkeypatch, 5)  # the 5th loss: the run stops, keeping the last.pt saved after 4 batches
+    with pytest.raises(NonFiniteLoss, match=r"at step 5 \(epoch 1, batch 5\)"):
+        run_in_process(tiny_folder, tmp_path, "checkpoint_every=2", "log_every=1")
+    monkeypatch.undo()
+    monkeypatch.delenv(ENV, raising=False)
+    capsys.readouterr()
+    run_in_process(tiny_folder, tmp_path, "checkpoint_every=2", "log_every=1", "resume=true", "stop_after=1")
+    captured = capsys.readouterr()
+    assert "after epoch 0, batch 4 (step 4)" in captured.out
+    assert [line.split(":")[0] for line in captured.err.splitlines() if line.startswith("train ")] == ["train 1"] * 2
+    assert progress_lines(captured.err, "train 1")[0].startswith("train 1: 5/6 batches")
+    run_in_process(tiny_folder, tmp_path, "checkpoint_every=2", "log_every=1", "resume=true")
+    captured = capsys.readouterr()
+    assert "after epoch 1 (step 6)" in captured.out
+    assert progress_lines(captured.err, "train 2")[0].startswith("train 2: 1/6 batches")
+    assert not progress_lines(captured.err, "train 1")
+    assert [row["epoch"] for row in read_csv(tmp_path / "steps.csv")] == ["1"] * 6 + ["2"] * 6
 
 
 def test_eval_py_prints_its_line_to_a_pipe_and_a_bar_when_asked(tmp_path, capsys, monkeypatch, no_override):

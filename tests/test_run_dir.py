@@ -108,7 +108,7 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint_and_stops_in_one
     message = str(failed.value)
     assert message.startswith(f"could not write {tmp_path / 'last.pt'} (") and "\n" not in message
     assert "(No space left on device)" in message
-    assert "last.pt of epoch 1, step 6 is intact" in message and "resume=true" in message
+    assert "last.pt saved after epoch 1 (step 6) is intact" in message and "resume=true" in message
     assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1  # the previous one, whole
     assert not list(tmp_path.glob(".last.pt.*.tmp")) and not (tmp_path / LOCK_NAME).exists()
     monkeypatch.undo()

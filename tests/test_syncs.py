@@ -181,10 +181,10 @@ def test_on_nonfinite_skip_reads_once_a_step_after_queueing_the_backward(twenty_
 
 def test_a_checkpoint_due_after_an_unread_nonfinite_loss_is_not_written(twenty_steps, tmp_path, monkeypatch):
     # The losses are read at the log_every steps (50: none in this epoch), at the epoch's end and
-    # before every checkpoint. The 5th loss (step 4, batch 4) is NaN; the checkpoint due after 6
+    # before every checkpoint. The 5th loss (step 5, batch 5, counted from 1) is NaN; the checkpoint due after 6
     # batches reads it and stops the run: last.pt is the one written after 4 batches, steps 0-3.
     nan_at(monkeypatch, 5)
-    with pytest.raises(NonFiniteLoss, match=r"non-finite loss \(nan\) at step 4 \(epoch 0, batch 4\)"):
+    with pytest.raises(NonFiniteLoss, match=r"non-finite loss \(nan\) at step 5 \(epoch 1, batch 5\)"):
         train_twenty_steps(twenty_steps, tmp_path, "log_every=50", "checkpoint_every=2")
     checkpoint = load_checkpoint(tmp_path / "last.pt")
     assert checkpoint["step"] == 4 and checkpoint["epoch_partial"]["batches"] == 4
@@ -271,11 +271,11 @@ def test_two_processes_agree_on_the_host_every_step_and_read_losses_every_log_ev
 
 
 def test_a_nonfinite_loss_on_one_process_stops_both_naming_the_same_step(tmp_path):
-    # Rank 1's loss of step 5 is NaN; DDP averages its gradients into rank 0's weights, so neither
-    # may go on. Both read the verdicts at step 8 (log_every=4) and stop there, naming step 5.
+    # Rank 1's loss after 5 steps (the 6th step) is NaN; DDP averages its gradients into rank 0's weights,
+    # so neither may go on. Both read the verdicts at step 8 (log_every=4) and stop there, naming step 6.
     first, second = two_processes(tmp_path, nan_step=5)
-    assert "non-finite loss (on another process) at step 5 (epoch 0, batch 5)" in first["error"]
-    assert "non-finite loss (nan) at step 5 (epoch 0, batch 5)" in second["error"]
+    assert "non-finite loss (on another process) at step 6 (epoch 1, batch 6)" in first["error"]
+    assert "non-finite loss (nan) at step 6 (epoch 1, batch 6)" in second["error"]
 
 
 def test_a_nonfinite_loss_on_one_process_is_skipped_by_both(tmp_path):

@@ -56,7 +56,8 @@ class Checkpointer:
         if self.env.is_main:
             try:
                 self._write(epoch_done, step, rng, partials)
-                self.kept = f"last.pt of epoch {epoch_done}, step {step} is intact"
+                batch = f", batch {epoch_partial['batches']}" if epoch_partial is not None else ""  # as the resume line
+                self.kept = f"last.pt saved after epoch {epoch_done}{batch} (step {step}) is intact"
                 self.writes += 1
             except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
                 failed = (f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "

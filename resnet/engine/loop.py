@@ -217,7 +217,7 @@ class _Epoch:
         first = stats.batches
         self.steps_before = global_step - stats.steps  # optimizer steps before this epoch
         self.end = first + batches if ctx.max_steps is None else min(first + batches, ctx.max_steps)
-        self.bar = Progress(self.end, f"train {epoch}", initial=first, unit="batches",
+        self.bar = Progress(self.end, f"train {epoch + 1}", initial=first, unit="batches",  # 1-based, as the epoch line
                             enabled=ctx.progress and ctx.env.is_main)
         self.loss_sum = torch.full((), stats.loss_sum, device=ctx.env.device)
         self.lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
@@ -394,8 +394,10 @@ def _queue_check(losses: list[torch.Tensor], env: DistEnv) -> _ToHost:
 
 
 def _nonfinite(value: float, step: int, epoch: int, batch: int) -> NonFiniteLoss:
+    """``step``, ``epoch`` and ``batch`` count from 0 (the steps, epochs, batches before it); the
+    message counts from 1, as steps.csv, the epoch line and the progress bar do."""
     where = value if not math.isfinite(value) else "on another process"
     return NonFiniteLoss(
-        f"non-finite loss ({where}) at step {step} (epoch {epoch}, batch {batch}); the last good checkpoint is kept. "
-        "Lower optim.lr, set grad_clip=1.0, or on_nonfinite=skip to skip such steps."
+        f"non-finite loss ({where}) at step {step + 1} (epoch {epoch + 1}, batch {batch + 1}); the last good "
+        "checkpoint is kept. Lower optim.lr, set grad_clip=1.0, or on_nonfinite=skip to skip such steps."
     )

@@ -251,7 +251,7 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         if epoch == fit.epochs - 1 or (epoch + 1) % cfg.eval_every == 0:
             fit.val, fit.ema_val = _validate(cfg, t, ctx, row)
         fit.history.append(row)
-        logger.log_steps(stats.history, epoch)
+        logger.log_steps(stats.history, epoch + 1)  # 1-based, as the epoch line and metrics.csv
         logger.log_epoch(row)  # before the checkpoint; a resume drops rows past the checkpoint's epoch
         if env.is_main:
             _print_epoch(row, t.loaders.val_split_size)

@@ -71,11 +71,12 @@ class RunLogger:
         self.steps = CsvLog(run_dir / "steps.csv")
         # A run killed after logging an epoch but before checkpointing it repeats that epoch.
         self.epochs.drop_rows(lambda r: int(r["epoch"]) <= resumed_epoch)  # 1-based: epochs done
-        self.steps.drop_rows(lambda r: int(r["epoch"]) < resumed_epoch)  # 0-based: the epoch running
+        self.steps.drop_rows(lambda r: int(r["epoch"]) <= resumed_epoch)
         if wandb_cfg and wandb_cfg.get("wandb"):
             self.wandb = start_run(wandb_cfg, config, group, run_dir)
 
     def log_steps(self, records: Sequence[Mapping], epoch: int) -> None:
+        """``records`` of ``epoch`` (1-based, as metrics.csv's) to steps.csv (and W&B)."""
         if not self.enabled:
             return
         self.steps.write(*({"epoch": epoch, **record} for record in records))

@@ -180,7 +180,7 @@ def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, 
     lines = progress_lines(captured.err, "train 1")  # epoch=0 is the first epoch: 1-based, as the epoch line
     assert [line.split(" | ")[0] for line in lines] == [
         "train 1: 2/5 batches (40%)", "train 1: 4/5 batches (80%)", "train 1: 5/5 batches (100%)"]
-    assert " | loss " in lines[1] and " | loss " not in lines[2]
+    assert " | loss (running mean) " in lines[1] and " | loss" not in lines[2]
     assert "\r" not in captured.err and captured.out == ""
 
 
@@ -213,8 +213,14 @@ def test_train_py_prints_three_lines_an_epoch_to_a_pipe(tiny_folder, tmp_path, c
         assert [line.split(" | ")[0] for line in lines] == [
             f"train {epoch}: 2/6 batches (33%)", f"train {epoch}: 4/6 batches (66%)",
             f"train {epoch}: 6/6 batches (100%)"], captured.err
-        pattern = rf"train {epoch}: 2/6 batches \(33%\) \| loss \d+\.\d{{3}} \| lr [\d.e-]+ \| img/s [\d,]+ \| {ETA}"
+        pattern = (rf"train {epoch}: 2/6 batches \(33%\) \| loss \(running mean\) \d+\.\d{{3}} \| lr [\d.e-]+ \| "
+                   rf"img/s [\d,]+ \| {ETA}")
         assert re.fullmatch(pattern, lines[0]), lines[0]
+        # the bar's running mean of the epoch ends at the epoch line's mean (one process)
+        running = float(re.search(r"\| loss \(running mean\) ([\d.]+) \|", lines[-1]).group(1))
+        mean = float(re.search(rf"^epoch {epoch} \| train loss \(epoch mean\) ([\d.]+) \|", captured.out,
+                               re.M).group(1))
+        assert running == pytest.approx(mean, abs=6e-4)
     assert [line.split(" | ")[0] for line in progress_lines(captured.err, "val")] == ["val: 2/2 batches (100%)"] * 2
     assert "\r" not in captured.err + captured.out
     assert not any(re.search(r"\d+/\d+ batches", line) for line in captured.out.splitlines())

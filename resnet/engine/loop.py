@@ -22,6 +22,9 @@ from ..report.progress import Progress
 from ..runtime import Runtime
 from .preempt import StopRequest
 
+# the bar's loss: the mean over the epoch so far (the epoch line's is the whole epoch's: "train loss (epoch mean)")
+RUNNING_LOSS = "loss (running mean)"
+
 
 class NonFiniteLoss(RuntimeError):
     """The loss became NaN or inf; the message names the step."""
@@ -224,7 +227,10 @@ class _Epoch:
         self.start = self.window_start = time.perf_counter()
         self.seconds_before = stats.seconds
         self.window_images = 0
-        self.unread: list[tuple[torch.Tensor, int, int]] = []  # on_nonfinite=stop: (loss, step, batch) not read yet
+        # on_nonfinite=stop: (loss, step, batch, images) not read yet
+        self.unread: list[tuple[torch.Tensor, int, int, int]] = []
+        # the bar's running mean: this process's losses of the epoch as read on the host, x images (from a resume's)
+        self.read_sum, self.read_images = stats.loss_sum, stats.images
 
     def consume(self, batch) -> bool:
         """Train on one loader batch; False when the epoch ends before it (its last batch was
@@ -260,9 +266,9 @@ class _Epoch:
         queued: list[_ToHost] = []
 
         def on_loss(loss: torch.Tensor) -> None:  # on_nonfinite=stop: the losses are read every log_every steps
-            self.unread.append((loss, tried, index))
+            self.unread.append((loss, tried, index, images.shape[0]))
             if logs:
-                queued.append(_queue_check([x for x, _, _ in self.unread], ctx.env))
+                queued.append(_queue_check([x for x, *_ in self.unread], ctx.env))
 
         done = train_step(self.model, images, labels, self.optimizer, self.scheduler, ctx,
                           self.steps_before + stats.steps, on_loss)
@@ -274,15 +280,21 @@ class _Epoch:
         stats.images += done.images
         stats.steps += 1
         self.window_images += done.images
+        if done.value is not None:  # on_nonfinite=skip: read on the host every step
+            self.read_sum += done.value * done.images
+            self.read_images += done.images
         if logs:
             self.log(self.read_losses(queued[0]) if self.unread else done.value)
 
     def log(self, loss: float) -> None:
+        """``loss``: this step's, for steps.csv; the bar shows the epoch's running mean (its last value is
+        this process's share of the epoch line's ``train loss (epoch mean)``)."""
         now = time.perf_counter()
         rate = self.window_images * self.ctx.env.world_size / max(now - self.window_start, 1e-9)
         record = {"step": self.steps_before + self.stats.steps, "loss": loss, "lr": self.lr, "images_per_s": rate}
         self.stats.history.append(record)
-        self.bar.log({"loss": f"{loss:.3f}", "lr": f"{self.lr:.3g}", "img/s": f"{rate:,.0f}"})
+        running = self.read_sum / max(self.read_images, 1)
+        self.bar.log({RUNNING_LOSS: f"{running:.3f}", "lr": f"{self.lr:.3g}", "img/s": f"{rate:,.0f}"})
         self.window_start, self.window_images = now, 0
 
     def read_losses(self, queued: _ToHost | None = None) -> float:
@@ -290,11 +302,13 @@ class _Epoch:
         non-finite one; returns the last loss."""
         losses = self.unread[:]
         self.unread.clear()
-        values = (queued or _queue_check([loss for loss, _, _ in losses], self.ctx.env)).tolist()
+        values = (queued or _queue_check([loss for loss, *_ in losses], self.ctx.env)).tolist()
         n = len(losses)
-        for (_, step, batch), value, finite in zip(losses, values[:n], values[n:]):
+        for (_, step, batch, images), value, finite in zip(losses, values[:n], values[n:]):
             if finite < self.ctx.env.world_size:
                 raise _nonfinite(value, step, self.epoch, batch)
+            self.read_sum += value * images
+            self.read_images += images
         return values[n - 1]
 
     def save(self) -> None:

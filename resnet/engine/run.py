@@ -340,6 +340,9 @@ def _summary(results: dict, footer: str) -> str:
     return "\n" + format_table(table) + "\n" + footer
 
 
+EPOCH_LOSS = "train loss (epoch mean)"  # the epoch line's; the bar's is the mean so far (loop.RUNNING_LOSS)
+
+
 def val_share(loaders) -> str | None:
     """``1,000 of 10,000 images`` where validation scores part of the val split (``val_images=N``), else None."""
     if not loaders.val_split_size or loaders.val_size == loaders.val_split_size:
@@ -349,7 +352,7 @@ def val_share(loaders) -> str | None:
 
 def _print_epoch(row: dict, split: int = 0) -> None:
     """The epoch's line; ``split``: the val split's images, said beside the errors where fewer were scored."""
-    parts = [f"epoch {row['epoch']}", f"loss {row['train_loss']:.4f}", f"{row['train_images_per_s']:.0f} img/s"]
+    parts = [f"epoch {row['epoch']}", f"{EPOCH_LOSS} {row['train_loss']:.4f}", f"{row['train_images_per_s']:.0f} img/s"]
     if "val_top1_err" in row:
         parts += [f"val top-1 err {row['val_top1_err']:.2f}%", f"top-5 err {row['val_top5_err']:.2f}%"]
         if split and row.get("val_n_images") != split:

@@ -23,7 +23,7 @@ the loss), every ``every`` units (:meth:`Progress.update`), and at the end, howe
 ended (an interruption too), unless the last line said it already; nothing here reads a
 device tensor::
 
-    train 3: 50/625 batches (8%) | loss 2.314 | lr 0.1 | img/s 1,234 | 0:00:41 elapsed, ETA 0:07:52
+    train 3: 50/625 batches (8%) | loss (running mean) 2.314 | lr 0.1 | img/s 1,234 | 0:00:41 elapsed, ETA 0:07:52
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ A generated ImageNet-like folder (``--classes`` x photo-like 500x375 q90 JPEGs, 
 * ``eval.py`` single crop and ``reference eval`` (Resize / CenterCrop / ToTensor /
   Normalize), both on the checkpoint of a first, untimed train.py run; ``eval.py``
   10-crop on the same weights.
-* ``train.py, threads shared``: ``train.py`` without ``OMP_NUM_THREADS``, so that it lowers
+* ``train.py threads shared``: ``train.py`` without ``OMP_NUM_THREADS``, so that it lowers
   its intra-op threads to the CPUs its loader workers leave (``resnet.workers.share_cpus``).
 * ``train.py 2 processes``: ``torchrun --standalone --nproc_per_node=2`` (gloo), the same
   global batch, half the workers each, ``OMP_NUM_THREADS=1`` each, against ``train.py``
@@ -56,7 +56,7 @@ RATIOS = (
     ("eval.py / reference eval", "eval.py", "reference eval", None, ""),
     ("10-crop cost / 1-crop cost", "eval.py", "eval.py 10-crop", 10.5, "<="),
     ("2 processes / 1 process", "train.py 2 processes", "train.py", None, ""),
-    ("threads shared / all threads", "train.py, threads shared", "train.py", None, ""),
+    ("threads shared / all threads", "train.py threads shared", "train.py", None, ""),
 )
 
 
@@ -64,7 +64,7 @@ RATIOS = (
 class Contender:
     name: str
     argv: list[str]
-    env: dict[str, str]
+    env: dict[str, str | None]  # over this process's environment; None: unset
     read: Callable[[str, Path], dict]  # (stdout, run dir) -> {"images_per_s": ..., ...}
     hydra: bool = True  # train.py / eval.py: given hydra.run.dir=<run dir>
 
@@ -143,9 +143,9 @@ def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list
         ),
     ] + ([] if args.quick else [  # a smoke run: the train pair only (eval and DDP: tests/test_eval.py, test_train.py)
         Contender(  # no OMP_NUM_THREADS: train.py gives its loader workers their CPUs (resnet.workers.share_cpus)
-            "train.py, threads shared",
+            "train.py threads shared",
             [python, *train, f"batch_size={args.batch}", f"data.workers={args.workers}"],
-            {"OMP_NUM_THREADS": ""},
+            {"OMP_NUM_THREADS": None},  # unset
             read_results_json,
         ),
         Contender("eval.py", [python, *evaluate, "crops=1"], one_process, read_eval_table),
@@ -185,7 +185,7 @@ def children_cpu_seconds() -> float:
 def run(contender: Contender, run_dir: Path) -> dict:
     """Run one contender to completion; its figures, the process's wall and CPU seconds, others' load."""
     argv = contender.argv + ([f"hydra.run.dir={run_dir}"] if contender.hydra else [])
-    env = os.environ | contender.env
+    env = {key: value for key, value in (os.environ | contender.env).items() if value is not None}
     busy, cpu, wall = busy_cpu_seconds(), children_cpu_seconds(), time.perf_counter()
     done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - wall

@@ -2,7 +2,7 @@
 
 Why ``torchvision.io.decode_jpeg(device="cuda")`` and not DALI's mixed decoder: it is nvJPEG's
 batched decode behind a call the project already makes on the CPU, with no second pipeline
-framework, no extra wheel (DALI is ~500 MB) and no change to how batches, samplers, resumes and
+framework, no extra wheel (DALI's is large) and no change to how batches, samplers, resumes and
 skipped images work. The workers keep everything cheap: reading the file, its header, the crop
 box and flip drawn exactly as on the CPU path (:class:`EncodedRandomResizedCropFlip`), so a
 run's boxes do not depend on where it decodes. The main process then decodes the batch with

@@ -92,8 +92,8 @@ class GridBatchNorm2d(nn.BatchNorm2d):
     are those plus row p - 1 of the parameters ``grid_weight_offset`` / ``grid_bias_offset``
     [presets - 1, C], which start at zero. So every step trains the shared part and only the
     active preset's offset: rows of absolute values, each trained on its preset's steps only,
-    learn the common part at 1/presets of the rate, which cost a ResNet-18 on the ImageNet-shaped
-    proxy 8 points (docs/benchmarks.md). Every forward indexes the stack of all offsets, so every
+    learn the common part at 1/presets of the rate (measured against offsets: docs/benchmarks.md,
+    "Grid candidates"). Every forward indexes the stack of all offsets, so every
     parameter is in every step's graph (DDP finds none unused; the other presets' offsets get
     zero gradients)."""
 

@@ -73,7 +73,7 @@ def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
 
 def native_bf16(overrides: list[str]) -> list[str]:
     """``amp=bf16`` where the demo trains on a CPU that computes bfloat16 natively (AMX or
-    AVX512-BF16: 1.6-1.7x the float32 images/s of the demo's model on 2 cores, docs/benchmarks.md),
+    AVX512-BF16: faster than float32 there, docs/benchmarks.md),
     unless the overrides choose ``amp`` or a device; elsewhere bf16 is emulated, slower than float32."""
     import torch
 

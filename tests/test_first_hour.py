@@ -1,7 +1,8 @@
 """What a new user meets in the first hour, from the README alone: user commands need no test tools
 (export names its extra in one line, the seed-table recipe runs without pytest), one naming rule for
 the commands, lint that a folder in the working tree cannot change, and the README's facts; what a
-training run says (issue 35): a validation subset named as one wherever its numbers are shown."""
+training run says (issue 35): a validation subset named as one wherever its numbers are shown, and
+train.log holding the run's lines."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
+from resnet.config import ConfigError
 from resnet.export import EXPORT_EXTRA, EXPORT_MODULES, missing_export_tools
 from resnet.inspect import pad_table
 from resnet.model import build_model
@@ -133,3 +137,13 @@ def test_val_images_scores_n_images_and_every_report_says_so(tiny_folder, tmp_pa
     epoch_line = next(line for line in out.splitlines() if line.startswith("epoch 1 |"))
     assert re.search(r"\| top-5 err \d+\.\d\d% \(on 4 of the 7 val images\)$", epoch_line), epoch_line
     assert re.search(r"\|\s+4 of 7 \|", out)  # the summary's val images column
+
+
+def test_train_log_holds_what_each_invocation_of_the_run_printed(tiny_folder, tmp_path, capsys, one_thread):
+    run_in_process(tiny_folder, tmp_path, "stop_after=1")
+    run_in_process(tiny_folder, tmp_path, "resume=true")
+    with pytest.raises(ConfigError) as refused:  # onecycle ends at epochs=2: refused in one line
+        run_in_process(tiny_folder, tmp_path, "resume=true", "epochs=3")
+    out = capsys.readouterr().out
+    assert "resumed from" in out and out.count("epoch 1 | ") == out.count("epoch 2 | ") == 1 and "results:" in out
+    assert (tmp_path / "train.log").read_text() == out + f"error: {refused.value}\n"  # and the one line it ended with

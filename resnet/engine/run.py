@@ -33,7 +33,7 @@ from .losses import loss_and_augment
 from .optim import build_optimizer, build_scheduler
 from .preempt import StopRequest
 from .resume import ResumePoint, resume
-from .runlog import RunLogger
+from .runlog import RunLogger, run_log
 from .state import epoch_seed, seed_everything, set_rng_state
 from .sync_bn import convert_sync_batchnorm
 
@@ -74,8 +74,9 @@ def train(cfg: DictConfig) -> dict:
         # the run holds beyond its return (loader worker processes), released however it ends
         with own_run_dir(run_dir, env), contextlib.ExitStack() as cleanup:
             done = finished_run(cfg, env, run_dir)
-            if done is not None:
+            if done is not None:  # kept as it was, train.log too
                 return done
+            cleanup.enter_context(run_log(run_dir, env.is_main))  # what the run prints, also in run_dir/train.log
             return _train(cfg, env, run_dir, cleanup)
     finally:
         shutdown(env)

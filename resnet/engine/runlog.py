@@ -1,4 +1,4 @@
-"""Run outputs on rank 0: CSV logs, results.json, the summary table, and W&B when on.
+"""Run outputs on rank 0: CSV logs, results.json, the summary table, train.log, and W&B when on.
 
 W&B: the API key is read by wandb itself (``WANDB_API_KEY`` or ``wandb login``);
 nothing here writes it to disk or into the logged config.
@@ -6,12 +6,15 @@ nothing here writes it to disk or into the logged config.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from ..report.wandb_log import start_run, table_cell
 
@@ -121,3 +124,63 @@ def write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+LOG_NAME = "train.log"  # Hydra's job log of train.py has this name too: the same file where run_dir is Hydra's
+
+
+class _Tee:
+    """A text stream that writes to ``stream`` and to ``file`` alike; anything else (``isatty``,
+    ``fileno``, ``encoding``) is ``stream``'s."""
+
+    def __init__(self, stream: IO[str], file: IO[str]) -> None:
+        self._stream, self._file = stream, file
+
+    def write(self, text: str) -> int:
+        self._file.write(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+        self._stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def run_log(run_dir: Path, enabled: bool) -> Iterator[None]:
+    """On rank 0 (``enabled``), everything the run prints on stdout inside (the resume line, every
+    epoch's line, the summary and its last line) is also appended to ``run_dir/train.log``, and so
+    is the one line a run that fails or is stopped ends with (train.py prints it on stderr). The
+    progress bar and its lines (stderr) are not: the file holds what a run reports, not its redraws."""
+    if not enabled:
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOG_NAME, "a", buffering=1) as file:  # line-buffered: a killed run keeps its lines
+        stdout = sys.stdout
+        sys.stdout = _Tee(stdout, file)
+        try:
+            yield
+        except BaseException as err:
+            line = ending_line(err)
+            if line:
+                file.write(line + "\n")
+            raise
+        finally:
+            sys.stdout = stdout
+
+
+def ending_line(err: BaseException) -> str | None:
+    """The line train.py prints for ``err`` where it ends a run in one line (resnet.cli.errors), else None."""
+    from ..config import ConfigError
+    from .checkpointer import RunFailed
+    from .loop import NonFiniteLoss
+    from .preempt import Stopped
+
+    if isinstance(err, Stopped):
+        return str(err)
+    if isinstance(err, (ConfigError, RunFailed, NonFiniteLoss)):
+        return f"error: {err}"
+    return None

@@ -1,13 +1,14 @@
 """What a new user meets in the first hour, from the README alone: user commands need no test tools
 (export names its extra in one line, the seed-table recipe runs without pytest), one naming rule for
 the commands, lint that a folder in the working tree cannot change, and the README's facts; what a
-training run says (issue 35): a validation subset named as one wherever its numbers are shown, and
-train.log holding the run's lines."""
+training run says (issue 35): a validation subset named as one wherever its numbers are shown,
+train.log holding the run's lines, and the last line the eval.py command of its last.pt."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from resnet.config import ConfigError
+from resnet.evaluation.run import evaluate_weights
 from resnet.export import EXPORT_EXTRA, EXPORT_MODULES, missing_export_tools
 from resnet.inspect import pad_table
 from resnet.model import build_model
+from tests.helpers.compose import compose_config
 from tests.helpers.procs import REPO, run
 from tests.helpers.training import run_in_process
 
@@ -147,3 +150,14 @@ def test_train_log_holds_what_each_invocation_of_the_run_printed(tiny_folder, tm
     out = capsys.readouterr().out
     assert "resumed from" in out and out.count("epoch 1 | ") == out.count("epoch 2 | ") == 1 and "results:" in out
     assert (tmp_path / "train.log").read_text() == out + f"error: {refused.value}\n"  # and the one line it ended with
+
+
+def test_the_last_line_is_the_eval_command_of_the_runs_last_pt(tiny_folder, tmp_path, capsys, one_thread):
+    trained = run_in_process(tiny_folder, tmp_path / "run", "epochs=1")
+    *_, named, last = capsys.readouterr().out.splitlines()
+    assert named == f"results: {tmp_path / 'run' / 'results.json'}; weights: {tmp_path / 'run' / 'last.pt'}"
+    command = shlex.split(last.removeprefix("evaluate them: "))
+    assert command == ["python", "eval.py", f"weights={tmp_path / 'run' / 'last.pt'}", "data=imagefolder",
+                       f"data.root={tiny_folder}"]
+    row = evaluate_weights(compose_config("eval", *command[2:], f"results_file={tmp_path / 'eval.jsonl'}"))
+    assert (row["top1_err"], row["n_images"]) == (trained["top1_err"], trained["n_val_images"])  # the same val set

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,7 +217,9 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     results = _results(cfg, env, t, fit, run_dir, time.perf_counter() - wall_start)
     logger.finish(results, saver.path, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
     if env.is_main:
-        print(_summary(results, f"results: {results['run_dir']}/results.json"))
+        print(_summary(results, f"results: {run_dir / 'results.json'}; weights: {saver.path}\n"
+                                f"evaluate them: {eval_command(cfg, saver.path)}"
+                                + (" (their EMA: add ema=true)" if t.ema is not None else "")))
     return results
 
 
@@ -326,6 +329,15 @@ def _results(cfg: DictConfig, env: DistEnv, t: Training, fit: Fit, run_dir: Path
         wall_seconds=wall_seconds,
         run_dir=str(run_dir),
     )
+
+
+def eval_command(cfg: DictConfig, checkpoint: Path) -> str:
+    """The ``eval.py`` command that evaluates ``checkpoint`` on this run's validation data, under the
+    padding it was trained with (eval.py reads the rest from the checkpoint: its crop, preprocessing)."""
+    args = ["python", "eval.py", f"weights={checkpoint}", f"data={cfg.data.name}"]  # eval.py's default is imagenet
+    if cfg.data.get("root"):
+        args.append(f"data.root={cfg.data.root}")
+    return shlex.join(args)
 
 
 def _summary(results: dict, footer: str) -> str:

@@ -1,25 +1,35 @@
-"""A run directory belongs to one run at a time, and a failed checkpoint write loses nothing."""
+"""A run directory belongs to one run at a time, a failed checkpoint write loses nothing, and
+``resume=true`` without a run dir resumes the one unfinished run of its config under outputs/."""
 
 from __future__ import annotations
 
 import builtins
 import errno
+import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 from datetime import datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
+from omegaconf import OmegaConf
 
 import resnet.checkpoint
 from resnet.checkpoint import load_checkpoint
+from resnet.config import ConfigError
+from resnet.engine import latest_run
 from resnet.engine.lock import LOCK_NAME, RunDirBusy, RunDirLock
 from resnet.engine.run import CheckpointWriteError
-from tests.helpers.training import REPO, read_csv, run_in_process
+from tests.helpers import procs
+from tests.helpers.compose import compose_config
+from tests.helpers.training import PY, REPO, read_csv, run_in_process, tiny_overrides
 
 HOLD = """import sys
 from resnet.engine.lock import RunDirLock
@@ -114,3 +124,103 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint_and_stops_in_one
     monkeypatch.undo()
     run_in_process(tiny_folder, tmp_path, "epochs=3", "resume=true")  # space freed: it goes on
     assert [row["epoch"] for row in read_csv(tmp_path / "metrics.csv")] == ["1", "2", "3"]
+
+
+# --- resume=true without a run dir ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def unfinished(tiny_folder, tmp_path_factory) -> Path:
+    """outputs/2026-01-01/10-00-00: a run of the tiny config stopped after epoch 1 of 2."""
+    run_dir = tmp_path_factory.mktemp("latest") / "outputs" / "2026-01-01" / "10-00-00"
+    run_in_process(tiny_folder, run_dir, "stop_after=1", "log_every=6")
+    return run_dir
+
+
+def outputs(tmp_path: Path, unfinished: Path, **runs: dict | None) -> Path:
+    """tmp_path/outputs with a copy of ``unfinished`` per name (``2026-01-01/<name>``), each with
+    its results.json where one is given."""
+    for name, results in runs.items():
+        shutil.copytree(unfinished, tmp_path / "outputs" / "2026-01-01" / name)
+        if results is not None:
+            (tmp_path / "outputs" / "2026-01-01" / name / "results.json").write_text(json.dumps(results))
+    return tmp_path / "outputs"
+
+
+def pick(tiny_folder, root: Path, *overrides: str) -> tuple[Path, str]:
+    cfg = compose_config("train", *tiny_overrides(tiny_folder, root / "now" / "made-up", "resume=true", *overrides))
+    return latest_run.unfinished_run(cfg, root)
+
+
+def test_the_one_unfinished_run_of_the_config_is_resumed_whatever_else_is_there(tiny_folder, tmp_path, unfinished):
+    root = outputs(tmp_path, unfinished, a={"epochs": 1}, b={"epochs": 2}, c=None)  # a: after stop_after=1 of 2
+    # c: another config (seed=3), as Hydra records it: its .hydra/config.yaml, the run dir Hydra's to resolve
+    hydra = compose_config("train", *[o for o in tiny_overrides(tiny_folder, root, "seed=3") if "run_dir" not in o])
+    (root / "2026-01-01" / "c" / ".hydra").mkdir()
+    (root / "2026-01-01" / "c" / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(hydra))
+    assert "${hydra:runtime.output_dir}" in (root / "2026-01-01" / "c" / ".hydra" / "config.yaml").read_text()
+    chosen, line = pick(tiny_folder, root)
+    assert chosen == root / "2026-01-01" / "a"  # not b (finished), not c (seed=3)
+    assert line.startswith(f"resume=true: resuming {chosen}, the unfinished run of this config under {root} (")
+    assert pick(tiny_folder, root, "seed=3")[0] == root / "2026-01-01" / "c"
+
+
+def test_none_or_several_unfinished_runs_are_refused_naming_each_and_the_run_dir_to_pass(tiny_folder, tmp_path,
+                                                                                         unfinished):
+    root = outputs(tmp_path, unfinished, a=None, b=None, done={"epochs": 2})
+    with pytest.raises(ConfigError) as several:
+        pick(tiny_folder, root)
+    line = str(several.value)
+    assert line.startswith(f"resume=true: 2 unfinished runs of this config under {root}: pass hydra.run.dir=")
+    assert f"hydra.run.dir={root / '2026-01-01' / 'a'} (last.pt saved " in line and "\n" not in line
+    assert f"hydra.run.dir={root / '2026-01-01' / 'b'} (last.pt saved " in line
+    with pytest.raises(ConfigError) as none:
+        pick(tiny_folder, root, "seed=9")
+    line = str(none.value)
+    assert line.startswith(f"resume=true: no unfinished run of this config under {root} (of other configs: ")
+    assert f"{root / '2026-01-01' / 'a'} (seed=0, this run has 9)" in line and "done" not in line
+    assert line.endswith("pass hydra.run.dir=<run dir> (and its config) to resume one, or leave out resume=true to "
+                         "start a new run")
+    with pytest.raises(ConfigError, match=r"no unfinished run of this config under .* \(finished: .*done\)"):
+        pick(tiny_folder, outputs(tmp_path / "only", unfinished, done={"epochs": 2}))
+
+
+def test_a_run_with_padding_is_not_one_without(tiny_folder, tmp_path, unfinished):
+    root = outputs(tmp_path, unfinished, a=None)
+    with pytest.raises(ConfigError, match=r"a \(padding=\(the model's own\), this run has asymmetric\)"):
+        pick(tiny_folder, root, "+padding=asymmetric")
+
+
+def hydra_run(monkeypatch, output_dir: Path, run_dir_pattern: str, hydra_overrides=(), mode: str = "RUN") -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    got = SimpleNamespace(mode=RunMode[mode], overrides=SimpleNamespace(hydra=list(hydra_overrides)),
+                          run=SimpleNamespace(dir=run_dir_pattern), runtime=SimpleNamespace(output_dir=str(output_dir)))
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: got))
+
+
+@pytest.mark.parametrize("case, searched", [("default", True), ("hydra.run.dir=", False), ("run_dir=", False),
+                                            ("multirun", False), ("resume=false", False), ("resume=path", False)])
+def test_only_a_made_up_run_dir_is_searched_beside(tmp_path, monkeypatch, case, searched):
+    """scripts/slurm.sbatch (resume=true hydra.run.dir=...), a sweep, run_dir= and resume=<path> use their dir."""
+    made_up = tmp_path / "outputs" / "2026-01-02" / "09-00-00"
+    hydra_run(monkeypatch, made_up, "outputs/2026-01-02/09-00-00",
+              ["hydra.run.dir=outputs/2026-01-02/09-00-00"] if case == "hydra.run.dir=" else [],
+              "MULTIRUN" if case == "multirun" else "RUN")
+    resume = {"resume=false": False, "resume=path": "/x/last.pt"}.get(case, True)
+    run_dir = tmp_path / "elsewhere" if case == "run_dir=" else made_up
+    cfg = SimpleNamespace(get=lambda key: resume if key == "resume" else None)
+    assert latest_run.made_up_run_dir(cfg, run_dir) == (tmp_path / "outputs" if searched else None)
+
+
+def test_train_py_resume_true_without_a_run_dir_goes_on_in_the_unfinished_run(tiny_folder, tmp_path, unfinished):
+    root = outputs(tmp_path, unfinished, **{"10-00-00": None})
+    args = [a for a in tiny_overrides(tiny_folder, tmp_path, "log_every=6") if not a.startswith("run_dir=")]
+    proc = procs.run([PY, str(REPO / "train.py"), *args, "resume=true"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed = Path("outputs") / "2026-01-01" / "10-00-00"
+    assert f"resume=true: resuming {resumed}, the unfinished run of this config under outputs (" in proc.stdout
+    assert f"resumed from {tmp_path / resumed / 'last.pt'} after epoch 1 (step 6)" in proc.stdout
+    assert json.loads((root / "2026-01-01" / "10-00-00" / "results.json").read_text())["epochs"] == 2

@@ -28,6 +28,7 @@ from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
 from .checks import check_train_config, grid_bn
 from .ending import Fit, LoaderWorkerDied, finished_run, handing_over
+from .latest_run import pick_run_dir
 from .lock import own_run_dir
 from .loop import EpochStats, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
@@ -56,12 +57,22 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
     return make_grid(model, grid, per_grid_bn=norms != "shared", per_grid_affine=norms == "affine")
 
 
-def shared_run_dir(cfg: DictConfig, env: DistEnv) -> Path:
-    """Rank 0's run dir for everyone: Hydra's timestamp can differ by a second between ranks."""
-    run_dir = [str(cfg.run_dir)]
+def shared_run_dir(cfg: DictConfig, env: DistEnv) -> tuple[Path, str | None]:
+    """Rank 0's run dir for everyone (Hydra's timestamp can differ by a second between ranks), and
+    the line saying which run it resumes where ``resume=true`` came without a run dir
+    (:mod:`.latest_run`: the unfinished run of this config under outputs/, or one line refusing)."""
+    found = [str(cfg.run_dir), None, None]  # run dir, its line, a refusal
+    if env.is_main:
+        try:
+            run_dir, note = pick_run_dir(cfg, Path(cfg.run_dir))
+            found[:2] = str(run_dir), note
+        except ConfigError as err:
+            found[2] = str(err)
     if env.distributed:
-        dist.broadcast_object_list(run_dir, src=0)
-    return Path(run_dir[0])
+        dist.broadcast_object_list(found, src=0)
+    if found[2] is not None:
+        raise ConfigError(found[2])
+    return Path(found[0]), found[1]
 
 
 def train(cfg: DictConfig) -> dict:
@@ -70,7 +81,9 @@ def train(cfg: DictConfig) -> dict:
     check_train_config(cfg)
     env = join_job(cfg)
     try:
-        run_dir = shared_run_dir(cfg, env)
+        run_dir, note = shared_run_dir(cfg, env)
+        if str(run_dir) != str(cfg.run_dir):
+            cfg.run_dir = str(run_dir)  # the run resumed (what reads cfg.run_dir: the folder-index cache)
         # own_run_dir: a second run into it is refused here, before it writes anything; cleanup: what
         # the run holds beyond its return (loader worker processes), released however it ends
         with own_run_dir(run_dir, env), contextlib.ExitStack() as cleanup:
@@ -78,6 +91,8 @@ def train(cfg: DictConfig) -> dict:
             if done is not None:  # kept as it was, train.log too
                 return done
             cleanup.enter_context(run_log(run_dir, env.is_main))  # what the run prints, also in run_dir/train.log
+            if note and env.is_main:
+                print(note, flush=True)
             return _train(cfg, env, run_dir, cleanup)
     finally:
         shutdown(env)

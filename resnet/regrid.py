@@ -42,11 +42,13 @@ def batch_norms(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
 
 
 @torch.no_grad()
-def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: Normalize) -> int:
+def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: Normalize,
+                  progress: bool = True) -> int:
     """Replace every BatchNorm's running mean and variance with their averages over ``batches``
     (uint8 images [N, C, H, W], on the model's device), measured under the model's own padding;
     return how many images were used. Weights, biases and every other tensor are left as they
-    are; the model is left in eval mode."""
+    are; the model is left in eval mode. ``progress``: a bar on a terminal; in a log, a line at
+    the end and every :data:`LINE_SECONDS` before it (a CPU takes minutes on ImageNet's sizes)."""
     norms = batch_norms(model)
     if not norms:
         raise ValueError("the model has no BatchNorm layer: there is nothing to re-estimate")
@@ -57,10 +59,13 @@ def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: 
     was_training = model.training
     model.train()
     seen = 0
+    total = sum(x.shape[0] for x in batches) if isinstance(batches, Sequence) else None
     try:
-        for images in batches:
-            model(normalize(images))
-            seen += images.shape[0]
+        with _progress(total, "BN statistics", progress) as shown:
+            for images in batches:
+                model(normalize(images))
+                seen += images.shape[0]
+                shown.update(images.shape[0], images=images.shape[0])
     finally:
         for bn, momentum in zip(norms, momenta):
             bn.momentum = momentum
@@ -112,9 +117,13 @@ def distill(
         from data.transforms import random_crop_flip  # data is imported only where a method needs it
     every_step = bool(augment or features)  # the teacher's outputs are needed for each step's images
     targets = None
-    if not every_step:
-        with torch.no_grad():
-            targets = torch.cat([F.softmax(teacher(normalize(x)) / temperature, dim=1) for x in batches])
+    if not every_step:  # the teacher's outputs, once (as long as a BN pass: shown too)
+        with torch.no_grad(), _progress(count, "teacher outputs", progress) as shown:
+            outputs = []
+            for x in batches:
+                outputs.append(F.softmax(teacher(normalize(x)) / temperature, dim=1))
+                shown.update(x.shape[0], images=x.shape[0])
+            targets = torch.cat(outputs)
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
     order = torch.Generator().manual_seed(seed)
@@ -149,6 +158,16 @@ def distill(
                 if shown.n % every == 0 or shown.n == steps:
                     shown.log({"loss": f"{loss.item():.4f}", "lr": f"{schedule.get_last_lr()[0]:.3g}"})
     return count * epochs
+
+
+LINE_SECONDS = 10.0  # a pass over the sample in a log: a line at its end, and this often before it
+
+
+def _progress(images: int | None, desc: str, enabled: bool) -> Progress:
+    """A pass over the sample's images: a bar on a terminal; in a log its last line alone, or a line
+    every :data:`LINE_SECONDS` where it is slow."""
+    return Progress(images, desc, unit="img", every=max((images or 0) // 100, 1), interval=LINE_SECONDS,
+                    enabled=enabled)
 
 
 def stages(model: nn.Module) -> list[nn.Module]:
@@ -225,7 +244,7 @@ def regrid(
     source = model.eval()
     student = with_padding(copy.deepcopy(source), padding).eval()  # its own tensors: the source stays as it was
     report = {"method": method, "from_padding": source.meta.padding_name, "to_padding": student.meta.padding_name}
-    report["bn_images"] = reestimate_bn(student, batches, normalize)
+    report["bn_images"] = reestimate_bn(student, batches, normalize, progress=distill_options.get("progress", True))
     distilled = 0
     if method == "distill":
         distilled = distill(student, source, batches, normalize, lr, epochs=epochs, **distill_options)

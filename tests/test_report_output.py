@@ -1,8 +1,11 @@
-"""What the commands show people: distillation's progress, why ``--reference`` added nothing, and a
-legible tensornets.png (short labels, cross.png's row order, one number format)."""
+"""What the commands show people: re-gridding's progress (each pass over the sample one line in a
+log when it is fast: reading, BN statistics, teacher outputs; distillation's loss), why
+``--reference`` added nothing, and a legible tensornets.png (short labels, cross.png's row order,
+one number format)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -10,11 +13,15 @@ from pathlib import Path
 import torch
 
 import resnet
+from resnet.cli.regrid import run
 from resnet.cli.tables import main as tables_main
 from resnet.padding import PRESETS
 from resnet.regrid import distill
+from resnet.report import progress
 from resnet.report.charts import chart_rows, pyplot, scheme_figure
+from resnet.report.progress import Progress
 from resnet.report.tables import cross_matrices, scheme_table
+from tests.helpers.compose import compose_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"
 DEMO_WEIGHTS = {"symmetric": "results/demo/train_symmetric/last.pt",
@@ -40,9 +47,33 @@ def test_distillation_shows_its_progress(capsys, monkeypatch):
     student = resnet.build_model("resnet_tiny", 10, "symmetric", in_chans=1)
     batches = [torch.randint(0, 256, (4, 1, 28, 28), dtype=torch.uint8) for _ in range(3)]
     distill(student, teacher, batches, lambda x: x.float() / 255, epochs=2)
-    lines = capsys.readouterr().err.splitlines()
+    teacher_line, *lines = capsys.readouterr().err.splitlines()
+    assert teacher_line.startswith("teacher outputs: 12/12 img (100%) | img/s ")  # one pass, one line
     assert lines[-1].startswith("distill: 6/6 steps (100%) | loss ") and "img/s" in lines[-1], lines
     assert all(line.startswith("distill: ") for line in lines) and len(lines) == 6  # a line a step: 6 < 20 steps
+
+
+def test_every_pass_of_resnet_regrid_says_where_it_is_in_one_line_each(tiny_folder, checkpoint, tmp_path, capsys,
+                                                                      monkeypatch):
+    monkeypatch.setenv("RESNET_PROGRESS", "lines")  # as in a log
+    run(compose_config("regrid", f"weights={checkpoint}", "+padding=asymmetric", "method=distill", "data=imagefolder",
+                       f"data.root={tiny_folder}", "data.workers=0", "images=24", "batch_size=8", "crop=32",
+                       "features=0", f"out={tmp_path / 'r.pt'}"))
+    passes = [line.split(":")[0] for line in capsys.readouterr().err.splitlines()]
+    assert passes == ["read images", "BN statistics", "teacher outputs", "distill", "distill", "distill"]
+
+
+def test_a_slow_pass_prints_a_line_every_interval_a_fast_one_its_last_line_alone(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    for seconds, expected in ((0.01, ["100/100"]), (0.5, ["20/100", "40/100", "60/100", "80/100", "100/100"])):
+        out = io.StringIO()
+        with Progress(100, "read images", unit="img", every=1, interval=10, mode="lines", file=out) as bar:
+            for _ in range(100):
+                clock[0] += seconds
+                bar.update(1, images=1)
+        lines = out.getvalue().splitlines()
+        assert [line.split(" ")[2] for line in lines] == expected, lines  # "read images: 20/100 img ..."
 
 
 def test_reference_says_in_one_line_why_nothing_matched(tmp_path, capsys):

@@ -12,6 +12,8 @@ from ..report.progress import Progress
 from .loader import EvalData, EvalProtocol
 from .tencrop import protocol_view
 
+READ_LINE_SECONDS = 10.0  # in a log: at most a line this often while the sample is read, and one at its end
+
 
 def read_images(
     data: EvalData, protocol: EvalProtocol, images: int, batch_size: int
@@ -29,14 +31,17 @@ def read_images(
                             num_workers=loader.num_workers, collate_fn=loader.collate_fn)
     view = protocol_view(protocol, data.device_resize)  # crop (and resize in-memory data) as the eval loop does
     batches, skipped, taken = [], 0, 0
-    with Progress(wanted, "read images", unit="img", every=max(wanted // 10, 1)) as bar:  # lines: every 10%
+    # a bar on a terminal; in a log one line at the end (a line every 10 s as well where reading is slow)
+    with Progress(wanted, "read images", unit="img", every=max(wanted // 100, 1), interval=READ_LINE_SECONDS) as bar:
         for batch in loader:
             skipped += int(batch[2]) if len(batch) > 2 else 0
             labels = batch[1][: wanted - taken]
             if len(labels):
                 batches.append((view(batch[0][: len(labels)], None), labels))
             taken += len(labels)
-            bar.update(len(labels))
+            bar.update(len(labels), images=len(labels))
             if taken >= wanted:
                 break
+        if skipped:
+            bar.log({"unreadable": f"{skipped:,} skipped"})
     return batches, skipped

@@ -19,8 +19,10 @@ gets lines. A SLURM job's ``--output`` file takes both streams unless ``--error`
 
 A line is printed when the caller says it is at a point where its numbers are on the host
 anyway (:meth:`Progress.log`: the training loop's ``log_every`` steps, which already read
-the loss), every ``every`` units (:meth:`Progress.update`), and at the end, however the loop
-ended (an interruption too), unless the last line said it already; nothing here reads a
+the loss), every ``every`` units (:meth:`Progress.update`; with ``interval``, only where that
+many seconds have passed since the last line, so that a loop that ends in a second prints its
+last line alone and a slow one a line every ``interval`` seconds), and at the end, however the
+loop ended (an interruption too), unless the last line said it already; nothing here reads a
 device tensor::
 
     train 3: 50/625 batches (8%) | loss (running mean) 2.314 | lr 0.1 | img/s 1,234 | 0:00:41 elapsed, ETA 0:07:52
@@ -83,7 +85,8 @@ class Progress:
     """A bar or plain lines over ``total`` units (None: unknown), from ``initial`` (a resumed
     epoch); ``enabled=False`` (another rank, ``progress=False``) shows nothing. ``every``: a
     line each time the count passes a multiple of it (lines mode; 0: only at :meth:`log` and
-    the end). ``mode`` overrides :func:`progress_mode`, chosen when the object is made."""
+    the end; ``interval``: and at least that many seconds after the last line). ``mode``
+    overrides :func:`progress_mode`, chosen when the object is made."""
 
     def __init__(
         self,
@@ -93,6 +96,7 @@ class Progress:
         initial: int = 0,
         unit: str = "it",
         every: int = 0,
+        interval: float = 0.0,
         enabled: bool = True,
         leave: bool = False,
         mode: str | None = None,
@@ -101,11 +105,11 @@ class Progress:
         self.file = sys.stderr if file is None else file
         chosen = mode or progress_mode(self.file)  # on every rank: a bad RESNET_PROGRESS stops them all
         self.mode = chosen if enabled else "off"
-        self.total, self.desc, self.unit, self.every = total, desc, unit, every
+        self.total, self.desc, self.unit, self.every, self.interval = total, desc, unit, every, interval
         self.n = self.initial = initial
         self.shown: int | None = None  # the count of the last line printed
         self.images = 0  # counted by update(images=...): the rate when the caller gives none
-        self.start = time.perf_counter()
+        self.start = self.shown_at = time.perf_counter()
         self.bar = None
         if self.mode == "bar":
             self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=leave, file=self.file)
@@ -116,7 +120,8 @@ class Progress:
         self.images += images
         if self.bar is not None:
             self.bar.update(n)
-        elif self.mode == "lines" and self.every and self.n // self.every > (self.n - n) // self.every:
+        elif self.mode == "lines" and self.every and self.n // self.every > (self.n - n) // self.every and (
+                not self.interval or time.perf_counter() - self.shown_at >= self.interval):
             self._line()
 
     def log(self, fields: Mapping[str, str]) -> None:
@@ -163,4 +168,4 @@ class Progress:
 
     def _line(self, fields: Mapping[str, str] | None = None) -> None:
         print(self.line(fields), file=self.file, flush=True)
-        self.shown = self.n
+        self.shown, self.shown_at = self.n, time.perf_counter()

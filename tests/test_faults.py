@@ -224,6 +224,8 @@ def test_a_finished_run_started_again_keeps_its_files_byte_for_byte(tiny_folder,
     proc = train_script(*overrides(tiny_folder, run_dir, "seed=3", "resume=true"))  # as a command: status 0
     assert_status(proc, 0)
     assert said in proc.stdout and "resumed from" not in proc.stdout and "Traceback" not in proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]  # what to do with it instead: evaluate its last.pt
+    assert last == f"evaluate it: python eval.py weights={run_dir / 'last.pt'} data=imagefolder data.root={tiny_folder}"
     assert {name: (run_dir / name).read_bytes() for name in files} == files
     for extra in (("resume=false",), ("resume=true", "data.workers=1")):  # the same check, in this process
         assert run_in_process(tiny_folder, run_dir, "seed=3", *extra) == json.loads(files["results.json"])

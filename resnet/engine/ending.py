@@ -130,7 +130,7 @@ def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
         top1 = value.get("top1_err")
         shown = f"{top1:.2f}%" if isinstance(top1, (int, float)) else "none"
         print(f"run in {run_dir} already finished: top-1 err {shown}; results.json kept (to train it again, pass "
-              "another hydra.run.dir)", flush=True)
+              f"another hydra.run.dir)\nevaluate it: {eval_command(cfg, run_dir / 'last.pt')}", flush=True)
     return value
 
 
@@ -155,3 +155,12 @@ def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
             if refused:
                 raise ConfigError(f"{run_dir} holds a finished run of another config: " + refusal(last, refused))
     return ("finished", results)
+
+
+def eval_command(cfg: DictConfig, checkpoint: Path) -> str:
+    """The ``eval.py`` command that evaluates ``checkpoint`` on this run's validation data, under the
+    padding it was trained with (eval.py reads the rest from the checkpoint: its crop, preprocessing)."""
+    args = ["python", "eval.py", f"weights={checkpoint}", f"data={cfg.data.name}"]  # eval.py's default is imagenet
+    if cfg.data.get("root"):
+        args.append(f"data.root={cfg.data.root}")
+    return shlex.join(args)

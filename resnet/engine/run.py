@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from ..runtime import Runtime, join_job, runtime_for
 from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
 from .checks import check_train_config, grid_bn
-from .ending import Fit, LoaderWorkerDied, finished_run, handing_over
+from .ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over
 from .latest_run import pick_run_dir
 from .lock import own_run_dir
 from .loop import EpochStats, NonFiniteLoss, StepContext, train_one_epoch
@@ -344,15 +343,6 @@ def _results(cfg: DictConfig, env: DistEnv, t: Training, fit: Fit, run_dir: Path
         wall_seconds=wall_seconds,
         run_dir=str(run_dir),
     )
-
-
-def eval_command(cfg: DictConfig, checkpoint: Path) -> str:
-    """The ``eval.py`` command that evaluates ``checkpoint`` on this run's validation data, under the
-    padding it was trained with (eval.py reads the rest from the checkpoint: its crop, preprocessing)."""
-    args = ["python", "eval.py", f"weights={checkpoint}", f"data={cfg.data.name}"]  # eval.py's default is imagenet
-    if cfg.data.get("root"):
-        args.append(f"data.root={cfg.data.root}")
-    return shlex.join(args)
 
 
 def _summary(results: dict, footer: str) -> str:

@@ -9,6 +9,7 @@ import json
 import locale
 import os
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -71,6 +72,7 @@ def _start(env: dict[str, str]) -> None:
     errors = open(os.path.join(folder, "stderr"), "w+")  # noqa: SIM115 - read once it is ready
     proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.zygote", path], cwd=REPO, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True)  # fmt: skip
+    atexit.register(shutil.rmtree, folder, True)  # after _stop: atexit runs its functions last-in first-out
     atexit.register(_stop, proc)
     ready = proc.stdout.readline()
     errors.seek(0)

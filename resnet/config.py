@@ -21,10 +21,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .archs import ARCHS, canonical_name
+from .cpus import affinity_cpus
 from .distributed import DEVICES
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
 from .schema import schema_problems
-from .workers import auto_workers, usable_cores
+from .workers import auto_workers
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # amp=: autocast dtype (resnet.runtime)
 
@@ -82,7 +83,7 @@ def check_data_config(data_cfg: DictConfig) -> None:
     """The data keys every run needs: a root directory for image folders, a worker count torch accepts."""
     workers = data_cfg.workers
     if str(workers) != "auto":
-        cores = usable_cores()
+        cores = affinity_cpus()  # torch's count: its warning and this check agree
         if not isinstance(workers, int) or not 0 <= workers <= cores:
             raise ConfigError(
                 f"data.workers={workers} is out of range: 0 (load in the main process) to the {cores} CPU cores "

@@ -14,9 +14,10 @@ PROC_CGROUP = Path("/proc/self/cgroup")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def usable_cpus(environ: dict[str, str] | None = None) -> int:
-    """At least 1: affinity, then the cgroup quota (rounded up), then ``SLURM_CPUS_PER_TASK``."""
-    return cpu_share(1, environ)
+def affinity_cpus() -> int:
+    """The CPUs this process may run on (its affinity): what torch's DataLoader counts when it
+    warns of too many workers."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def cpu_share(local_world_size: int = 1, environ: dict[str, str] | None = None) -> int:
@@ -26,7 +27,7 @@ def cpu_share(local_world_size: int = 1, environ: dict[str, str] | None = None) 
     quota is the container's or the job's, shared by them all. ``--cpus-per-task`` is this task's."""
     environ = os.environ if environ is None else environ
     local = max(local_world_size, 1)
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    affinity = affinity_cpus()
     share = affinity // local if affinity == (os.cpu_count() or affinity) else affinity
     quota = cgroup_cpu_quota()
     if quota is not None:

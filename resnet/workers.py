@@ -8,28 +8,16 @@ import os
 
 from omegaconf import DictConfig
 
-from .cpus import cpu_share, usable_cpus
+from .cpus import cpu_share
 from .distributed import LaunchError, detect_launch
 
 AUTO_WORKERS_CAP = 16  # past this, more decode processes mostly add memory (each holds its own copy of the dataset)
 
 
-def usable_cores() -> int:
-    """The CPUs this process may use (:func:`resnet.cpus.usable_cpus`: its affinity, its cgroup's
-    quota, SLURM's --cpus-per-task): the bound above which loader workers only contend."""
-    return usable_cpus()
-
-
-def cores_per_process(local_world_size: int = 1) -> int:
-    """This process's share of the CPUs beside the node's other processes of the job
-    (:func:`resnet.cpus.cpu_share`)."""
-    return cpu_share(local_world_size)
-
-
 def intra_op_threads(workers: int, local_world_size: int = 1) -> int:
     """torch's intra-op threads for a process with ``workers`` loader workers: its share of the
     CPUs less one per worker (each decodes on a CPU of its own), at least 1."""
-    return max(cores_per_process(local_world_size) - workers, 1)
+    return max(cpu_share(local_world_size) - workers, 1)
 
 
 def share_cpus(workers: int, local_world_size: int = 1) -> str | None:
@@ -43,7 +31,7 @@ def share_cpus(workers: int, local_world_size: int = 1) -> str | None:
     if threads >= was:
         return None
     torch.set_num_threads(threads)
-    return (f"threads: {threads} intra-op + {workers} loader worker(s) on {cores_per_process(local_world_size)} "
+    return (f"threads: {threads} intra-op + {workers} loader worker(s) on {cpu_share(local_world_size)} "
             f"usable CPU(s) (torch would use {was}; OMP_NUM_THREADS=N sets your own)")
 
 
@@ -55,7 +43,7 @@ def auto_workers(local_world_size: int | None = None) -> int:
             local_world_size = detect_launch().local_world_size
         except LaunchError:  # join_job reports it, in its own line
             local_world_size = 1
-    return min(cores_per_process(local_world_size), AUTO_WORKERS_CAP)
+    return min(cpu_share(local_world_size), AUTO_WORKERS_CAP)
 
 
 def data_workers(data_cfg: DictConfig, local_world_size: int | None = None) -> int:

@@ -10,15 +10,19 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
+import resnet.cpus
 import resnet.workers
 from resnet.config import ConfigError, check_data_config
-from resnet.workers import AUTO_WORKERS_CAP, auto_workers, cores_per_process
+from resnet.cpus import cpu_share
+from resnet.workers import AUTO_WORKERS_CAP, auto_workers
 from tests.helpers.training import run_in_process
 
 
 def machine(monkeypatch, cores: int, affinity: int) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    monkeypatch.setattr(resnet.cpus, "cgroup_cpu_quota", lambda: None)  # whatever the host's (tests/test_cpus.py)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
 
 
 @pytest.mark.parametrize(
@@ -33,7 +37,7 @@ def machine(monkeypatch, cores: int, affinity: int) -> None:
 )
 def test_each_process_gets_its_share_of_the_cores(monkeypatch, cores, affinity, local, share):
     machine(monkeypatch, cores, affinity)
-    assert cores_per_process(local) == share
+    assert cpu_share(local) == share
     assert auto_workers(local) == min(share, AUTO_WORKERS_CAP)
 
 
@@ -67,5 +71,5 @@ def test_a_default_run_on_this_machine_gets_no_worker_warning(tiny_folder, tmp_p
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run_in_process(tiny_folder, tmp_path, "data.workers=auto", "epochs=1")
-    assert picked and set(picked) == {min(len(os.sched_getaffinity(0)), AUTO_WORKERS_CAP)}  # threads, loaders
+    assert picked and set(picked) == {min(cpu_share(), AUTO_WORKERS_CAP)}  # for the threads, then the loaders
     assert not [w for w in caught if "worker processes in total" in str(w.message)]

@@ -134,14 +134,23 @@ def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
     return value
 
 
-def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
-    path = run_dir / "results.json"
+def finished_results(run_dir: Path, epochs: int) -> dict | None:
+    """``run_dir``'s results.json where it holds ``epochs`` or more; None where it is absent, not
+    ours (training writes a new one at its end) or short of them (an earlier stop_after invocation,
+    or a run being extended: resume decides)."""
     try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError):  # none yet, or not ours: training writes a new one at its end
+        results = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(results, dict) or not isinstance(results.get("epochs"), int) or results["epochs"] < epochs:
+        return None
+    return results
+
+
+def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
+    results = finished_results(run_dir, cfg.epochs)
+    if results is None:
         return ("none", None)
-    if not isinstance(results, dict) or not isinstance(results.get("epochs"), int) or results["epochs"] < cfg.epochs:
-        return ("none", None)  # an earlier stop_after invocation, or a run being extended (resume decides)
     last = run_dir / "last.pt"
     if last.exists():
         from .state import load_training_state

@@ -12,7 +12,6 @@ dirs, scripts/slurm.sbatch) is used as it is.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError
+from .ending import finished_results
 from .resume_rules import Difference, compare, flatten
 
 DEFAULT_DIR = re.compile(r"outputs/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d")  # configs/train.yaml's hydra.run.dir
@@ -67,10 +67,11 @@ def unfinished_run(cfg: DictConfig, root: Path, exclude: Path | None = None) -> 
         recorded = _recorded_config(folder)
         differs = fixed_differences(recorded, now) if recorded is not None else None
         if differs:  # unfinished by its own epochs: a run that a resume with its config would go on with
-            if not _finished(folder, recorded.get("epochs") if isinstance(recorded.get("epochs"), int) else 1):
+            own_epochs = recorded.get("epochs") if isinstance(recorded.get("epochs"), int) else 1
+            if finished_results(folder, own_epochs) is None:
                 others.append((folder, differs[0]))
         elif differs is not None:
-            (finished if _finished(folder, cfg.epochs) else mine).append(folder)
+            (mine if finished_results(folder, cfg.epochs) is None else finished).append(folder)
     if len(mine) == 1:
         return mine[0], (f"resume=true: resuming {_shown(mine[0])}, the unfinished run of this config under "
                          f"{_shown(root)} ({_when(mine[0])}); hydra.run.dir=<run dir> picks another")
@@ -125,15 +126,6 @@ def _recorded_config(folder: Path) -> dict | None:
         return load_training_state(folder / "last.pt", torch.device("cpu")).get("config")
     except (OSError, ValueError):
         return None
-
-
-def _finished(folder: Path, epochs: int) -> bool:
-    """The run in ``folder`` wrote results.json for ``epochs`` or more (as ``ending.finished_run`` reads it)."""
-    try:
-        results = json.loads((folder / "results.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(results, dict) and isinstance(results.get("epochs"), int) and results["epochs"] >= epochs
 
 
 def _saved(last: Path) -> float:

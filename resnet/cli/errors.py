@@ -57,13 +57,14 @@ def _training_error(err: RuntimeError) -> None:
     from ..engine.loop import NonFiniteLoss
     from ..engine.preempt import Stopped
     from ..engine.run import RunFailed
+    from ..engine.runlog import ending_line  # the same words as the run's train.log ends with
 
     if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed
-        leave(f"error: {err}", 1)
+        leave(ending_line(err), 1)
     if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130 or 3
         from .config_exit import launched_rank
 
-        leave(str(err), err.status, show=launched_rank() == 0)  # every rank stopped at the same step: one line
+        leave(ending_line(err), err.status, show=launched_rank() == 0)  # every rank stopped at one step: one line
 
 
 class JobEnded(CompactHydraException):

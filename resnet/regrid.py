@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .model import with_padding
-from .report.progress import Progress
+from .report.progress import Progress, image_pass
 
 Normalize = Callable[[torch.Tensor], torch.Tensor]
 
@@ -48,7 +48,8 @@ def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: 
     (uint8 images [N, C, H, W], on the model's device), measured under the model's own padding;
     return how many images were used. Weights, biases and every other tensor are left as they
     are; the model is left in eval mode. ``progress``: a bar on a terminal; in a log, a line at
-    the end and every :data:`LINE_SECONDS` before it (a CPU takes minutes on ImageNet's sizes)."""
+    the end and every :data:`resnet.report.progress.PASS_LINE_SECONDS` before it (a CPU takes
+    minutes on ImageNet's sizes)."""
     norms = batch_norms(model)
     if not norms:
         raise ValueError("the model has no BatchNorm layer: there is nothing to re-estimate")
@@ -61,7 +62,7 @@ def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: 
     seen = 0
     total = sum(x.shape[0] for x in batches) if isinstance(batches, Sequence) else None
     try:
-        with _progress(total, "BN statistics", progress) as shown:
+        with image_pass(total, "BN statistics", progress) as shown:
             for images in batches:
                 model(normalize(images))
                 seen += images.shape[0]
@@ -157,22 +158,12 @@ def _soft_targets(teacher: nn.Module, batches: Sequence[torch.Tensor], normalize
                   progress: bool) -> torch.Tensor:  # fmt: skip
     """The teacher's softened outputs on every image, once (as long as a BN pass: shown too)."""
     count = sum(x.shape[0] for x in batches)
-    with torch.no_grad(), _progress(count, "teacher outputs", progress) as shown:
+    with torch.no_grad(), image_pass(count, "teacher outputs", progress) as shown:
         outputs = []
         for x in batches:
             outputs.append(F.softmax(teacher(normalize(x)) / temperature, dim=1))
             shown.update(x.shape[0], images=x.shape[0])
     return torch.cat(outputs)
-
-
-LINE_SECONDS = 10.0  # a pass over the sample in a log: a line at its end, and this often before it
-
-
-def _progress(images: int | None, desc: str, enabled: bool) -> Progress:
-    """A pass over the sample's images: a bar on a terminal; in a log its last line alone, or a line
-    every :data:`LINE_SECONDS` where it is slow."""
-    return Progress(images, desc, unit="img", every=max((images or 0) // 100, 1), interval=LINE_SECONDS,
-                    enabled=enabled)
 
 
 def stages(model: nn.Module) -> list[nn.Module]:

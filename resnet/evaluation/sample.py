@@ -8,11 +8,9 @@ from torch.utils.data import IterableDataset
 
 from data.dataloader import DataLoader
 
-from ..report.progress import Progress
+from ..report.progress import image_pass
 from .loader import EvalData, EvalProtocol
 from .tencrop import protocol_view
-
-READ_LINE_SECONDS = 10.0  # in a log: at most a line this often while the sample is read, and one at its end
 
 
 def read_images(
@@ -31,8 +29,7 @@ def read_images(
                             num_workers=loader.num_workers, collate_fn=loader.collate_fn)
     view = protocol_view(protocol, data.device_resize)  # crop (and resize in-memory data) as the eval loop does
     batches, skipped, taken = [], 0, 0
-    # a bar on a terminal; in a log one line at the end (a line every 10 s as well where reading is slow)
-    with Progress(wanted, "read images", unit="img", every=max(wanted // 100, 1), interval=READ_LINE_SECONDS) as bar:
+    with image_pass(wanted, "read images") as bar:
         for batch in loader:
             skipped += int(batch[2]) if len(batch) > 2 else 0
             labels = batch[1][: wanted - taken]

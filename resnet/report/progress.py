@@ -169,3 +169,14 @@ class Progress:
     def _line(self, fields: Mapping[str, str] | None = None) -> None:
         print(self.line(fields), file=self.file, flush=True)
         self.shown, self.shown_at = self.n, time.perf_counter()
+
+
+PASS_LINE_SECONDS = 10.0  # a pass over images, in a log: a line at its end, and this often before it
+
+
+def image_pass(images: int | None, desc: str, enabled: bool = True) -> Progress:
+    """A pass over a sample of images (reading it, a BN re-estimation, a teacher's outputs): a bar
+    on a terminal; in a log its last line alone, or a line every :data:`PASS_LINE_SECONDS` where
+    it is slow."""
+    return Progress(images, desc, unit="img", every=max((images or 0) // 100, 1), interval=PASS_LINE_SECONDS,
+                    enabled=enabled)

@@ -4,9 +4,13 @@ and a command forked from tests/helpers/zygote.py is what a new interpreter woul
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +70,56 @@ def test_an_environment_read_at_start_up_gets_a_new_interpreter():
     proc = procs.start([sys.executable, "-c", "pass"], {"PYTHONHASHSEED": "7"})
     assert isinstance(proc, subprocess.Popen)
     procs.wait_all([proc], timeout=60)
+
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+
+WORKER = """
+import json, os, sys, time
+print(json.dumps({"rank": os.environ["RANK"], "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
+                  "unbuffered": not sys.stdout.line_buffering and sys.stdout.write_through,
+                  "preloaded": "torch" in sys.modules}))
+Path = __import__("pathlib").Path
+Path(f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
+if sys.argv[-1] == "sleep":
+    time.sleep(60)
+sys.exit(int(sys.argv[-1]) if os.environ["RANK"] == "1" else 0)
+"""
+
+
+def torchrun(tmp_path, ending: str, new_workers: bool) -> subprocess.Popen:
+    (tmp_path / "worker.py").write_text(WORKER)
+    env = {"PYTHON_EXEC": sys.executable} if new_workers else {}
+    return procs.start([TORCHRUN, "--standalone", "--nproc_per_node=2", "worker.py", "x", ending], env, cwd=tmp_path)
+
+
+def test_torchruns_workers_are_forked_and_torchrun_sees_what_new_interpreters_give(tmp_path):
+    """tests/helpers/zygote_exec.py: each worker is forked from the server with torchrun's argv, cwd
+    and unbuffered streams, and torchrun's report of its exit status is that of a new interpreter."""
+    seen = []
+    for new_workers in (True, False):
+        [done] = procs.wait_all([torchrun(tmp_path, "3", new_workers)], timeout=120)
+        lines = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
+                       key=lambda line: line["rank"])  # fmt: skip
+        assert [line.pop("preloaded") for line in lines] == [not new_workers] * 2  # forked from the server
+        seen.append((done.returncode, lines, re.findall(r"exitcode +: \S+", done.stderr)))
+    assert seen[0] == seen[1]
+    assert seen[1][0] != 0 and seen[1][2] == ["exitcode  : 3"] and len(seen[1][1]) == 2
+    assert seen[1][1][0]["unbuffered"] and seen[1][1][0]["path0"] == str(tmp_path)
+
+
+def test_a_killed_stand_in_takes_its_forked_worker_with_it(tmp_path):
+    proc = torchrun(tmp_path, "sleep", new_workers=False)
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"pid{rank}").exists() for rank in (0, 1)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = [int((tmp_path / f"pid{rank}").read_text()) for rank in (0, 1)]
+    stand_ins = [int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    assert len(stand_ins) == 2 and not set(stand_ins) & set(workers)  # the workers are the server's children
+    os.kill(stand_ins[1], signal.SIGKILL)
+    [done] = procs.wait_all([proc], timeout=60)  # torchrun stops rank 0 (SIGTERM through its stand-in)
+    assert "Signal 9 (SIGKILL)" in done.stderr
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)

@@ -3,8 +3,9 @@ never stalls the suite: each command runs in its own session (process group), an
 deadline the whole group (torchrun's workers, every stand-in srun task) is killed.
 
 A Python command is forked from a server that has imported torch already (tests/helpers/zygote.py:
-the same process a new interpreter would be, 3.5 s of CPU sooner); ``fresh=True``, or a command or
-environment the server cannot reproduce, starts a new interpreter."""
+the same process a new interpreter would be, 3.5 s of CPU sooner), and so are torchrun's workers
+(tests/helpers/zygote_exec.py); ``fresh=True``, or a command or environment the server cannot
+reproduce, starts a new interpreter."""
 
 from __future__ import annotations
 
@@ -27,10 +28,16 @@ def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = RE
           fresh: bool = False) -> subprocess.Popen | zygote_client.Forked:  # fmt: skip
     args = [str(a) for a in args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    if not fresh and _is_torchrun(args) and "PYTHON_EXEC" not in env and (python := zygote_client.worker_python(env)):
+        env["PYTHON_EXEC"] = python  # its workers are forked too (tests/helpers/zygote_exec.py)
     if not fresh and (forked := zygote_client.fork(args, env, Path(cwd))) is not None:
         return forked
     return subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # fmt: skip
+
+
+def _is_torchrun(args: list[str]) -> bool:
+    return Path(args[0]).name == "torchrun" or args[1:3] == ["-m", "torch.distributed.run"]
 
 
 def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[subprocess.CompletedProcess]:

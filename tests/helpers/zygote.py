@@ -39,13 +39,19 @@ PRELOAD = ("torch", "torchvision", "hydra", "omegaconf", "numpy", "PIL.Image")
 # Variables that the interpreter, the dynamic loader, OpenMP or torch read while starting or
 # importing: a child whose environment differs in any of them gets a new interpreter instead.
 STARTUP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "TORCH", "LD_", "MALLOC_", "CUDA_", "NCCL_")
+# ...except these, which torchrun reads when it starts a worker or sets for it, and torch reads
+# once a process group or an error report is made: never while importing.
+RUNTIME_PREFIXES = ("PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_")
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
-    return {key: value for key, value in env.items() if key.startswith(STARTUP_PREFIXES)}
+    return {key: value for key, value in env.items()
+            if key.startswith(STARTUP_PREFIXES) and not key.startswith(RUNTIME_PREFIXES)}  # fmt: skip
 
 
-def serve(path: str) -> None:
+def serve(path: str, own: dict[str, str]) -> None:
+    """Fork a child per request whose start-up variables are ``own`` (the server's, as it started);
+    answer ``fresh`` to any other."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -53,6 +59,7 @@ def serve(path: str) -> None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     children: dict[int, socket.socket] = {}
+    tied: dict[socket.socket, int] = {}  # a stand-in's connection: its end kills the worker's group
     parent = os.getppid()
     while os.getppid() == parent:  # the pytest worker is gone: so are we
         for key, _ in selector.select(timeout=0.05):
@@ -61,9 +68,20 @@ def serve(path: str) -> None:
                 selector.register(conn, selectors.EVENT_READ)
                 continue
             conn = key.fileobj
+            if conn in tied:  # a stand-in (zygote_exec.py) that ended before its worker: killed
+                selector.unregister(conn)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(tied.pop(conn), signal.SIGKILL)
+                continue
             selector.unregister(conn)
             request = receive(conn)
             if request is None:
+                conn.close()
+                continue
+            if startup_env(request[0]["env"]) != own:
+                for fd in request[1]:
+                    os.close(fd)
+                conn.sendall(b"fresh\n")
                 conn.close()
                 continue
             sys.stdout.flush(), sys.stderr.flush()
@@ -77,11 +95,16 @@ def serve(path: str) -> None:
                 os.close(fd)
             conn.sendall(f"{pid}\n".encode())
             children[pid] = conn
+            if request[0].get("tied"):
+                tied[conn] = pid
+                selector.register(conn, selectors.EVENT_READ)
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
             conn = children.pop(pid)
+            if tied.pop(conn, None) is not None:
+                selector.unregister(conn)
             with contextlib.suppress(OSError):  # the caller stopped listening: reaped all the same
                 conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
             conn.close()
@@ -112,19 +135,20 @@ def child(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - the process's own streams
-        sys.stdout = sys.__stdout__ = output_stream(1)
-        sys.stderr = sys.__stderr__ = output_stream(2)
+        unbuffered = bool(request.get("unbuffered") or os.environ.get("PYTHONUNBUFFERED"))
+        sys.stdout = sys.__stdout__ = output_stream(1, unbuffered)
+        sys.stderr = sys.__stderr__ = output_stream(2, unbuffered)
         code = run(request["argv"])
     except BaseException:  # noqa: BLE001 - as the interpreter: print it and exit 1
         sys.excepthook(*sys.exc_info())
     os._exit(code)
 
 
-def output_stream(fd: int) -> io.TextIOWrapper:
-    """stdout or stderr as the interpreter makes them: unbuffered under PYTHONUNBUFFERED, else stdout
-    line-buffered on a terminal only and stderr always; stderr's errors backslash-escaped."""
+def output_stream(fd: int, unbuffered: bool) -> io.TextIOWrapper:
+    """stdout or stderr as the interpreter makes them: unbuffered under ``-u`` or PYTHONUNBUFFERED, else
+    stdout line-buffered on a terminal only and stderr always; stderr's errors backslash-escaped."""
     errors = "backslashreplace" if fd == 2 else "strict"
-    if os.environ.get("PYTHONUNBUFFERED"):
+    if unbuffered:
         raw = io.FileIO(fd, "w", closefd=False)
         return io.TextIOWrapper(raw, errors=errors, line_buffering=False, write_through=True)
     line = fd == 2 or os.isatty(fd)
@@ -188,10 +212,11 @@ def exit_code(code: object) -> int:
 
 def main() -> None:
     path = sys.argv[1]
+    own = startup_env(dict(os.environ))  # before importing: torch sets some of its own
     for name in PRELOAD:
         __import__(name)
     sys.stderr.flush()
-    serve(path)
+    serve(path, own)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.helpers.zygote import startup_env
 
 REPO = Path(__file__).resolve().parents[2]
-_server: dict = {}  # "proc", "path", "env"; "off": why the server is not used
+_server: dict = {}  # "proc", "path", "python"; "off": why the server is not used
 
 
 def fork(args: list[str], env: dict[str, str], cwd: Path) -> Forked | None:
@@ -29,7 +28,7 @@ def fork(args: list[str], env: dict[str, str], cwd: Path) -> Forked | None:
     if argv is None or os.environ.get("TESTS_FRESH_PROCESSES"):
         return None
     server = _running(env)
-    if server is None or startup_env(env) != server["env"]:
+    if server is None:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(server["path"])
@@ -40,7 +39,14 @@ def fork(args: list[str], env: dict[str, str], cwd: Path) -> Forked | None:
     socket.send_fds(sock, [request], [stdin, out_w, err_w])
     for fd in (stdin, out_w, err_w):
         os.close(fd)
-    return Forked(args, sock, out_r, err_r)
+    forked = Forked(args, sock, out_r, err_r)
+    return None if forked.pid is None else forked  # None: the server asks for a new interpreter
+
+
+def worker_python(env: dict[str, str]) -> str | None:
+    """An interpreter for torchrun's ``PYTHON_EXEC`` that forks each worker from the server
+    (tests/helpers/zygote_exec.py), or None where the server is not used."""
+    return None if os.environ.get("TESTS_FRESH_PROCESSES") or _running(env) is None else _server["python"]
 
 
 def python_argv(args: list[str]) -> list[str] | None:
@@ -81,7 +87,11 @@ def _start(env: dict[str, str]) -> None:
         _stop(proc)
         _server["off"] = f"the server did not start cleanly: {ready!r} {said[-2000:]!r}"
         return
-    _server.update(proc=proc, path=path, env=startup_env(env))
+    python = os.path.join(folder, "python")
+    with open(python, "w") as f:
+        f.write(f"#!/bin/sh\nexec '{sys.executable}' -I -S '{REPO}/tests/helpers/zygote_exec.py' '{path}' \"$@\"\n")
+    os.chmod(python, 0o755)
+    _server.update(proc=proc, path=path, python=python)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -102,7 +112,12 @@ class Forked:
         self._streams = {out_r: bytearray(), err_r: bytearray()}
         self._order = (out_r, err_r)
         self._open = {out_r, err_r}
-        self.pid = int(self._line(deadline=time.monotonic() + 60))
+        said = self._line(deadline=time.monotonic() + 60)
+        self.pid = None if said == "fresh" else int(said)
+        if self.pid is None:
+            sock.close()
+            for fd in self._open:
+                os.close(fd)
 
     def _line(self, deadline: float | None) -> str | None:
         """The server's next line, waiting until ``deadline`` (None: not at all)."""

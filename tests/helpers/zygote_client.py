@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[2]
 _server: dict = {}  # "proc", "path", "python"; "off": why the server is not used
 

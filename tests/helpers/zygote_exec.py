@@ -19,6 +19,7 @@ Usage: ``python -I -S zygote_exec.py SOCKET [-u] (script | -m module | -c code) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,10 +41,8 @@ def main() -> None:
         os.execv(sys.executable, real)
     sock, pid = worker
     for sig in signal.valid_signals() - NOT_PASSED_ON:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # not catchable here
             signal.signal(sig, lambda number, _frame: os.killpg(pid, number))
-        except (OSError, ValueError):  # not catchable here
-            pass
     said = b""
     while not said.endswith(b"\n"):
         chunk = sock.recv(64)

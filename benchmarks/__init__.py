@@ -4,7 +4,15 @@ end_to_end (with baseline_loops, the plain loops it compares with), shards; gpu 
 a CUDA device. What they measured, and when: docs/benchmarks.md."""
 
 import json
+import os
+import sys
 from pathlib import Path
+
+
+def interpreter() -> str:
+    """The Python that benchmarks start their commands with: ``$PYTHON_EXEC`` where it is set (the
+    variable torchrun reads for the same purpose), else this one."""
+    return os.environ.get("PYTHON_EXEC") or sys.executable
 
 
 def save_result(result: dict, out: Path) -> None:

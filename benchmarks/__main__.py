@@ -33,7 +33,7 @@ RUNS = {
     "input_pipeline": ("input_pipeline", [], ["--quick"]),
     "input_pipeline_110kB": ("input_pipeline", ["--grain", "40"], ["--quick", "--grain", "40"]),
     "input_pipeline_photos": ("input_pipeline", ["--photos"], ["--quick", "--photos"]),
-    "end_to_end": ("end_to_end", [], ["--quick"]),
+    "end_to_end": ("end_to_end", [], ["--quick", "--threads", "1"]),
     "model_step": ("model_step", [], ["--arch", "resnet18", "--batch", "2", "--size", "64", "--warmup", "0",
                                       "--repeats", "1"]),
     "shards": ("shards", [], ["--quick"]),

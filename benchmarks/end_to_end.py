@@ -36,7 +36,6 @@ import platform
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -45,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import save_result
+from benchmarks import interpreter, save_result
 from benchmarks.input_pipeline import write_jpegs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # train.py and eval.py live here
@@ -116,7 +115,7 @@ def read_eval_table(stdout: str, run_dir: Path) -> dict:
 
 
 def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list[Contender]:
-    python = sys.executable
+    python = interpreter()
     one_process = {"OMP_NUM_THREADS": str(args.threads)}
     data = [f"data.root={root}", f"data.num_classes={args.classes}", "device=cpu"]
     train = ["train.py", f"model={args.arch}", "data=imagefolder", f"data.image_size={args.size}", "epochs=1"]

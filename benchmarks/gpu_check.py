@@ -66,6 +66,8 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
+from benchmarks import interpreter
+
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("environment", "parity", "race", "train", "eval", "benchmark")
 LIMITS = {"bilinear": 1, "bicubic": 2}  # largest |GPU - CPU| in levels (tests/test_gpu_decode.py)
@@ -725,12 +727,11 @@ def run_logged(check: Check, name: str, command: list[str], timeout: float) -> s
     ``<out>/<name>.log``; its last lines printed. Past ``timeout`` the whole group is killed. Raises
     :class:`StepFailed` with the command's last error line unless it exits 0."""
     log = check.out / f"{name}.log"
-    args = [sys.executable, *command]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    args = [interpreter(), "-u", *command]  # -u: the log has every line up to a crash
     with open(log, "w") as f:
         f.write("$ " + shlex.join(args) + "\n")
         f.flush()
-        proc = subprocess.Popen(args, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(args, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -16,10 +16,13 @@ import torch
 from benchmarks import end_to_end, input_pipeline, model_step
 from benchmarks.__main__ import RUNS
 from benchmarks.__main__ import main as run_benchmarks
+from tests.helpers import procs
 
 
 @pytest.mark.slow
-def test_every_benchmark_writes_its_json(tmp_path):
+def test_every_benchmark_writes_its_json(tmp_path, monkeypatch):
+    if python := procs.forking_python():  # end_to_end's commands forked from the tests' server
+        monkeypatch.setenv("PYTHON_EXEC", python)
     run_benchmarks(["--quick", "--out-dir", str(tmp_path)])
 
     for name in ("input_pipeline", "input_pipeline_110kB", "input_pipeline_photos"):

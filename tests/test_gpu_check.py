@@ -17,7 +17,10 @@ TABLE_HEAD = "| step | status | key figures | seconds |"
 
 
 def check(args: list[str], out) -> tuple[object, dict, str]:
-    done = procs.run(["bash", "scripts/gpu_check.sh", *args, "--out", out], timeout=240)
+    # gpu_check.py and the train.py / eval.py it runs are forked from the tests' server where it is up
+    python = procs.forking_python()
+    env = {"GPU_CHECK_PYTHON": python, "PYTHON_EXEC": python} if python else {}
+    done = procs.run(["bash", "scripts/gpu_check.sh", *args, "--out", out], env, timeout=240)
     report = json.loads((out / "report.json").read_text())
     return done, report, (out / "summary.md").read_text()
 

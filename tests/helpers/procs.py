@@ -28,12 +28,19 @@ def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = RE
           fresh: bool = False) -> subprocess.Popen | zygote_client.Forked:  # fmt: skip
     args = [str(a) for a in args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    if not fresh and _is_torchrun(args) and "PYTHON_EXEC" not in env and (python := zygote_client.worker_python(env)):
+    if not fresh and _is_torchrun(args) and "PYTHON_EXEC" not in env and (python := forking_python(env)):
         env["PYTHON_EXEC"] = python  # its workers are forked too (tests/helpers/zygote_exec.py)
     if not fresh and (forked := zygote_client.fork(args, env, Path(cwd))) is not None:
         return forked
     return subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # fmt: skip
+
+
+def forking_python(env: dict[str, str] | None = None) -> str | None:
+    """An interpreter path whose commands are forked from the server (tests/helpers/zygote_exec.py),
+    for a tool that starts Python commands as ``$PYTHON_EXEC`` (torchrun, benchmarks); None where
+    the server is not used."""
+    return zygote_client.worker_python({**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
 def _is_torchrun(args: list[str]) -> bool:

@@ -16,15 +16,16 @@ from tests.helpers.builtin_data import require_fashion_mnist
 @pytest.mark.slow
 def test_demo_trains_three_models_evaluates_each_under_both_schemes_regrids_and_writes_tables(tmp_path, capsys):
     require_fashion_mnist()
-    # resnet_tiny for the default resnet_small: the same plumbing at a quarter of the convolutions
-    # (the passes over the 10,000 test images dominate the test's time); re-gridding on 64 images.
+    # resnet_tiny for the default resnet_small: the same plumbing at a quarter of the convolutions;
+    # validation and every evaluation on 500 of the 10,000 test images; re-gridding on 64 images.
     main(["--out", str(tmp_path), "--regrid-set", "images=64", "--regrid-set", "epochs=1",
-          "epochs=1", "max_steps_per_epoch=4", "batch_size=64", "model=resnet_tiny"])
+          "epochs=1", "max_steps_per_epoch=4", "batch_size=64", "model=resnet_tiny", "val_images=500"])
     rows = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
     pairs = {(r["trained_padding"], r["padding_name"]) for r in rows}
     trained = ("symmetric", "asymmetric", "grid[symmetric,asymmetric]")
     assert pairs == {(a, b) for a in trained for b in ("symmetric", "asymmetric")}
-    assert all(r["n_images"] == 10000 and r["dataset"] == "fashion_mnist" and r["arch"] == "resnet_tiny" for r in rows)
+    assert all(r["n_images"] == 500 and r["dataset"] == "fashion_mnist" and r["arch"] == "resnet_tiny" for r in rows)
+    assert json.loads((tmp_path / "train_grid" / "results.json").read_text())["n_val_images"] == 500
     assert load_checkpoint(tmp_path / "train_grid" / "last.pt")["grid"] == ["symmetric", "asymmetric"]
     for name in ("cross.md", "cross.csv", "cross.png", "tensornets.md", "tensornets.png", "regrid.md", "regrid.png"):
         assert (tmp_path / name).stat().st_size > 0, name

@@ -234,6 +234,15 @@ def test_odd_files_and_sizes_in_both_protocols(folder, checkpoint, tmp_path):
     assert (single["crop"], single["resize"], single["interpolation"], ten["crops"]) == (24, 30, "bicubic", 10)
 
 
+def test_val_images_scores_n_of_the_split_and_the_summary_says_of_how_many(folder, checkpoint, tmp_path, capsys):
+    results = tmp_path / "eval.jsonl"
+    part = run_eval(*folder_overrides(folder, checkpoint, results, "val_images=3"))
+    ten = run_eval(*folder_overrides(folder, checkpoint, results, "val_images=3", "crops=10", "batch_size=30"))
+    assert part["n_images"] == ten["n_images"] == 3
+    assert capsys.readouterr().out.count("3 of 7") == 2
+    assert run_eval(*folder_overrides(folder, checkpoint, results, "val_images=100"))["n_images"] == 7  # all there are
+
+
 @pytest.mark.slow
 def test_torchrun_two_processes_count_each_image_once(folder, checkpoint, tmp_path):
     args = folder_overrides(folder, checkpoint, tmp_path / "two.jsonl", "crops=10", "batch_size=20")

@@ -269,3 +269,10 @@ def test_a_flat_val_without_labels_is_one_line(checkpoint, tmp_path):
     with pytest.raises(ConfigError, match="data.val_labels=/path/to/LOC_val_solution.csv"):
         evaluate_weights(compose_config("eval", *eval_overrides(checkpoint, "imagenet", tmp_path / "raw",
                                                                 tmp_path / "r.jsonl")))
+
+
+def test_val_images_on_shards_scores_their_first_n_images(data, checkpoint, tmp_path, capsys):
+    _, shards = data
+    row = evaluate_weights(compose_config(
+        "eval", *eval_overrides(checkpoint, "imagenet_shards", shards, tmp_path / "r.jsonl", "val_images=5")))
+    assert row["n_images"] == 5 and "5 of 7" in capsys.readouterr().out

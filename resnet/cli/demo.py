@@ -92,6 +92,12 @@ def data_overrides(overrides: list[str]) -> list[str]:
     return picked if chosen else ["data=fashion_mnist", *picked]
 
 
+def eval_overrides(overrides: list[str]) -> list[str]:
+    """What evaluation reads of the training runs' overrides: their data, and ``val_images=N`` (the
+    same N of the val images as their validation)."""
+    return data_overrides(overrides) + [o for o in overrides if o.lstrip("+").partition("=")[0] == "val_images"]
+
+
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, data: list[str]) -> dict:
     from ..evaluation.run import evaluate_weights
 
@@ -200,7 +206,7 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     results_file.unlink(missing_ok=True)  # the demo's tables hold this run only
     (args.out / "regrid_eval.jsonl").unlink(missing_ok=True)
     checkpoints = {}
-    data = data_overrides(args.overrides)
+    data, scored = data_overrides(args.overrides), eval_overrides(args.overrides)
     for scheme in args.schemes:
         print(f"\n=== training under {scheme} ===", flush=True)
         run_dir = args.out / f"train_{_dir_name(scheme)}"
@@ -215,7 +221,7 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     for trained, checkpoint in checkpoints.items():
         for evaluated in args.schemes:
             print(f"\n=== trained with {trained}, evaluated with {evaluated} ===", flush=True)
-            evaluate_under(checkpoint, evaluated, results_file, data)
+            evaluate_under(checkpoint, evaluated, results_file, scored)
 
     regrid_runs: dict[str, dict] = {}
     source, target = args.schemes[-1], args.schemes[0]
@@ -224,7 +230,7 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
             print(f"\n=== re-gridding the {source}-trained model to {target}: {method} ===", flush=True)
             out = args.out / f"regrid_{method}.pt"
             run = regrid_to(checkpoints[source], target, out, merged(overrides, args.regrid_set), data)
-            run["eval"] = evaluate_under(out, target, args.out / "regrid_eval.jsonl", data)
+            run["eval"] = evaluate_under(out, target, args.out / "regrid_eval.jsonl", scored)
             regrid_runs[method] = run
 
     rows = read_rows(results_file)

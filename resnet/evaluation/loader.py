@@ -126,10 +126,11 @@ class EvalData:
     loader: DataLoader
     num_classes: int
     in_chans: int
-    size: int  # images in the whole split, over all processes
+    size: int  # images scored, over all processes: the whole split's, or val_images of them
     device_resize: int | None  # shorter side to resize to on the device (in-memory data); None: done
     labels: LabelSpace | None = None  # how labels meet the logits when not one class index each (data.testsets)
     note: str | None = None  # printed once: what of the split is (not) there
+    split_size: int | None = None  # images in the whole split where fewer are scored (val_images=N)
 
 
 def build_eval_loader(
@@ -144,13 +145,15 @@ def build_eval_loader(
     devkit: str | None = None,
     real_labels: str | None = None,
     split: str = "val",
+    take: int | None = None,
 ) -> EvalData:
     """The evaluation split of dataset ``name``, this process's shard of it.
 
     ``val_labels`` / ``devkit``: for a flat ILSVRC2012 ``val/`` (no class folders), its labels
     (:func:`data.ilsvrc.read_val_labels`); found under ``root`` when not given. ``real_labels``:
     ImageNet-ReaL's ``real.json`` (None: timm's copy). ``split="train"``: the training split
-    through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`)."""
+    through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`). ``take``: score
+that many of the split's images, spread over it (shards: the first that many); None: all."""
     if name not in DATASETS + TEST_SETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS + TEST_SETS)}")
     if split not in ("val", "train") or (split == "train" and name in TEST_SETS):
@@ -176,40 +179,50 @@ def build_eval_loader(
             dataset, labels, note = found.dataset, found.labels, found.note
         elif name in SHARDED:  # exact-once, contiguous ranges of the shards
             shards = ShardBatches.open(val_dir, transform, batch_size, rank, world_size, train=False,
-                                       collate_fn=collate_fn)
+                                       collate_fn=collate_fn, limit=take)
             loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
                                 pin_memory=torch.cuda.is_available())
-            return EvalData(loader, len(shards.classes), 3, shards.total, None)
+            whole = int(shards.counts.sum())
+            return EvalData(loader, len(shards.classes), 3, shards.total, None,
+                            split_size=whole if shards.total < whole else None)
         elif split == "train":
             dataset = ImageFolder(val_dir, transform)
         elif is_flat(val_dir):
             dataset = flat_val(root, val_dir, transform, val_labels, devkit)
         else:
-            train_dir = Path(root) / "train"
-            # The training split's classes when it is there, so that a val folder missing a
-            # class fails instead of shifting every label after it. Without one, an ImageNet val
-            # may hold any of its 1,000 wnid folders, each keeping its ImageNet class index.
-            if train_dir.is_dir():
-                dataset = ImageFolder(val_dir, transform, classes=find_classes(train_dir))
-            elif name == "imagenet":
-                dataset = ImageFolder(val_dir, transform, classes=list(imagenet_wnids()), subset=True)
-                if len(dataset.present) < len(dataset.classes):
-                    note = (f"{val_dir} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} "
-                            "classes; evaluating that subset with ImageNet's class indices")
-            else:
-                dataset = ImageFolder(val_dir, transform)
+            dataset, note = val_folder(name, root, val_dir, transform)
         # the logits a model needs: ImageNet's 1,000 for every test set (R and A score 200 of them)
         num_classes = len(imagenet_wnids()) if name in TEST_SETS else len(dataset.classes)
         in_chans, device_resize = 3, None
     loader = DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=ShardSampler(len(dataset), rank, world_size),
+        sampler=ShardSampler(len(dataset), rank, world_size, take=take),
         num_workers=workers,
         collate_fn=collate_fn,
         pin_memory=torch.cuda.is_available(),
     )
-    return EvalData(loader, num_classes, in_chans, len(dataset), device_resize, labels, note)
+    size = min(len(dataset), take or len(dataset))
+    return EvalData(loader, num_classes, in_chans, size, device_resize, labels, note,
+                    split_size=len(dataset) if size < len(dataset) else None)
+
+
+def val_folder(name: str, root: str, val_dir: Path, transform) -> tuple[ImageFolder, str | None]:
+    """``val/<class>/*`` and a note where it holds part of ImageNet's classes.
+
+    Its classes are the training split's when that is there, so that a val folder missing a class
+    fails instead of shifting every label after it. Without one, an ImageNet val may hold any of
+    its 1,000 wnid folders, each keeping its ImageNet class index."""
+    train_dir = Path(root) / "train"
+    if train_dir.is_dir():
+        return ImageFolder(val_dir, transform, classes=find_classes(train_dir)), None
+    if name != "imagenet":
+        return ImageFolder(val_dir, transform), None
+    dataset = ImageFolder(val_dir, transform, classes=list(imagenet_wnids()), subset=True)
+    if len(dataset.present) == len(dataset.classes):
+        return dataset, None
+    return dataset, (f"{val_dir} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} classes; "
+                     "evaluating that subset with ImageNet's class indices")
 
 
 def eval_dir(name: str, root: str | None) -> Path:

@@ -69,7 +69,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         data = build_eval_loader(
             cfg.data.name, cfg.data.get("root"), protocol, images_per_step, workers, env.rank, env.world_size,
             val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
-            real_labels=cfg.data.get("real_labels"),
+            real_labels=cfg.data.get("real_labels"), take=cfg.get("val_images"),
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
@@ -102,7 +102,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     row = {key: row[key] for key in ROW_KEYS}  # the order of every eval.py row
     if env.is_main:
         path = append_row(results_path(cfg.results_file), row)
-        _report(row, result, path)
+        _report(row, result, path, data.split_size)
         if cfg.get("logger") and cfg.logger.get("wandb"):
             _log_to_wandb(cfg, row, path)
     return row
@@ -120,7 +120,7 @@ def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
     run.finish()
 
 
-def _report(row: dict, result: Evaluation, path: Path) -> None:
+def _report(row: dict, result: Evaluation, path: Path, split_size: int | None) -> None:
     if result.skipped_images:
         print(
             f"skipped {result.skipped_images} unreadable image(s), e.g. {'; '.join(result.skipped_examples)}",
@@ -128,4 +128,6 @@ def _report(row: dict, result: Evaluation, path: Path) -> None:
         )
     protocol = f"{row['resize']}->{row['crop']} {row['interpolation']} {row['preprocessing']}"
     record = {**row, "protocol": protocol, "images_per_s": result.images_per_s}
+    if split_size:  # val_images=N
+        record["n_images"] = f"{row['n_images']:,} of {split_size:,}"
     print(summary(record, EVAL_SUMMARY, f"appended to {path}"), flush=True)

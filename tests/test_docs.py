@@ -1,10 +1,18 @@
 """The documentation's frame: README.md short, every relative link in README.md and docs/*.md a file of
-the repo (and an anchor, a heading of that file), no test function names, nothing outside the repo."""
+the repo (and an anchor, a heading of that file), no test function names, nothing outside the repo;
+and every README command that a CPU runs in seconds runs, as written (with options that make it quick)."""
 
 import re
+import shlex
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import procs
+from tests.helpers.builtin_data import require_fashion_mnist
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -45,3 +53,80 @@ def test_no_test_function_names_and_nothing_outside_the_repo(doc):
     names = re.findall(r"::test_\w+|\btest_[a-z0-9_]+\(|(?<![/.\w])test_[a-z0-9]+_[a-z0-9_]+(?!\.py|[\w/])", text)
     assert not names, f"{doc.name} names tests (name their files instead): {names[:5]}"
     assert "../shared" not in text
+
+
+# --- every README command that a CPU runs in seconds runs ------------------------------------
+
+# Commands that cannot run here in seconds (matched by their start), and where they are checked.
+NOT_RUN = {
+    "bash scripts/demo.sh": "the main job, minutes: its code in test_demo.py, its set-up in test_setup.py",
+    "bash scripts/test.sh": "this suite",
+    "torchrun --nproc_per_node=8 train.py +experiment=tv_v1 data.root=/data/imagenet": "ImageNet on 8 GPUs",
+    "python train.py -m hydra/launcher=submitit_slurm": "a SLURM cluster: test_slurm.py runs this sweep",
+    "docker ": "a Docker engine: scripts/docker_check.sh",
+    ".venv/bin/python -m pip wheel": "wheels for the GPU machine",
+    "bash scripts/gpu_check.sh": "a GPU: test_gpu_check.py runs its CPU smoke run",
+}
+# Appended to a command so that it takes seconds (a key it sets already is replaced).
+QUICK = {
+    "train.py": ["epochs=1", "max_steps_per_epoch=2", "val_images=50"],
+    "eval.py": ["val_images=50"],
+    "resnet.detect": ["images=20"],
+    "resnet.regrid": ["images=16", "epochs=1"],
+}
+
+
+def readme_commands() -> list[str]:
+    """Each command of README.md's ```bash blocks, continuation lines joined, comments dropped."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", (REPO / "README.md").read_text(), re.S | re.M)
+    commands = []
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(shlex.join(words))
+    return commands
+
+
+def quick(words: list[str]) -> list[str]:
+    extra = next((options for name, options in QUICK.items() if name in words), [])
+    keys = {option.partition("=")[0] for option in extra}
+    return [w for w in words if w.partition("=")[0] not in keys] + extra
+
+
+def activated_env() -> dict[str, str]:
+    """The environment after the README's ``source .venv/bin/activate``, sourced for real."""
+    done = subprocess.run(["bash", "-c", "source .venv/bin/activate && env -0"], cwd=REPO, capture_output=True,
+                          check=True)  # fmt: skip
+    return dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
+
+
+@pytest.mark.slow
+def test_every_readme_command_that_a_cpu_runs_in_seconds_runs(tmp_path):
+    """From a scratch folder holding the entry scripts and configs, in the README's order, each with
+    :data:`QUICK`'s options; a checkpoint the README names by a placeholder is the run's own."""
+    require_fashion_mnist()
+    commands = readme_commands()
+    assert all(any(c.startswith(start) for c in commands) for start in NOT_RUN), "a NOT_RUN entry is stale"
+    for name in ("train.py", "eval.py", "configs"):  # a checkout's, without its outputs/ and results/
+        (tmp_path / name).symlink_to(REPO / name)
+    env, ran, trained = activated_env(), [], {}
+    for command in dict.fromkeys(commands):  # each once, in order
+        if command == "source .venv/bin/activate" or command.startswith(tuple(NOT_RUN)):
+            continue
+        words = quick(shlex.split(command))
+        latest = max(tmp_path.glob("outputs/*/*/last.pt"), key=lambda p: p.stat().st_mtime, default=None)
+        for i, word in enumerate(words):
+            word = word.replace("outputs/<date>/<time>/last.pt", str(latest))
+            words[i] = word.replace("results/demo/train_asymmetric/last.pt", str(trained.get("asymmetric")))
+        words[0] = shutil.which(words[0], path=env["PATH"])
+        done = procs.run(words, env, cwd=tmp_path, timeout=240)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        if "train.py" in words:
+            run_dir = max(tmp_path.glob("outputs/*/*/"), key=lambda p: p.stat().st_mtime)
+            assert (run_dir / "results.json").is_file() and f"{run_dir.name}/last.pt" in done.stdout
+            scheme = next((w.split("=")[1] for w in words if w.startswith("+padding=")), "default")
+            trained[scheme] = run_dir / "last.pt"
+            time.sleep(1)  # outputs/<date>/<time>: the next run gets a folder of its own
+        ran.append(command)
+    assert len(ran) >= 7, ran  # the first run, the demo's recipe, eval, train, tables, detect, regrid

@@ -25,13 +25,12 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 
-import timm
 import torch
 import torch.nn.functional as F
 import torchvision
-from timm.layers import create_conv2d, create_pool2d
 from torch import nn
 
 from benchmarks import save_result
@@ -67,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def timm_same_stem(model: nn.Module) -> nn.Module:
     """timm's ResNet-50 with a TF-'SAME' stem (the timm way of our ``asymmetric``)."""
+    from timm.layers import create_conv2d, create_pool2d
+
     conv = create_conv2d(3, 64, 7, stride=2, padding="same", bias=False)  # -> timm Conv2dSame
     conv.weight = model.conv1.weight
     model.conv1 = conv
@@ -75,6 +76,8 @@ def timm_same_stem(model: nn.Module) -> nn.Module:
 
 
 def make_models(size: int, arch: str = "resnet50") -> dict[str, nn.Module]:
+    import timm  # here, not at the top: importing it costs 1.7 s of CPU (pytest collects this file)
+
     reference = getattr(torchvision.models, arch)()
     models = {
         "torchvision": reference,
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
         "env": {
             "torch": torch.__version__,
             "torchvision": torchvision.__version__,
-            "timm": timm.__version__,
+            "timm": version("timm"),
             "threads": torch.get_num_threads(),
             "cpu": platform.processor() or platform.machine(),
             "memory_format": "channels_last",

@@ -5,6 +5,12 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 bash scripts/get_slurm.sh  # a real SLURM for tests/test_slurm.py, where apt can install it
 .venv/bin/ruff check .
-# One pytest worker per core (at most 4): most tests start processes and wait on them. Tests that
-# share a costly module fixture carry @pytest.mark.xdist_group and run on one worker.
-.venv/bin/python -m pytest -n auto --maxprocesses=4 --dist loadgroup "$@"
+# Bytecode caches, even where PYTHONDONTWRITEBYTECODE is set: the suite starts about 200 Python
+# commands, each of which would compile the project again (0.25 s of CPU), and every pytest worker
+# would rewrite every test module (6 s). __pycache__/ is gitignored.
+unset PYTHONDONTWRITEBYTECODE
+# One pytest worker per core plus one (at most 4): while a worker waits on a process, a SLURM job
+# or a timer, the others keep every core busy. Tests that share a costly module fixture carry
+# @pytest.mark.xdist_group and run on one worker.
+workers=$(( $(nproc) + 1 < 4 ? $(nproc) + 1 : 4 ))
+.venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"

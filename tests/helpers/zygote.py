@@ -16,8 +16,10 @@ because start-up itself is what it checks. The server is not used at all if impo
 anything to its stderr (a warning a new interpreter would print at every start).
 
 Protocol over a Unix socket, one connection per command: the client sends one JSON request
-(argv, env, cwd) with three file descriptors (stdin, stdout, stderr); the server answers with
-the child's pid as one line, and later with its exit code (as ``Popen.returncode``) as another.
+(argv, env, cwd; optionally ``unbuffered``, and ``tied``: kill the child when the connection
+ends) with three file descriptors (stdin, stdout, stderr); the server answers with the child's
+pid as one line (or ``fresh`` for a command it will not fork), and later with its exit code (as
+``Popen.returncode``) as another.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ PRELOAD = ("torch", "torchvision", "hydra", "omegaconf", "numpy", "PIL.Image")
 # Variables that the interpreter, the dynamic loader, OpenMP or torch read while starting or
 # importing: a child whose environment differs in any of them gets a new interpreter instead.
 STARTUP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "TORCH", "LD_", "MALLOC_", "CUDA_", "NCCL_")
-# ...except these, which torchrun reads when it starts a worker or sets for it, and torch reads
-# once a process group or an error report is made: never while importing.
-RUNTIME_PREFIXES = ("PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_")
+# ...except these, never read while importing: torchrun's, read when it starts a worker or set for
+# it; torch's, read once a process group, an error report or a hub download is made; and the
+# device list, read when CUDA is first used (which the server never does).
+RUNTIME_PREFIXES = ("PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_", "TORCH_HOME", "CUDA_VISIBLE_DEVICES")
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:

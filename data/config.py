@@ -1,4 +1,5 @@
-"""What a run asks of its data, as one typed value: :class:`DataConfig`.
+"""What a run asks of its data, as one typed value: :class:`DataConfig`; and :class:`ConfigError`,
+the one error of a config that cannot work (the data's and the library's alike).
 
 ``configs/data/*.yaml`` hold the same keys (``progressive_resize`` is ``progressive`` here);
 :meth:`DataConfig.from_config` reads them, so the trainer hands the loaders one object
@@ -9,6 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+
+
+class ConfigError(ValueError):
+    """A config value (or the data it points at) that cannot work; the message is one
+    line saying what is wrong. train.py / eval.py print it and exit with status 2."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from data.config import ConfigError as ConfigError  # re-exported: the library raises it from here
+
 from .archs import ARCHS, canonical_name
 from .cpus import affinity_cpus
 from .distributed import DEVICES
@@ -30,9 +32,6 @@ from .workers import auto_workers
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # amp=: autocast dtype (resnet.runtime)
 
 
-class ConfigError(ValueError):
-    """A config value (or the data it points at) that cannot work; the message is one
-    line saying what is wrong. train.py / eval.py print it and exit with status 2."""
 
 
 # --- reading the config ---------------------------------------------------------------

@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from data.progress import Progress, image_pass
+
 from .model import with_padding
-from .report.progress import Progress, image_pass
 
 Normalize = Callable[[torch.Tensor], torch.Tensor]
 
@@ -48,7 +49,7 @@ def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: 
     (uint8 images [N, C, H, W], on the model's device), measured under the model's own padding;
     return how many images were used. Weights, biases and every other tensor are left as they
     are; the model is left in eval mode. ``progress``: a bar on a terminal; in a log, a line at
-    the end and every :data:`resnet.report.progress.PASS_LINE_SECONDS` before it (a CPU takes
+    the end and every :data:`data.progress.PASS_LINE_SECONDS` before it (a CPU takes
     minutes on ImageNet's sizes)."""
     norms = batch_norms(model)
     if not norms:
@@ -104,7 +105,7 @@ def distill(
     gradient norm is clipped at ``clip`` (0: not clipped): the first steps, far from the
     teacher's features, would otherwise throw the weights out of reach. The images are gathered
     on the CPU and each batch moved to the models' device, so the device holds no second copy of
-    the sample. ``progress``: a bar on a terminal, a line in a log (:class:`resnet.report.progress.Progress`)
+    the sample. ``progress``: a bar on a terminal, a line in a log (:class:`data.progress.Progress`)
     every twentieth of the steps with the loss (a 15,000-image run takes minutes on a CPU).
     Returns the images used (images x passes); the teacher is not changed."""
     teacher.eval()

@@ -1,4 +1,5 @@
-"""The layout holds: no import circles inside the project, evaluation independent of training."""
+"""The layout holds: no import circles inside the project, evaluation independent of training, data/
+independent of resnet/."""
 
 from __future__ import annotations
 
@@ -94,6 +95,15 @@ def test_evaluation_never_imports_training():
     assert evaluation, "no resnet.evaluation modules found"
     for name in evaluation:
         assert not {t for t in graph[name] if t.startswith("resnet.engine")}, name
+
+
+def test_data_imports_nothing_from_the_library():
+    """data/ is the lower layer: resnet/ builds on it, never the other way (python -m data.shards
+    loads no model code)."""
+    graph = import_graph()
+    upward = {name: sorted(t for t in targets if t.split(".")[0] == "resnet")
+              for name, targets in graph.items() if name.split(".")[0] == "data"}  # fmt: skip
+    assert len(upward) > 10 and not {name: t for name, t in upward.items() if t}
 
 
 def test_weights_sources_do_not_reach_into_each_other():

@@ -1,4 +1,4 @@
-"""Progress as a bar on a terminal, plain lines in a batch job's log (resnet/report/progress.py)."""
+"""Progress as a bar on a terminal, plain lines in a batch job's log (data/progress.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 
 import resnet
 from data import Normalize
+from data.progress import ENV, Progress, progress_mode
 from data.shards import convert
 from data.shards.write import Sample
 from resnet.checkpoint import save_checkpoint
@@ -20,7 +21,6 @@ from resnet.engine.loop import NonFiniteLoss, StepContext, train_one_epoch
 from resnet.engine.run import train
 from resnet.evaluation.loop import evaluate
 from resnet.evaluation.run import evaluate_weights
-from resnet.report.progress import ENV, Progress, progress_mode
 from resnet.runtime import Runtime
 from tests.helpers.compose import compose_config
 from tests.helpers.faults import nan_at

@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 
 import resnet
+from data import progress
+from data.progress import Progress
 from resnet.cli.regrid import run
 from resnet.cli.tables import main as tables_main
 from resnet.padding import PRESETS
 from resnet.regrid import distill
-from resnet.report import progress
 from resnet.report.charts import chart_rows, pyplot, scheme_figure
-from resnet.report.progress import Progress
 from resnet.report.tables import cross_matrices, scheme_table
 from tests.helpers.compose import compose_config
 

@@ -13,11 +13,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from resnet.report.progress import Progress, progress_mode
-
 from ..decode import DECODE_ERRORS, decode_rgb
 from ..ilsvrc import GROUND_TRUTH, SOLUTION_CSV, train_samples, val_samples
 from ..imagefolder import IMAGE_EXTENSIONS, check_same_classes, find_classes, find_images
+from ..progress import Progress, progress_mode
 from .index import (
     DEFAULT_SHARD_SIZE,
     INDEX_NAME,

@@ -44,8 +44,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from resnet.report.progress import Progress
-
+from ..progress import Progress
 from .index import (
     DEFAULT_SHARD_SIZE,
     IMAGE_EXT,
@@ -182,7 +181,7 @@ def convert(
 ) -> ShardIndex:
     """Write ``samples`` as ``<out_dir>/<split>-NNNNNN.tar`` shards and their ``index.json``,
     keeping the shards a previous run completed (module docstring). ``progress``: show progress
-    over the images (a bar on a terminal, else a line every 1%: :mod:`resnet.report.progress`)
+    over the images (a bar on a terminal, else a line every 1%: :mod:`data.progress`)
     and print a summary line."""
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1 image, not {shard_size}")

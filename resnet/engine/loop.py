@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from data.progress import Progress
+
 from ..distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objects
-from ..report.progress import Progress
 from ..runtime import Runtime
 from .preempt import StopRequest
 

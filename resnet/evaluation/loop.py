@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from data.progress import Progress
 from data.testsets import LabelSpace
 
 from ..distributed import all_reduce_sum
-from ..report.progress import Progress
 from ..runtime import Runtime
 from .tencrop import average_crops
 
@@ -128,7 +128,7 @@ def evaluate(
     ``num_classes``: the data's classes, to drop a background class; ``labels_as``: how a test
     set's labels meet the logits (:func:`score_labels`); ``keep_scores``: keep
     this process's scores in the result (detection compares them between schemes); ``progress``:
-    a bar on rank 0, or a plain line every ``log_every`` batches (:mod:`resnet.report.progress`).
+    a bar on rank 0, or a plain line every ``log_every`` batches (:mod:`data.progress`).
     """
     model.eval()
     env = runtime.env

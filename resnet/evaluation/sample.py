@@ -7,8 +7,8 @@ import torch
 from torch.utils.data import IterableDataset
 
 from data.dataloader import DataLoader
+from data.progress import image_pass
 
-from ..report.progress import image_pass
 from .loader import EvalData, EvalProtocol
 from .tencrop import protocol_view
 

@@ -4,6 +4,7 @@
 * :mod:`.tables`: TensorNets-style tables and trained x evaluated matrices from rows;
   :mod:`.table_files`: both written as Markdown, CSV and PNG files;
 * :mod:`.charts`: their charts; :mod:`.published`: the published numbers beside them;
-* :mod:`.console`: the summary table every run prints; :mod:`.progress`: bars on a terminal,
-  plain lines in a log; :mod:`.wandb_log`: W&B runs for train, eval and the seed table.
+* :mod:`.console`: the summary table every run prints; :mod:`.wandb_log`: W&B runs for train,
+  eval and the seed table. (Bars on a terminal, plain lines in a log: :mod:`data.progress`, which
+  the data tools use too.)
 """

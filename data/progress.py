@@ -38,7 +38,7 @@ from typing import IO
 
 from tqdm import tqdm
 
-from ..config import ConfigError
+from .config import ConfigError
 
 ENV = "RESNET_PROGRESS"
 MODES = ("bar", "lines", "off")
@@ -47,7 +47,7 @@ INTERACTIVE_JOB_NAMES = ("bash", "sh", "zsh", "interactive")  # salloc's shell, 
 
 def progress_mode(stream: IO | None = None, environ: Mapping[str, str] | None = None) -> str:
     """``bar``, ``lines`` or ``off`` for progress written to ``stream`` (stderr): module docstring.
-    A misspelt override is a :class:`~resnet.config.ConfigError` (train.py and eval.py: one line, status 2)."""
+    A misspelt override is a :class:`~data.config.ConfigError` (train.py and eval.py: one line, status 2)."""
     environ = os.environ if environ is None else environ
     stream = sys.stderr if stream is None else stream
     forced = environ.get(ENV, "").strip().lower()

@@ -96,6 +96,8 @@ def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], ob
     ``sys.argv`` (or ``cfg``, a composed config, runs as it is); an error the user can fix is one
     line naming ``program``. The config sets ``hydra.job.name`` (Hydra would take this file's)."""
 
+    # version_base 1.3: a run stays in the folder it was started from (hydra.job.chdir defaults to
+    # false), so relative paths mean what the user typed; no config needs to say it again.
     @hydra.main(config_path=str(CONFIGS), config_name=config_name, version_base="1.3")
     def _main(cfg: DictConfig) -> None:
         with one_line_errors(program):

@@ -1,8 +1,8 @@
 """Which padding preset were these weights trained with? Ask a few hundred labelled images.
 
-    python -m resnet.detect weights=outputs/<date>/<time>/last.pt             # the built-in Fashion-MNIST
-    python -m resnet.detect weights=timm:/models/model.safetensors data=imagenet data.root=/data/imagenet
-    python -m resnet.detect weights=... data.root=/data/imagenet images=2000 out=ranking.json
+    resnet-detect weights=outputs/<date>/<time>/last.pt             # the built-in Fashion-MNIST
+    resnet-detect weights=timm:/models/model.safetensors data=imagenet data.root=/data/imagenet
+    resnet-detect weights=... data.root=/data/imagenet images=2000 out=ranking.json
 
 Weights of unknown origin run best under the sampling grid they were trained on
 (docs/padding.md: a mismatched stem costs 0.3-0.7 points of top-1 on ImageNet).
@@ -214,9 +214,3 @@ def _same_outputs(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal up to float32 noise, relative to the largest |score|."""
     scale = max(a.abs().max().item(), 1.0)
     return (a - b).abs().max().item() <= SAME_LOGITS_ATOL * scale
-
-
-if __name__ == "__main__":  # python -m resnet.detect, kept for old scripts: the command is resnet/cli/detect.py
-    import runpy
-
-    runpy.run_module("resnet.cli.detect", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.detect

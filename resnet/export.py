@@ -1,7 +1,7 @@
 """ONNX export with every pad explicit and static, checked against onnxruntime.
 
-    python -m resnet.export weights=outputs/<date>/<time>/last.pt out=tiny.onnx
-    python -m resnet.export weights=timm:resnet50.a1_in1k out=resnet50.onnx download=true +padding=asymmetric
+    resnet-export weights=outputs/<date>/<time>/last.pt out=tiny.onnx
+    resnet-export weights=timm:resnet50.a1_in1k out=resnet50.onnx download=true +padding=asymmetric
 
 TF 'SAME' layers compute their pad from the input size in ``forward``
 (``resnet.padding.SameConv2d``). An exported graph should not: a runtime that reads
@@ -232,9 +232,3 @@ def export_checked(
 
 def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-
-
-if __name__ == "__main__":  # python -m resnet.export, kept for old scripts: the command is resnet/cli/export.py
-    import runpy
-
-    runpy.run_module("resnet.cli.export", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.export

@@ -1,6 +1,6 @@
 """The sampling grid of stride-2 layers, measured on the real layers and drawn.
 
-``python -m resnet.figures --out docs/sampling_grid.png [--size 8]`` draws which input
+``resnet-figures --out docs/sampling_grid.png [--size 8]`` draws which input
 pixels each output of a 3x3/2 conv and of a 1x1/2 shortcut reads, under ``symmetric``
 and under TF ``same`` (docs/padding.md: under SAME at even n the 3x3/2 output i is centred on
 2i+1 while the shortcut samples 2i). The grids are measured on the layers
@@ -162,9 +162,3 @@ def _formula(centres: Sequence[float]) -> str:
     if all(c == 2 * i + offset for i, c in enumerate(centres)) and offset == int(offset):
         return "2i" if offset == 0 else f"2i{int(offset):+d}"
     return ", ".join(f"{c:g}" for c in centres)
-
-
-if __name__ == "__main__":  # python -m resnet.figures, kept for old scripts: the command is resnet/cli/figures.py
-    import runpy
-
-    runpy.run_module("resnet.cli.figures", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.figures

@@ -1,6 +1,6 @@
 """Which pad every strided layer of a model applies at a given input size.
 
-``python -m resnet.inspect resnet50 --size 224 299`` prints the pad table of every
+``resnet-inspect resnet50 --size 224 299`` prints the pad table of every
 preset (docs/padding.md, "ResNet-50 at 224x224") for that architecture;
 ``--presets symmetric "symmetric+blur(block_conv)"`` picks the columns, blurred schemes
 included: a blurred site shows the pad of the BlurPool that subsamples there.
@@ -147,9 +147,3 @@ def format_pad_tables(arch: str, sizes: list[int], presets: list[str]) -> str:
             out.append(f"| {site} | {k}/{row.stride} | {row.input_size[0]} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
-
-
-if __name__ == "__main__":  # python -m resnet.inspect, kept for old scripts: the command is resnet/cli/inspect.py
-    import runpy
-
-    runpy.run_module("resnet.cli.inspect", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.inspect

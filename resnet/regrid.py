@@ -248,9 +248,3 @@ def regrid(
         report |= {"lr": lr, "epochs": epochs, **distill_options}
     report["distill_images"] = distilled
     return student.eval(), report
-
-
-if __name__ == "__main__":  # python -m resnet.regrid, kept for old scripts: the command is resnet/cli/regrid.py
-    import runpy
-
-    runpy.run_module("resnet.cli.regrid", run_name="__main__", alter_sys=True)  # as python -m resnet.cli.regrid

@@ -4,8 +4,8 @@
 # and on both (grid-robust), evaluate each under both schemes, re-grid the asymmetric
 # model to symmetric by each method, print the 3x2 table of top-1 / top-5 errors and the
 # re-gridding table, and write them (Markdown, CSV, PNG) to results/demo/. Extra
-# arguments go to python -m resnet.demo (train.py overrides, --no-grid, --no-regrid).
+# arguments go to resnet-demo (train.py overrides, --no-grid, --no-regrid), run as its module.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m resnet.demo "$@"
+exec .venv/bin/python -m resnet.cli.demo "$@"

@@ -1,5 +1,5 @@
-"""The two commands around weights of unknown origin: ``python -m resnet.detect`` (which padding
-preset fits) and ``python -m resnet.export`` (ONNX, checked against onnxruntime).
+"""The two commands around weights of unknown origin: ``resnet-detect`` (which padding
+preset fits) and ``resnet-export`` (ONNX, checked against onnxruntime).
 
 In process, on the real configs (tests/helpers/compose.py) and the built-in Fashion-MNIST, with one
 tiny checkpoint; one subprocess shows the real command line printing its table.
@@ -58,7 +58,7 @@ def one_line_exit(main, cfg, capsys) -> str:
     return message
 
 
-# --- python -m resnet.detect ----------------------------------------------------------------------
+# --- resnet-detect --------------------------------------------------------------------------------
 
 
 def test_detect_ranks_every_preset_as_detect_padding_does(tiny, tmp_path, capsys):
@@ -132,7 +132,7 @@ def test_detect_bad_input_is_one_line(tiny, tmp_path, capsys, overrides, says):
     assert says in one_line_exit(detect_main, cfg, capsys)
 
 
-# --- python -m resnet.export ----------------------------------------------------------------------
+# --- resnet-export --------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,7 @@ def test_export_bad_input_is_one_line(tiny, tmp_path, capsys, overrides, says):
 @pytest.mark.slow
 def test_detect_command_line_prints_its_table(tiny, tmp_path):
     require_fashion_mnist()
-    command = [sys.executable, "-m", "resnet.detect", f"weights={tiny[1]}", "images=40", "device=cpu"]
+    command = [sys.executable, "-m", "resnet.cli.detect", f"weights={tiny[1]}", "images=40", "device=cpu"]
     done = procs.run(command, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     header = ("| rank", "| presets (identical outputs)", "| mean CE", "| margin ± s.e. (nats)", "| top-1 err %")

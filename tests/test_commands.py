@@ -1,12 +1,15 @@
-"""Every command of pyproject's ``[project.scripts]`` runs as ``python -m resnet.cli.<name>`` and, for
-old scripts, as ``python -m resnet.<name>``; each entry point names a callable; the installed
-distribution's console scripts are pyproject's."""
+"""A command runs one way: its console script ``resnet-<name>`` of pyproject's ``[project.scripts]``,
+whose module ``python -m resnet.cli.<name>`` runs it too; the old names ``python -m resnet.<name>``
+are gone (no module, or a library module that runs nothing); each entry point names a callable; the
+installed distribution's console scripts are pyproject's."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import json
+import re
 import shutil
 import sys
 import tomllib
@@ -27,12 +30,12 @@ def module_of(target: str) -> str:
 
 
 def old_module(target: str) -> str:
-    """``resnet.cli.seed_table:main`` -> ``resnet.seed_table``, the name old scripts run."""
+    """``resnet.cli.seed_table:main`` -> ``resnet.seed_table``, the name old scripts ran."""
     return module_of(target).replace("resnet.cli.", "resnet.", 1)
 
 
 # One Python process runs every ``python -m <module> --help`` in turn (as runpy does for ``-m``),
-# so that torch is imported once, not 18 times.
+# so that torch is imported once, not 18 times; a module that is not there ends as ``python -m`` does.
 HELP_ALL = """
 import contextlib, io, json, runpy, sys
 from hydra.core.global_hydra import GlobalHydra
@@ -46,6 +49,9 @@ for module in sys.argv[1:]:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as exit:
             code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        except ImportError as error:  # python -m: "No module named resnet.tables", exit 1
+            code = 1
+            print(error, file=err)
     GlobalHydra.instance().clear()  # each Hydra app starts as in its own process
     seen[module] = [code, out.getvalue(), err.getvalue()]
 print(json.dumps(seen))
@@ -54,7 +60,8 @@ print(json.dumps(seen))
 
 @pytest.fixture(scope="module")
 def helps() -> dict[str, tuple[int, str, str]]:
-    """(exit status, stdout, stderr) of ``python -m <module> --help`` of every command under both names."""
+    """(exit status, stdout, stderr) of ``python -m <module> --help`` of every command's module and of
+    the old name it had."""
     modules = [name for target in SCRIPTS.values() for name in (module_of(target), old_module(target))]
     proc = procs.run([sys.executable, "-c", HELP_ALL, *modules], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -76,11 +83,26 @@ def test_the_entry_point_imports_and_is_callable(script):
 
 @pytest.mark.xdist_group("helps")  # one worker runs the fixture's process
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
-def test_both_module_names_print_usage(script, helps):
-    for module in (module_of(SCRIPTS[script]), old_module(SCRIPTS[script])):
-        code, stdout, stderr = helps[module]
-        assert code == 0, f"python -m {module} --help: exit {code}\n{stderr[-3000:]}"
-        assert any(usage in stdout for usage in USAGE), f"python -m {module} --help:\n{stdout[-3000:]}"
+def test_the_console_scripts_module_prints_usage(script, helps):
+    module = module_of(SCRIPTS[script])
+    code, stdout, stderr = helps[module]
+    assert code == 0, f"python -m {module} --help: exit {code}\n{stderr[-3000:]}"
+    assert any(usage in stdout for usage in USAGE), f"python -m {module} --help:\n{stdout[-3000:]}"
+
+
+@pytest.mark.xdist_group("helps")
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_the_old_module_name_is_gone(script, helps):
+    """``python -m resnet.<name>`` no longer runs the command: no such module (the shims), or the
+    library module of that name (resnet.detect, ...), which has no ``__main__`` block and prints nothing."""
+    module = old_module(SCRIPTS[script])
+    code, stdout, stderr = helps[module]
+    if importlib.util.find_spec(module) is None:
+        assert code == 1 and f"No module named {module}" in stderr, (code, stderr[-3000:])
+    else:
+        source = Path(importlib.util.find_spec(module).origin).read_text()
+        assert not re.search(r"^if __name__ == .__main__.:", source, re.M), f"{module} still runs as python -m"
+        assert (code, stdout.strip()) == (0, ""), f"python -m {module} --help: exit {code}\n{stdout[-3000:]}"
 
 
 def test_the_installed_console_scripts_are_pyprojects():

@@ -68,7 +68,7 @@ def run_blocked(tmp_path: Path, blocked: list[str], commands: list[list[str]], m
 
 
 def test_export_without_its_extra_prints_help_and_says_in_one_line_what_to_install(tmp_path):
-    commands = [["resnet.export", "--help"], ["resnet.export", "weights=w.pt", "out=m.onnx"]]
+    commands = [["resnet.cli.export", "--help"], ["resnet.cli.export", "weights=w.pt", "out=m.onnx"]]
     seen = run_blocked(tmp_path, ["onnx"], commands, [])
     (help_code, help_out, _), (code, _, err) = seen["commands"]
     assert help_code == 0 and "out" in help_out

@@ -139,7 +139,7 @@ def test_a_non_editable_install_works_without_the_checkout(tmp_path):
         archive.extractall(site)
     assert top == {"resnet", "data"}
     script = (
-        "import resnet, resnet.weights, resnet.tables, resnet.evaluation.run, resnet.engine.run\n"
+        "import resnet, resnet.weights, resnet.cli.tables, resnet.evaluation.run, resnet.engine.run\n"
         "from resnet.config import check_data_package; check_data_package()\n"
         "print(resnet.__file__)\n"
         "from resnet.cli.demo import config_dir; config_dir()\n"

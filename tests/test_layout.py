@@ -4,6 +4,8 @@ independent of resnet/."""
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,6 +106,45 @@ def test_data_imports_nothing_from_the_library():
     upward = {name: sorted(t for t in targets if t.split(".")[0] == "resnet")
               for name, targets in graph.items() if name.split(".")[0] == "data"}  # fmt: skip
     assert len(upward) > 10 and not {name: t for name, t in upward.items() if t}
+
+
+CLI_MODULE = re.compile(r"resnet\.cli(\.\w+)*")
+
+
+def reaches_into_cli(path: Path) -> list[str]:
+    """Where ``path`` runs or imports the commands: runpy at all, an import of resnet.cli, or a
+    string that names a resnet.cli module (importlib.import_module, runpy.run_module, __import__)."""
+    found = [f"imports {name}" for name in imports_of(path) if name == "runpy" or CLI_MODULE.fullmatch(name)]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and CLI_MODULE.fullmatch(node.value):
+            found.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "runpy":
+            found.append(f"line {node.lineno}: runpy.{node.attr}")
+    return sorted(set(found))
+
+
+def test_the_library_never_runs_or_imports_the_commands():
+    """resnet/cli/ builds on the library, never the other way: no module of resnet/ outside it
+    imports resnet.cli, by name or by a string, or forwards ``python -m`` to it with runpy (a command
+    is run one way: its console script, or python -m resnet.cli.<name>)."""
+    library = [p for p in (REPO / "resnet").rglob("*.py") if "cli" not in p.relative_to(REPO / "resnet").parts]
+    assert len(library) > 20
+    found = {str(p.relative_to(REPO)): where for p in library if (where := reaches_into_cli(p))}
+    assert found == {}
+
+
+def test_the_cli_check_sees_a_runpy_forward_and_a_string_import(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)  # a module resnet.forward of tmp_path
+    path = tmp_path / "resnet" / "forward.py"
+    path.parent.mkdir()
+    path.write_text(
+        'import importlib, runpy\nfrom .cli import demo\nimportlib.import_module("resnet.cli.tables")\n'
+        'runpy.run_module("resnet.cli.detect", run_name="__main__")\n"""See resnet.cli.detect."""\n'
+    )
+    assert reaches_into_cli(path) == [
+        "imports resnet.cli", "imports resnet.cli.demo", "imports runpy", "line 3: 'resnet.cli.tables'",
+        "line 4: 'resnet.cli.detect'", "line 4: runpy.run_module",
+    ]  # fmt: skip
 
 
 def test_weights_sources_do_not_reach_into_each_other():

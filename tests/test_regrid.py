@@ -136,7 +136,7 @@ def test_bad_methods_and_empty_samples_are_one_line():
     assert distill(trained_like(), trained_like(seed=1), [], identity) == 0
 
 
-# --- python -m resnet.regrid ----------------------------------------------------------------------
+# --- resnet-regrid --------------------------------------------------------------------------------
 
 
 def regrid_command(*overrides: str) -> dict:
@@ -235,7 +235,7 @@ def test_the_command_line_prints_one_line_for_a_bad_value(tmp_path):
 
     from tests.helpers import procs
 
-    args = [sys.executable, "-m", "resnet.regrid", f"weights={tmp_path / 'none.pt'}", "+padding=symmetric",
+    args = [sys.executable, "-m", "resnet.cli.regrid", f"weights={tmp_path / 'none.pt'}", "+padding=symmetric",
             f"out={tmp_path / 'o.pt'}"]  # fmt: skip
     proc = procs.run(args, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr  # missing weights: status 1, as eval.py

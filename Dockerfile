@@ -55,6 +55,6 @@ RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation -e ".[te
     && chown -R app:app /workspace/resnet-padding
 
 USER app
-# python train.py: the demo's recipe on its full schedule (README); python -m resnet.demo is the
+# python train.py: the demo's recipe on its full schedule (README); resnet-demo is the
 # demo's three models and tables.
 CMD ["python", "train.py"]

@@ -1,13 +1,13 @@
 """The demo's padding question on the ImageNet shape: ResNet-18 on RGB JPEG folders at 64 px (issue 26).
 
     python -m benchmarks.imagenet_proxy                      # write the folders once, then the demo on them
-    python -m benchmarks.imagenet_proxy --epochs 4 amp=none  # the rest goes to python -m resnet.demo
+    python -m benchmarks.imagenet_proxy --epochs 4 amp=none  # the rest goes to resnet-demo
 
 The built-in demo's model (``resnet_small``, 28 px) has one stride-2 site whose padding differs
 between ``symmetric`` and ``asymmetric``: the stem conv. A ResNet-18 at 64 px has all five of
 ImageNet's (the 7x7/2 stem conv, the 3x3/2 stem pool, the first conv of layers 2-4), on maps of
 64, 32, 16, 8 and 4 pixels. This command trains it under each scheme and on their grid and
-re-grids the asymmetric model, through the demo itself (``python -m resnet.demo`` with
+re-grids the asymmetric model, through the demo itself (``resnet-demo`` with
 ``model=resnet18 data=imagefolder ...``): the cross matrix and the re-gridding table, each
 method's seconds, and the wall time, in ``--out`` (default ``results/imagenet_proxy``).
 

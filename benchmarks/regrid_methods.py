@@ -5,7 +5,7 @@ re-grids the weights (the demo's: ``python train.py +experiment=demo +padding=as
 ``python -m benchmarks.grid_robust --candidates asymmetric`` which leaves them in
 /tmp/grid_robust/asymmetric_s0/last.pt) to ``symmetric`` by each method below, with
 :func:`resnet.regrid.regrid` itself, on the first ``--images`` training images spread evenly over
-the split (as ``python -m resnet.regrid`` reads them: every k-th, batches of 64), and prints top-1
+the split (as ``resnet-regrid`` reads them: every k-th, batches of 64), and prints top-1
 error on the test split (10,000 images) under symmetric with the seconds each method took (the
 method alone, no image reading). JSON rows: ``results/regrid_methods.json`` (appended).
 """

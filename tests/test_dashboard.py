@@ -1,4 +1,4 @@
-"""python -m resnet.dashboard: every key its workspace spec names is one that train.py and eval.py
+"""resnet-dashboard: every key its workspace spec names is one that train.py and eval.py
 log to W&B, read back from offline runs' own files; bad input is one line."""
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def test_bad_input_is_one_line_saying_what_to_type(argv, says, capsys):
         dashboard.main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1, err
-    assert says in err and "python -m resnet.dashboard --entity ENTITY" in err
+    assert says in err and "resnet-dashboard --entity ENTITY" in err
 
 
 def test_saving_offline_is_refused_in_one_line(capsys, monkeypatch):

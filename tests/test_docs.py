@@ -55,6 +55,16 @@ def test_no_test_function_names_and_nothing_outside_the_repo(doc):
     assert "../shared" not in text
 
 
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_command_is_written_as_its_console_script(doc):
+    """One spelling of a command: ``resnet-<name>`` (pyproject's [project.scripts]), never
+    ``python -m resnet.<name>`` (the old module names are gone; python -m resnet.cli.<name> is the
+    module behind the script, not what the documentation tells a user to type)."""
+    lines = [f"{n}: {line.strip()}" for n, line in enumerate(doc.read_text().splitlines(), 1)
+             if "python -m resnet." in line]  # fmt: skip
+    assert not lines, f"{doc.name}: write resnet-<name> instead:\n" + "\n".join(lines)
+
+
 # --- every README command that a CPU runs in seconds runs ------------------------------------
 
 # Commands that cannot run here in seconds (matched by their start), and where they are checked.
@@ -71,8 +81,8 @@ NOT_RUN = {
 QUICK = {
     "train.py": ["epochs=1", "max_steps_per_epoch=2", "val_images=50"],
     "eval.py": ["val_images=50"],
-    "resnet.detect": ["images=20"],
-    "resnet.regrid": ["images=16", "epochs=1"],
+    "resnet-detect": ["images=20"],
+    "resnet-regrid": ["images=16", "epochs=1"],
 }
 
 

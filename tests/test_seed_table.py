@@ -1,4 +1,4 @@
-"""The seed-table command end to end (resnet.seed_table): a model list with a random-weight
+"""The seed-table command end to end (resnet-seed-table): a model list with a random-weight
 stand-in for every source, in the place each source is read from (Keras's and torch.hub's
 caches, files given by path, our own checkpoint), rows whose weights are missing, a small
 generated ImageNet val, every model under both schemes with 1 and 10 crops."""

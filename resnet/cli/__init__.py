@@ -13,7 +13,8 @@ what they share.
 * :func:`one_line_errors` (:mod:`.errors`): an error the user can fix is one line, no traceback
   (``train.py``, ``eval.py`` and every command here).
 
-Each runs as ``python -m resnet.cli.<name>`` and, for old scripts, ``python -m resnet.<name>``.
+Each runs as its console script ``resnet-<name>`` (``_`` written ``-``), the one form the documentation
+uses; ``python -m resnet.cli.<name>`` runs the same ``main`` (torchrun, a checkout without ``pip install -e .``).
 """
 
 from .errors import one_line_errors

@@ -1,6 +1,6 @@
 """Save the project's W&B workspace: validation curves and train images/s per padding scheme, the padding tables.
 
-``resnet-dashboard --entity E [--project P] [--dry-run spec.json]`` (``python -m resnet.dashboard``): one saved
+``resnet-dashboard --entity E [--project P] [--dry-run spec.json]``: one saved
 workspace (a view of the project's runs page) built with ``wandb-workspaces``
 (``pip install -e .[dashboard]``), in three sections:
 
@@ -10,7 +10,7 @@ workspace (a view of the project's runs page) built with ``wandb-workspaces``
   min-max shaded;
 * train images/s per logging step and at each epoch's end, per scheme;
 * the per-scheme error table and the trained x evaluated cross matrix that ``eval.py
-  logger=wandb`` and ``python -m resnet.seed_table logger=wandb`` log
+  logger=wandb`` and ``resnet-seed-table logger=wandb`` log
   (:func:`resnet.report.wandb_log.log_evaluations`), and the evaluation rows. Each evaluation
   run logs the tables of its whole results file, so the newest run's are complete.
 
@@ -41,7 +41,7 @@ GROUP = "Group"  # the W&B run group: the trained scheme, grid[a,b] included (ru
 MAX_RUNS = 60  # runs (or groups) per panel; W&B's default, 10, would cut a grid of schemes x seeds short
 PROJECT = "resnet-padding"  # configs/logger/wandb.yaml
 NAME = "ResNet padding schemes"
-USAGE = "python -m resnet.dashboard --entity ENTITY [--project PROJECT] [--dry-run spec.json]"
+USAGE = "resnet-dashboard --entity ENTITY [--project PROJECT] [--dry-run spec.json]"
 
 
 def build_workspace(entity: str, project: str = PROJECT, name: str = NAME):
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..config import ConfigError
     from .errors import one_line_errors
 
-    parser = _Parser(prog="python -m resnet.dashboard", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="resnet-dashboard", description=__doc__.splitlines()[0])
     parser.add_argument("--entity", required=True, help="the W&B user or team that owns the project")
     parser.add_argument("--project", default=PROJECT, help=f"the W&B project of the runs (default: {PROJECT})")
     parser.add_argument("--name", default=NAME, help=f"the workspace's name (default: {NAME!r})")

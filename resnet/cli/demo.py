@@ -1,6 +1,6 @@
 """The built-in demo: the padding question end to end on Fashion-MNIST, on a CPU.
 
-``resnet-demo`` (``python -m resnet.demo``) trains the default model (``python train.py``'s recipe on the
+``resnet-demo`` trains the default model (``python train.py``'s recipe on the
 5-epoch schedule of ``configs/experiment/demo.yaml``, in bf16 where the CPU computes it natively)
 once under each scheme (``symmetric`` and ``asymmetric`` by default) and once on the grid of
 them all (``train.py grid=[...]``: one grid-robust model, with the experiment's ``grid_bn=affine``),
@@ -35,7 +35,7 @@ from ..report.table_files import write_tables
 from ..report.tables import to_markdown, write_csv
 from .errors import one_line_errors
 
-# Each re-gridding method the demo runs, as python -m resnet.regrid overrides. bn: the BatchNorm
+# Each re-gridding method the demo runs, as resnet-regrid overrides. bn: the BatchNorm
 # statistics of 5,000 training images; distill: then two passes over 15,000 of them
 # towards the source model under its own grid, its predictions and its feature maps after each
 # stage (no labels read), one-cycle LR peaking at 0.05.

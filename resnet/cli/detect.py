@@ -1,4 +1,4 @@
-"""``resnet-detect`` (``python -m resnet.detect``): which padding preset were these weights trained with?
+"""``resnet-detect``: which padding preset were these weights trained with?
 
     resnet-detect weights=outputs/<date>/<time>/last.pt             # the built-in Fashion-MNIST
     resnet-detect weights=timm:/models/model.safetensors data=imagenet data.root=/data/imagenet

@@ -1,4 +1,4 @@
-"""``resnet-export`` (``python -m resnet.export``): ONNX with every pad explicit, checked against onnxruntime.
+"""``resnet-export``: ONNX with every pad explicit, checked against onnxruntime.
 
     resnet-export weights=outputs/<date>/<time>/last.pt out=tiny.onnx
     resnet-export weights=timm:resnet50.a1_in1k out=resnet50.onnx download=true +padding=asymmetric

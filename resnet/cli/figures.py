@@ -1,4 +1,4 @@
-"""``resnet-figures`` (``python -m resnet.figures``): draw the sampling grid of stride-2 layers.
+"""``resnet-figures``: draw the sampling grid of stride-2 layers.
 
 ``resnet-figures --out docs/sampling_grid.png [--size 8]`` draws which input pixels each output of a
 3x3/2 conv and of a 1x1/2 shortcut reads, under ``symmetric`` and under TF ``same``

@@ -1,4 +1,4 @@
-"""``resnet-inspect`` (``python -m resnet.inspect``): the pad every strided layer applies, per preset.
+"""``resnet-inspect``: the pad every strided layer applies, per preset.
 
 ``resnet-inspect resnet50 --size 224 299`` prints the pad table of every preset (docs/padding.md,
 "ResNet-50 at 224x224") for that architecture (:func:`resnet.inspect.format_pad_tables`);

@@ -1,4 +1,4 @@
-"""``resnet-regrid`` (``python -m resnet.regrid``): move weights to another padding grid, save them.
+"""``resnet-regrid``: move weights to another padding grid, save them.
 
     resnet-regrid weights=outputs/<run>/last.pt +padding=symmetric out=regridded.pt        # built-in data
     resnet-regrid weights=keras:/models/resnet50.h5 +padding=symmetric method=distill out=r50.pt ...

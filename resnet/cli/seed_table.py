@@ -1,4 +1,4 @@
-"""The seed table in one command: ``resnet-seed-table data.root=/data/imagenet`` (``python -m resnet.seed_table``).
+"""The seed table in one command: ``resnet-seed-table data.root=/data/imagenet``.
 
 Every model of a model list (``configs/table/<name>.yaml``; TensorNets issue #25's eleven by
 default) is evaluated under each scheme of ``schemes``, with each crop count of ``crops``,
@@ -10,10 +10,10 @@ A model whose weights cannot be had (not in its hub's cache without ``download=t
 the list needs but was not given) becomes a row naming what fills it: the flag, or the
 ``table.files.<arch>=`` path. It is never dropped.
 
-    python -m resnet.seed_table data.root=/data/imagenet download=true
-    python -m resnet.seed_table data=imagenet_v2 data.root=/data/imagenetv2-matched-frequency-format-val
-    python -m resnet.seed_table data.root=/data/imagenet table.files.resnet200_v2=/models/resnet200.pth
-    torchrun --nproc_per_node=8 -m resnet.seed_table data.root=/data/imagenet
+    resnet-seed-table data.root=/data/imagenet download=true
+    resnet-seed-table data=imagenet_v2 data.root=/data/imagenetv2-matched-frequency-format-val
+    resnet-seed-table data.root=/data/imagenet table.files.resnet200_v2=/models/resnet200.pth
+    torchrun --nproc_per_node=8 -m resnet.cli.seed_table data.root=/data/imagenet
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``resnet-tables`` (``python -m resnet.tables``): regenerate the error tables from a results file.
+"""``resnet-tables``: regenerate the error tables from a results file.
 
 ``resnet-tables results/eval.jsonl --out results/tables [--schemes symmetric asymmetric]
 [--delta asymmetric symmetric] [--reference] [--wandb PROJECT]`` writes ``tensornets.md/.csv/.png``
@@ -20,7 +20,7 @@ from ..report.table_files import write_tables
 from ..report.tables import cross_matrices, log_to_wandb, reference_note, scheme_table
 from ..report.wandb_log import start_run
 
-DESCRIPTION = "Regenerate the error tables from a results file: ``python -m resnet.tables``."  # --help's first line
+DESCRIPTION = "Regenerate the error tables from a results file: ``resnet-tables``."  # --help's first line
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -136,7 +136,7 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
 
 
 def plot_regrid(table: Sequence[dict], path: Path) -> None:
-    """The re-gridding table (``python -m resnet.demo``) as bars of top-1 error: the weights on
+    """The re-gridding table (``resnet-demo``) as bars of top-1 error: the weights on
     their own grid, moved to the other grid as they are, then after each method (with the images
     and seconds it used); a dashed line at the native error."""
     plt = pyplot()

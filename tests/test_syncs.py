@@ -260,6 +260,7 @@ def two_processes(tmp_path: Path, nan_step: int | None, on_nonfinite: str = "sto
     return results
 
 
+@pytest.mark.xdist_group("forkserver")  # one worker, one forkserver (an interpreter importing torch)
 def test_two_processes_agree_on_the_host_every_step_and_read_losses_every_log_every(tmp_path):
     # 8 steps, log_every=4: the host all-reduce (empty batch or stop, all_reduce_host) every step;
     # the losses' verdicts summed on the device at the 2 reads (_queue_check's all_reduce_sum), and
@@ -270,6 +271,7 @@ def test_two_processes_agree_on_the_host_every_step_and_read_losses_every_log_ev
         assert result["reads"] == 3
 
 
+@pytest.mark.xdist_group("forkserver")  # one worker, one forkserver (an interpreter importing torch)
 def test_a_nonfinite_loss_on_one_process_stops_both_naming_the_same_step(tmp_path):
     # Rank 1's loss after 5 steps (the 6th step) is NaN; DDP averages its gradients into rank 0's weights,
     # so neither may go on. Both read the verdicts at step 8 (log_every=4) and stop there, naming step 6.
@@ -278,6 +280,7 @@ def test_a_nonfinite_loss_on_one_process_stops_both_naming_the_same_step(tmp_pat
     assert "non-finite loss (nan) at step 6 (epoch 1, batch 6)" in second["error"]
 
 
+@pytest.mark.xdist_group("forkserver")  # one worker, one forkserver (an interpreter importing torch)
 def test_a_nonfinite_loss_on_one_process_is_skipped_by_both(tmp_path):
     first, second = two_processes(tmp_path, nan_step=5, on_nonfinite="skip")
     for result in (first, second):

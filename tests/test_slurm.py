@@ -2,10 +2,10 @@
 (tests/cluster/slurm_up.sh). Every job here is submitted to slurmctld and checked there
 (``scontrol show job``), so a stand-in srun or scontrol cannot pass these tests.
 
-- the README's ``sbatch scripts/slurm.sbatch`` on 2 nodes x 1 task ends with the weights of a
-  2-process torchrun run of the same config, its two tasks in two network namespaces;
-- a stock preemption (SIGTERM from slurmctld) mid-epoch: the job saves, is requeued, and resumes
-  in the same run dir to the weights of the uninterrupted run;
+- the README's ``sbatch scripts/slurm.sbatch`` on 2 nodes x 1 task, its two tasks in two network
+  namespaces, preempted the stock way (SIGTERM from slurmctld) mid-epoch: the job saves, is
+  requeued, and resumes in the same run dir to the weights of a 2-process torchrun run of the
+  same config;
 - a stop signal at any moment of a 1-task job (the batch shell 1 s in, the task starting up,
   ``scancel --signal=USR1 --batch`` mid-epoch: the real ``scontrol requeue``) ends COMPLETED with
   the uninterrupted weights; a requeued COMPLETED job keeps every file;
@@ -195,40 +195,34 @@ def python_shim(tmp_path: Path, python: str) -> Path:
     return shim
 
 
-def test_sbatch_on_two_nodes_over_a_real_interface_equals_torchrun(cluster, tiny_folder, torchrun_reference, tmp_path):
-    run_dir, log, tasks = tmp_path / "run", tmp_path / "job.out", tmp_path / "tasks.log"
-    env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tasks), "RUN_DIR": str(run_dir)}
-    job = sbatch(env, "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1", f"--output={log}",
-                 "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
-    fields = wait_for_end(env, job, log)
-    assert fields["JobState"] == "COMPLETED" and fields["NodeList"] == "node[1-2]", read(log)[-3000:]
-    ranks = sorted(line.split() for line in tasks.read_text().splitlines())
-    # Two tasks on two nodes, in two network namespaces whose only link is the bridge: the
-    # rendezvous and gloo's traffic cannot have gone over loopback.
-    assert [(r[0], r[1], r[3]) for r in ranks] == [("0", "node1", "10.231.0.1"), ("1", "node2", "10.231.0.2")]
-    assert ranks[0][2] != ranks[1][2]
-    results = json.loads((run_dir / "results.json").read_text())
-    assert (results["world_size"], results["global_batch"], results["n_val_images"]) == (2, 4, 7)
-    assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
-
-
-def test_stock_preemption_sigterm_requeues_and_the_job_resumes_exactly(cluster, tiny_folder, torchrun_reference,
-                                                                       tmp_path):  # fmt: skip
-    # PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, GraceTime=20 and no preempt_send_user_signal:
-    # a job in `high` that needs node1 makes slurmctld send SIGTERM to the `low` training there, mid-epoch.
-    run_dir, log, marker = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused"
-    env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tmp_path / "tasks.log"),
-           "RUN_DIR": str(run_dir), **pausing(tmp_path, marker)}  # fmt: skip
-    node = ["--nodelist=node1", "--nodes=1", "--exclusive", "--gpus-per-node=0"]
-    job = sbatch(env, "--partition=low", *node, "--ntasks-per-node=2", "--cpus-per-task=1", f"--output={log}",
-                 "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
+def test_two_nodes_over_a_real_interface_preempted_by_sigterm_requeue_and_resume_exactly(
+    cluster, tiny_folder, torchrun_reference, tmp_path
+):
+    # The README's sbatch on 2 nodes x 1 task in `low`, each task in its own network namespace, whose
+    # only link is the bridge: the rendezvous and gloo's traffic cannot go over loopback. Stock
+    # preemption (PreemptType=preempt/partition_prio, PreemptMode=REQUEUE, GraceTime=20, no
+    # preempt_send_user_signal): a job in `high` that needs node1 makes slurmctld send SIGTERM to
+    # both tasks mid-epoch. The job saves, is requeued, resumes in the same run dir, and ends with
+    # the weights of a 2-process torchrun run of the same config.
+    run_dir, log, marker, tasks = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused", tmp_path / "tasks.log"
+    env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tasks), "RUN_DIR": str(run_dir),
+           **pausing(tmp_path, marker)}  # fmt: skip
+    job = sbatch(env, "--partition=low", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
+                 f"--output={log}", "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
     wait_for_marker(env, job, marker, log)  # rank 0 waits mid-epoch 1 until a stop signal has reached it
-    high = sbatch(env, "--partition=high", *node, "--ntasks=1", f"--output={tmp_path / 'high.out'}", "--wrap=true")
+    high = sbatch(env, "--partition=high", "--nodelist=node1", "--nodes=1", "--exclusive", "--gpus-per-node=0",
+                  "--ntasks=1", f"--output={tmp_path / 'high.out'}", "--wrap=true")  # fmt: skip
     fields = wait_for_end(env, job, log)
     out = read(log)
     assert fields["JobState"] == "COMPLETED" and int(fields["Restarts"]) >= 1, out[-3000:]
+    assert fields["NodeList"] == "node[1-2]", out[-3000:]
     assert f"stopped by SIGTERM: saved {run_dir / 'last.pt'}; requeued SLURM job {job}" in out
     assert f"resumed from {run_dir / 'last.pt'} after epoch 1, batch 2 (step 8)" in out
+    ranks = {tuple(line.split()[i] for i in (0, 1, 3)): line.split()[2] for line in tasks.read_text().splitlines()}
+    assert sorted(ranks) == [("0", "node1", "10.231.0.1"), ("1", "node2", "10.231.0.2")]  # both runs alike
+    assert ranks["0", "node1", "10.231.0.1"] != ranks["1", "node2", "10.231.0.2"]  # two network namespaces
+    results = json.loads((run_dir / "results.json").read_text())
+    assert (results["world_size"], results["global_batch"], results["n_val_images"]) == (2, 4, 7)
     assert_same_weights(torchrun_reference, torch.load(run_dir / "last.pt", weights_only=True))
     assert wait_for_end(env, high, tmp_path / "high.out")["JobState"] == "COMPLETED"
 

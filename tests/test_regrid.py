@@ -240,7 +240,7 @@ def test_the_command_line_prints_one_line_for_a_bad_value(tmp_path):
     proc = procs.run(args, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr  # missing weights: status 1, as eval.py
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("resnet.regrid: no checkpoint at") and "none.pt" in line
+    assert line.startswith("resnet-regrid: no checkpoint at") and "none.pt" in line
 
 
 def _student_after(seed: int, **options) -> dict:

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default=NAME, help=f"the workspace's name (default: {NAME!r})")
     parser.add_argument("--dry-run", type=Path, metavar="SPEC.json",
                         help="write what would be saved to this file, offline, and save nothing")  # fmt: skip
-    with one_line_errors("resnet.dashboard"):
+    with one_line_errors("resnet-dashboard"):
         args = parser.parse_args(argv)
         for option in ("entity", "project", "name"):
             if not getattr(args, option).strip():

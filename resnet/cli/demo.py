@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:
             parser.error(f"{err}; or pass --no-grid")
     with_regrid = args.regrid and len(args.schemes) > 1
-    with one_line_errors("resnet.demo"):
+    with one_line_errors("resnet-demo"):
         run(args, with_grid, with_regrid)
 
 

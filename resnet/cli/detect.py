@@ -120,7 +120,7 @@ def run(cfg: DictConfig) -> DetectionReport:
     return report
 
 
-main = hydra_command("detect", "resnet.detect", run)
+main = hydra_command("detect", "resnet-detect", run)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def run(cfg: DictConfig) -> Path:
 
     missing = missing_export_tools()
     if missing is not None:
-        raise SystemExit(f"resnet.export: {missing}")
+        raise SystemExit(f"resnet-export: {missing}")
     spec = weights_spec(cfg)
     if OmegaConf.is_missing(cfg, "out") or cfg.out is None:
         raise ConfigError("say where to write the file: out=model.onnx")
@@ -62,10 +62,10 @@ def _run(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except OnnxMismatch as err:  # the file was not written
-        raise SystemExit(f"resnet.export: {err}; {cfg.out} was not written") from None
+        raise SystemExit(f"resnet-export: {err}; {cfg.out} was not written") from None
 
 
-main = hydra_command("export", "resnet.export", _run)
+main = hydra_command("export", "resnet-export", _run)
 
 
 if __name__ == "__main__":

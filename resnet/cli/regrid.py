@@ -89,7 +89,7 @@ def run(cfg) -> dict:
     return report
 
 
-main = hydra_command("regrid", "resnet.regrid", run)
+main = hydra_command("regrid", "resnet-regrid", run)
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ def _log_to_wandb(cfg: DictConfig, rows: list[dict], all_rows: list[dict], missi
     run.finish()
 
 
-main = hydra_command("seed_table", "resnet.seed_table", run)
+main = hydra_command("seed_table", "resnet-seed-table", run)
 
 
 if __name__ == "__main__":

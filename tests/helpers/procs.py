@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = REPO,
           fresh: bool = False) -> subprocess.Popen | zygote_client.Forked:  # fmt: skip
     args = [str(a) for a in args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    env = command_env(env)
     if not fresh and _is_torchrun(args) and "PYTHON_EXEC" not in env and (python := forking_python(env)):
         env["PYTHON_EXEC"] = python  # its workers are forked too (tests/helpers/zygote_exec.py)
     if not fresh and (forked := zygote_client.fork(args, env, Path(cwd))) is not None:
@@ -40,7 +40,12 @@ def forking_python(env: dict[str, str] | None = None) -> str | None:
     """An interpreter path whose commands are forked from the server (tests/helpers/zygote_exec.py),
     for a tool that starts Python commands as ``$PYTHON_EXEC`` (torchrun, benchmarks); None where
     the server is not used."""
-    return zygote_client.worker_python({**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    return zygote_client.worker_python(command_env(env))
+
+
+def command_env(env: dict[str, str] | None) -> dict[str, str]:
+    """A command's environment: this process's, one intra-op thread, then ``env``."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
 
 
 def _is_torchrun(args: list[str]) -> bool:

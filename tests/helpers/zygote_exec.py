@@ -43,12 +43,9 @@ def main() -> None:
     for sig in signal.valid_signals() - NOT_PASSED_ON:
         with contextlib.suppress(OSError, ValueError):  # not catchable here
             signal.signal(sig, lambda number, _frame: os.killpg(pid, number))
-    said = b""
-    while not said.endswith(b"\n"):
-        chunk = sock.recv(64)
-        if not chunk:
-            sys.exit("tests/helpers/zygote_exec.py: the server went away")
-        said += chunk
+    said = line(sock)
+    if said is None:
+        sys.exit("tests/helpers/zygote_exec.py: the server went away")
     end(int(said))
 
 
@@ -61,15 +58,19 @@ def connect(path: str, args: list[str], unbuffered: bool) -> tuple[socket.socket
         return None
     request = {"argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "unbuffered": unbuffered, "tied": True}
     socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2])
+    said = line(sock)
+    return None if said in (None, "fresh") else (sock, int(said))
+
+
+def line(sock: socket.socket) -> str | None:
+    """The server's next line (it sends one at a time), or None if it closed the connection first."""
     said = b""
     while not said.endswith(b"\n"):
         chunk = sock.recv(64)
         if not chunk:
             return None
         said += chunk
-    if said == b"fresh\n":
-        return None
-    return sock, int(said)
+    return said.decode().strip()
 
 
 def end(code: int) -> None:

@@ -123,3 +123,35 @@ def test_a_killed_stand_in_takes_its_forked_worker_with_it(tmp_path):
     while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+SPIN = """
+import subprocess, sys, time
+
+
+def test_spins_here():
+    end = time.process_time() + 0.5
+    while time.process_time() < end:
+        pass
+
+
+def test_spins_in_a_child():
+    spin = "import time\\nend = time.process_time() + 0.5\\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", spin])
+
+
+def test_sleeps():
+    time.sleep(0.5)
+"""
+
+
+def test_the_cpu_profile_counts_a_tests_own_cpu_and_its_childrens(tmp_path):
+    """tests/helpers/cpu_profile.py, the measure behind docs/benchmarks.md's per-test figures."""
+    (tmp_path / "test_spin.py").write_text(SPIN)
+    out = tmp_path / "cpu.jsonl"
+    done = procs.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                      "-p", "tests.helpers.cpu_profile", "--cpu-profile", out, tmp_path / "test_spin.py"])  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    cpu = {json.loads(line)["test"].split("::")[1]: json.loads(line)["cpu_s"] for line in out.read_text().splitlines()}
+    assert cpu["test_spins_here"] >= 0.4 and cpu["test_spins_in_a_child"] >= 0.4 and cpu["test_sleeps"] < 0.2
+    assert "CPU seconds counted for 3 tests" in done.stdout

@@ -1,4 +1,7 @@
-"""Shared fixtures."""
+"""Shared fixtures.
+
+torch and the project are imported where they are used, not here: pytest-xdist's controller runs
+no test, and would spend an interpreter start importing them (about 7 s of CPU on 2 cores)."""
 
 from __future__ import annotations
 
@@ -6,18 +9,25 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
-from tests.helpers.imagegen import make_tiny_folder
-from tests.helpers.models import save_tiny_checkpoint
+from tests.helpers import procs, zygote_client
 
 
 def pytest_configure(config):
     """Under pytest-xdist, each worker gets its share of the cores: intra-op threads of several
     workers on the same cores spin against each other and run many times slower. Tests that
-    compare processes bit for bit set their thread counts themselves."""
+    compare processes bit for bit set their thread counts themselves.
+
+    The controller starts the one fork server its workers share (tests/helpers/zygote_client.py),
+    unless ``--cpu-profile`` asks for each worker's own: it counts a server's children as the CPU
+    of the worker that waits for them."""
+    controller = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+    if controller and not os.environ.get("TESTS_FRESH_PROCESSES") and not config.getoption("--cpu-profile", None):
+        zygote_client.start_shared(procs.command_env(None))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
+        import torch
+
         share = max(len(os.sched_getaffinity(0)) // workers, 1)
         torch.set_num_threads(share)
         os.environ.setdefault("OMP_NUM_THREADS", str(share))  # and the processes tests start
@@ -50,6 +60,8 @@ def _tag_xdist_groups(config, items) -> None:
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny inputs: thread sync costs more than it saves (far more on a busy 2-core runner)."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -58,10 +70,14 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory) -> Path:
+    from tests.helpers.imagegen import make_tiny_folder
+
     return make_tiny_folder(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A tiny 3-class model with random BN statistics, so its predictions differ by image."""
+    from tests.helpers.models import save_tiny_checkpoint
+
     return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "last.pt")

@@ -72,6 +72,32 @@ def test_an_environment_read_at_start_up_gets_a_new_interpreter():
     procs.wait_all([proc], timeout=60)
 
 
+@pytest.mark.parametrize("name, value", [("TORCHINDUCTOR_CACHE_DIR", "/tmp/elsewhere"), ("PYTHONUNBUFFERED", "1")])
+def test_an_environment_read_only_at_run_time_is_still_forked(name, value):
+    # inductor puts its cache dir in os.environ at a test's first compile; pytest-xdist's workers
+    # run with PYTHONUNBUFFERED=1, which the forked child applies to its own streams
+    code = f"import os, sys; print(os.environ[{name!r}], sys.stdout.write_through)"
+    proc = procs.start([sys.executable, "-c", code], {name: value})
+    [done] = procs.wait_all([proc], timeout=60)
+    assert not isinstance(proc, subprocess.Popen) and done.returncode == 0, done.stderr
+    seen, unbuffered = done.stdout.split()
+    assert seen == value
+    if name == "PYTHONUNBUFFERED":
+        assert unbuffered == "True"  # written through, as a new interpreter's stdout under PYTHONUNBUFFERED
+
+
+def test_pytest_xdist_workers_fork_from_the_one_server_their_controller_started():
+    # tests/conftest.py starts it before the workers exist: one interpreter importing torch, not one per worker
+    proc = procs.start([sys.executable, "-c", "import os; print(os.getppid())"])
+    [done] = procs.wait_all([proc], timeout=60)
+    server = int(done.stdout)  # a forked command's parent is the server
+    parent = int(Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("TESTS_FRESH_PROCESSES"):
+        assert parent == os.getppid() != os.getpid()  # the controller's child, not this worker's
+    else:
+        assert parent == os.getpid()  # one pytest process: its own server
+
+
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 WORKER = """

@@ -11,8 +11,8 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,22 +31,25 @@ from tests.helpers import procs
 from tests.helpers.compose import compose_config
 from tests.helpers.training import PY, REPO, read_csv, run_in_process, tiny_overrides
 
-HOLD = """import sys
+HOLD = """import sys, time
+from pathlib import Path
 from resnet.engine.lock import RunDirLock
 lock = RunDirLock(sys.argv[1])
 lock.acquire()
-print("held", flush=True)
-input()
+Path(sys.argv[2]).write_text("held")
+time.sleep(300)
 """
 
 
 def test_a_live_run_keeps_its_dir_and_a_killed_one_is_taken_over(tiny_folder, tmp_path):
-    run_dir = tmp_path / "run"
+    run_dir, held = tmp_path / "run", tmp_path / "held"
     zone = "Etc/GMT+5"  # not this machine's zone: the start time must be the holder's local time
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=REPO, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "TZ": zone})  # fmt: skip
+    holder = procs.start([sys.executable, "-c", HOLD, run_dir, held], {"TZ": zone})
     try:
-        assert holder.stdout.readline().strip() == "held"
+        deadline = time.monotonic() + 60
+        while not held.exists():
+            assert holder.poll() is None and time.monotonic() < deadline, procs.wait_all([holder], 10)[0].stderr
+            time.sleep(0.05)
         with pytest.raises(RunDirBusy) as busy:  # what train.py prints as its one error line
             run_in_process(tiny_folder, run_dir, "epochs=1")
         message = str(busy.value)
@@ -59,8 +62,8 @@ def test_a_live_run_keeps_its_dir_and_a_killed_one_is_taken_over(tiny_folder, tm
         assert "pass another hydra.run.dir=<dir>" in message and "\n" not in message
         assert sorted(p.name for p in run_dir.iterdir()) == [LOCK_NAME]  # the refused run wrote nothing
     finally:
-        holder.send_signal(signal.SIGKILL)  # as kill -9: the kernel drops its lock, its .lock file stays
-        holder.wait()
+        os.killpg(holder.pid, signal.SIGKILL)  # as kill -9: the kernel drops its lock, its .lock file stays
+        procs.wait_all([holder], timeout=30)
     assert (run_dir / LOCK_NAME).exists()
     run_in_process(tiny_folder, run_dir, "epochs=1")  # takes the stale lock over
     assert [row["epoch"] for row in read_csv(run_dir / "metrics.csv")] == ["1"]

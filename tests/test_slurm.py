@@ -338,9 +338,13 @@ def test_the_readme_submitit_sweep_runs_and_a_usr2_with_a_short_timeout_ends_in_
     # on to its results, and the sweep ends in one line saying why nothing was requeued (no accounting
     # database here: submitit reads result files, and would wait forever for a missing one).
     sweep, marker = tmp_path / "sweep", tmp_path / "paused"
-    env = {**cluster, **pausing(tmp_path, marker)}
+    # The pause hook reaches the tasks through the job script's set-up lines: the sweep process
+    # itself needs no PYTHONPATH, so the tests' fork server can start it.
+    pause = pausing(tmp_path, marker)
+    env = {**cluster, "PAUSE_MARKER": pause["PAUSE_MARKER"]}
     args = [PY, "train.py", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=1",
             "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5",
+            f"hydra.launcher.setup=['export PYTHONPATH={pause['PYTHONPATH']}']",
             f"hydra.sweep.dir={sweep}", *config(tiny_folder)[:-2], "+padding=symmetric,asymmetric"]  # fmt: skip
     sweep_proc = procs.start(args, env)
     deadline = time.monotonic() + 300

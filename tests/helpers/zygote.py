@@ -33,6 +33,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 
 # Third-party only: the project's own modules are imported by each child, as by a new interpreter
 # (a test that checks what a command imports, or refuses to, sees them imported for real).
@@ -42,9 +43,13 @@ PRELOAD = ("torch", "torchvision", "hydra", "omegaconf", "numpy", "PIL.Image")
 # importing: a child whose environment differs in any of them gets a new interpreter instead.
 STARTUP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "TORCH", "LD_", "MALLOC_", "CUDA_", "NCCL_")
 # ...except these, never read while importing: torchrun's, read when it starts a worker or set for
-# it; torch's, read once a process group, an error report or a hub download is made; and the
-# device list, read when CUDA is first used (which the server never does).
-RUNTIME_PREFIXES = ("PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_", "TORCH_HOME", "CUDA_VISIBLE_DEVICES")
+# it; torch's, read once a process group, an error report, a hub download or an inductor compile
+# is made (inductor sets its cache dir in os.environ at the first compile: every later command of
+# that pytest process has it); the device list, read when CUDA is first used (which the server
+# never does); and PYTHONUNBUFFERED, which each child applies to the streams it makes
+# (:func:`output_stream`).
+RUNTIME_PREFIXES = ("PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR",
+                    "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")  # fmt: skip
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
@@ -137,6 +142,7 @@ def child(request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        time.tzset()  # a new interpreter reads TZ as it starts: local time is the command's, not ours
         sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - the process's own streams
         unbuffered = bool(request.get("unbuffered") or os.environ.get("PYTHONUNBUFFERED"))
         sys.stdout = sys.__stdout__ = output_stream(1, unbuffered)

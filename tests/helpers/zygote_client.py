@@ -1,5 +1,10 @@
-"""The tests' side of tests/helpers/zygote.py: one server per pytest process, started at its first
-use, and :class:`Forked`, the part of ``subprocess.Popen`` that tests/helpers/procs.py uses."""
+"""The tests' side of tests/helpers/zygote.py: the server, and :class:`Forked`, the part of
+``subprocess.Popen`` that tests/helpers/procs.py uses.
+
+Under pytest-xdist the controller starts one server for all its workers (:func:`start_shared`,
+from tests/conftest.py, before the workers exist; they find it through ``$TESTS_ZYGOTE``): each
+server is an interpreter that imports torch, about 7 s of CPU on the 2-core runner. A pytest
+process without that variable starts its own at its first use."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-_server: dict = {}  # "proc", "path", "python"; "off": why the server is not used
+SHARED = "TESTS_ZYGOTE"  # the folder of a server started for every pytest-xdist worker
+_server: dict = {}  # "path", "python", "proc" (ours to stop); "off": why the server is not used
 
 
 def fork(args: list[str], env: dict[str, str], cwd: Path) -> Forked | None:
@@ -64,33 +70,53 @@ def python_argv(args: list[str]) -> list[str] | None:
 
 
 def _running(env: dict[str, str]) -> dict | None:
-    if "off" in _server:
-        return None
-    if "proc" not in _server:
-        _start(env)
+    if "off" not in _server and "path" not in _server:
+        if os.environ.get(SHARED):
+            _attach(os.environ[SHARED], proc=None)
+        else:
+            _attach(*_launch(env))
     return None if "off" in _server else _server
 
 
-def _start(env: dict[str, str]) -> None:
+def start_shared(env: dict[str, str]) -> None:
+    """Start the server without waiting for it, and tell every process started from now on where it is."""
+    os.environ[SHARED] = _launch(env)[0]
+
+
+def _launch(env: dict[str, str]) -> tuple[str, subprocess.Popen]:
+    """Start a server in a new folder: its socket, its stand-in interpreter (tests/helpers/zygote_exec.py),
+    and its ``ready`` line and stderr as files. Stopped (and the folder removed) when this process exits."""
     folder = tempfile.mkdtemp(prefix="zygote-")
     path = os.path.join(folder, "sock")
-    errors = open(os.path.join(folder, "stderr"), "w+")  # noqa: SIM115 - read once it is ready
-    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.zygote", path], cwd=REPO, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True)  # fmt: skip
+    with open(os.path.join(folder, "out"), "w") as out, open(os.path.join(folder, "err"), "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.zygote", path], cwd=REPO, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err)  # fmt: skip
     atexit.register(shutil.rmtree, folder, True)  # after _stop: atexit runs its functions last-in first-out
     atexit.register(_stop, proc)
-    ready = proc.stdout.readline()
-    errors.seek(0)
-    said = errors.read()
-    if ready.strip() != "ready" or said:
-        _stop(proc)
-        _server["off"] = f"the server did not start cleanly: {ready!r} {said[-2000:]!r}"
-        return
     python = os.path.join(folder, "python")
     with open(python, "w") as f:
         f.write(f"#!/bin/sh\nexec '{sys.executable}' -I -S '{REPO}/tests/helpers/zygote_exec.py' '{path}' \"$@\"\n")
     os.chmod(python, 0o755)
-    _server.update(proc=proc, path=path, python=python)
+    return folder, proc
+
+
+def _attach(folder: str, proc: subprocess.Popen | None) -> None:
+    """Use the server of ``folder`` once it says ``ready``; off if it said anything else, or nothing in 5 minutes."""
+    out, err = (Path(folder, name) for name in ("out", "err"))
+    deadline = time.monotonic() + 300
+    while not out.read_text() and not err.read_text() and time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    ready, said = out.read_text(), err.read_text()
+    if ready != "ready\n" or said:
+        if proc is not None:
+            _stop(proc)
+        _server["off"] = f"the server did not start cleanly: {ready!r} {said[-2000:]!r}"
+        return
+    _server.update(path=os.path.join(folder, "sock"), python=os.path.join(folder, "python"))
+    if proc is not None:
+        _server["proc"] = proc
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -5,6 +5,7 @@ no test, and would spend an interpreter start importing them (about 7 s of CPU o
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -31,6 +32,15 @@ def pytest_configure(config):
         share = max(len(os.sched_getaffinity(0)) // workers, 1)
         torch.set_num_threads(share)
         os.environ.setdefault("OMP_NUM_THREADS", str(share))  # and the processes tests start
+
+
+def pytest_collection_finish(session):
+    """Collection leaves each worker a heap of modules, classes and torch's registries that lives to
+    the end, and that every full garbage collection would walk again (about 6 % of a worker's CPU):
+    freeze it, and collect the young generation less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import gc
 import io
 import json
 import os
@@ -224,6 +225,7 @@ def main() -> None:
     own = startup_env(dict(os.environ))  # before importing: torch sets some of its own
     for name in PRELOAD:
         __import__(name)
+    gc.freeze()  # each child's collections leave the preloaded heap alone, and so do not copy its pages
     sys.stderr.flush()
     serve(path, own)
 

@@ -206,9 +206,9 @@ def candidate_patches(name: str, captured: dict):
 
 
 def compose_train(overrides: list[str]):
-    from resnet.cli.demo import _compose
+    from resnet.config import compose
 
-    return _compose("train", overrides)
+    return compose("train", *overrides)
 
 
 @torch.no_grad()

@@ -6,7 +6,9 @@
   :func:`padding_overrides`: the command-line overrides that select a scheme by name;
 * :func:`check_run_config`, :func:`check_data_config`: the checks that run before any work;
 * :func:`register_configs`: the ``model=<arch>`` and ``padding=<preset>`` options, generated
-  from the architecture table and the padding presets, so neither is written twice.
+  from the architecture table and the padding presets, so neither is written twice;
+* :func:`config_dir` and :func:`compose`: where the configs are, and a config composed from them
+  with overrides, as the commands see it (every command, the demo, the benchmarks and the tests).
 
 Where tensors run is :mod:`resnet.runtime`; how many loader workers, :mod:`resnet.workers`.
 """
@@ -14,6 +16,7 @@ Where tensors run is :mod:`resnet.runtime`; how many loader workers, :mod:`resne
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -148,3 +151,38 @@ def register_configs() -> None:
     for preset in PRESETS:
         store.store(group="padding", name=preset,
                     node={"preset": preset, **{site: None for site in SITES if site not in BLUR_SITES}})
+
+
+# --- finding and composing the configs ------------------------------------------------------
+
+CONFIGS_ENV = "RESNET_PADDING_CONFIGS"  # a configs/ folder to use instead of the checkout's
+
+
+def config_dir() -> Path:
+    """The project's ``configs/``: ``$RESNET_PADDING_CONFIGS`` if set, else the checkout this
+    package runs from, else the working directory's. ``pip install .`` installs the code, not the
+    configs: the commands read a checkout's (the layout keeps ``configs/`` at its top)."""
+    if os.environ.get(CONFIGS_ENV):
+        places = [Path(os.environ[CONFIGS_ENV])]
+    else:
+        places = [Path(__file__).resolve().parents[1] / "configs", Path("configs")]
+    for place in places:
+        if (place / "train.yaml").is_file():
+            return place.resolve()
+    raise ConfigError(f"no configs/ with train.yaml in {' or '.join(str(p.resolve()) for p in places)}; "
+                      f"run from the repository root or set {CONFIGS_ENV}=/path/to/checkout/configs")  # fmt: skip
+
+
+def compose(name: str, *overrides: str, hydra: bool = False) -> DictConfig:
+    """``configs/<name>.yaml`` with ``overrides``, the generated options included, as the command
+    of that name composes it; ``hydra``: keep the ``hydra`` node. Inside a running Hydra app, from
+    that app's config path."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    if GlobalHydra.instance().is_initialized():
+        return hydra_compose(config_name=name, overrides=list(overrides), return_hydra_config=hydra)
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return hydra_compose(config_name=name, overrides=list(overrides), return_hydra_config=hydra)

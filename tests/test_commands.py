@@ -125,3 +125,17 @@ def test_an_installed_console_script_runs():
     proc = procs.run([script, "resnet18", "--size", "224"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "maxpool" in proc.stdout and "asymmetric" in proc.stdout  # the pads table
+
+
+@pytest.mark.parametrize("script", ["resnet-detect", "resnet-seed-table"])
+def test_a_command_without_configs_says_where_it_looked_in_one_line(script, tmp_path, monkeypatch, capsys):
+    # an installed command run away from a checkout (pip install . ships no configs/)
+    monkeypatch.setenv("RESNET_PADDING_CONFIGS", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(sys, "argv", [script])
+    module, _, function = SCRIPTS[script].partition(":")
+    with pytest.raises(SystemExit) as exit_:
+        getattr(importlib.import_module(module), function)()
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "\n" not in err, err
+    assert err == (f"error: no configs/ with train.yaml in {tmp_path / 'nowhere'}; run from the repository root "
+                   "or set RESNET_PADDING_CONFIGS=/path/to/checkout/configs")  # fmt: skip

@@ -142,7 +142,7 @@ def test_a_non_editable_install_works_without_the_checkout(tmp_path):
         "import resnet, resnet.weights, resnet.cli.tables, resnet.evaluation.run, resnet.engine.run\n"
         "from resnet.config import check_data_package; check_data_package()\n"
         "print(resnet.__file__)\n"
-        "from resnet.cli.demo import config_dir; config_dir()\n"
+        "from resnet.config import config_dir; config_dir()\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(site)})  # fmt: skip

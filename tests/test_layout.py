@@ -147,6 +147,35 @@ def test_the_cli_check_sees_a_runpy_forward_and_a_string_import(tmp_path, monkey
     ]  # fmt: skip
 
 
+def config_finders(path: Path) -> list[str]:
+    """Where ``path`` finds or composes configs itself instead of through resnet.config: Hydra's
+    ``initialize*``/``compose``, or a path ending in ``"configs"``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "hydra":
+            names = [a.name for a in node.names if a.name.startswith(("initialize", "compose"))]
+            found += [f"line {node.lineno}: hydra.{name}" for name in names]
+        elif isinstance(node, ast.Constant) and node.value == "configs":
+            found.append(f"line {node.lineno}: 'configs'")
+    return found
+
+
+def test_configs_are_found_and_composed_in_one_place():
+    """resnet.config.config_dir() finds configs/, resnet.config.compose() composes from it: every
+    command, the demo, the benchmarks and the tests' helpers go through them (train.py and eval.py
+    sit beside configs/ and name it, as Hydra's decorator wants)."""
+    files = [p for d in ("resnet", "data", "benchmarks") for p in (REPO / d).rglob("*.py")]
+    files += list((REPO / "tests" / "helpers").glob("*.py"))
+    found = {str(p.relative_to(REPO)): where for p in files if (where := config_finders(p))}
+    assert set(found) == {"resnet/config.py"}, found
+
+
+def test_the_config_check_sees_a_compose_and_a_configs_path(tmp_path):
+    path = tmp_path / "finder.py"
+    path.write_text('from hydra import compose, initialize_config_dir\nCONFIGS = ROOT / "configs"\n')
+    assert config_finders(path) == ["line 1: hydra.compose", "line 1: hydra.initialize_config_dir", "line 2: 'configs'"]
+
+
 def test_weights_sources_do_not_reach_into_each_other():
     """Each source uses the shared helpers (common.py); none imports another's private names."""
     for path in (REPO / "resnet" / "weights").glob("*.py"):

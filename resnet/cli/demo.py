@@ -18,14 +18,11 @@ re-gridding too (``benchmarks/imagenet_proxy.py`` runs the demo on ImageNet-layo
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
-from ..config import padding_overrides, register_configs
+from ..config import compose, padding_overrides
 from ..grid import grid_name, grid_paddings
 from ..padding import resolve_padding
 from ..report.charts import plot_regrid
@@ -45,30 +42,13 @@ REGRID = {
 }
 
 
-def config_dir() -> Path:
-    """The project's ``configs/``: ``$RESNET_PADDING_CONFIGS``, else the working directory's
-    (the demo runs from a checkout: train.py and eval.py live there too)."""
-    path = Path(os.environ.get("RESNET_PADDING_CONFIGS", "configs")).resolve()
-    if not (path / "train.yaml").is_file():
-        raise SystemExit(
-            f"error: no train.yaml in {path}; run from the repository root or set RESNET_PADDING_CONFIGS=/repo/configs"
-        )
-    return path
-
-
-def _compose(name: str, overrides: list[str]):
-    register_configs()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name=name, overrides=overrides)
-
-
 def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
     """One of the demo's models: ``padding`` are the overrides choosing its scheme (``+padding=...``)
     or its grid (``grid=[...]``)."""
     from ..engine.run import train
 
-    return train(_compose("train", ["+experiment=demo", *native_bf16(overrides), *padding, f"run_dir={run_dir}",
-                                    *overrides]))
+    return train(compose("train", "+experiment=demo", *native_bf16(overrides), *padding, f"run_dir={run_dir}",
+                         *overrides))
 
 
 def native_bf16(overrides: list[str]) -> list[str]:
@@ -101,15 +81,14 @@ def eval_overrides(overrides: list[str]) -> list[str]:
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, data: list[str]) -> dict:
     from ..evaluation.run import evaluate_weights
 
-    return evaluate_weights(_compose("eval", [
-        f"weights={checkpoint}", *data, *padding_overrides(scheme), f"results_file={results_file.resolve()}",
-    ]))  # fmt: skip
+    return evaluate_weights(compose("eval", f"weights={checkpoint}", *data, *padding_overrides(scheme),
+                                    f"results_file={results_file.resolve()}"))
 
 
 def regrid_to(checkpoint: Path, scheme: str, out: Path, method: list[str], data: list[str]) -> dict:
     from .regrid import run
 
-    return run(_compose("regrid", [f"weights={checkpoint}", *padding_overrides(scheme), f"out={out}", *data, *method]))
+    return run(compose("regrid", f"weights={checkpoint}", *padding_overrides(scheme), f"out={out}", *data, *method))
 
 
 def merged(overrides: tuple[str, ...], extra: list[str]) -> list[str]:

@@ -16,17 +16,15 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import hydra
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
 
-from ..config import register_configs
+from ..config import config_dir, register_configs
 from .config_exit import exit_config_error
 from .errors import JobEnded, one_line_errors
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"  # absolute: found however the module is run
 FULL_ERROR = "HYDRA_FULL_ERROR"  # "1": Hydra raises its errors instead of printing them and exiting 1
 
 
@@ -92,19 +90,22 @@ def _override_of(key: str, overrides: Sequence[str]) -> str | None:
 
 
 def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], object]) -> Callable[..., None]:
-    """``main(cfg=None)`` for ``configs/<config_name>.yaml``: Hydra reads the overrides from
-    ``sys.argv`` (or ``cfg``, a composed config, runs as it is); an error the user can fix is one
-    line naming ``program``. The config sets ``hydra.job.name`` (Hydra would take this file's)."""
+    """``main(cfg=None)`` for ``configs/<config_name>.yaml`` (:func:`resnet.config.config_dir`):
+    Hydra reads the overrides from ``sys.argv`` (or ``cfg``, a composed config, runs as it is); an
+    error the user can fix is one line naming ``program``. The config sets ``hydra.job.name``
+    (Hydra would take this file's)."""
 
-    # version_base 1.3: a run stays in the folder it was started from (hydra.job.chdir defaults to
-    # false), so relative paths mean what the user typed; no config needs to say it again.
-    @hydra.main(config_path=str(CONFIGS), config_name=config_name, version_base="1.3")
-    def _main(cfg: DictConfig) -> None:
+    def _run(cfg: DictConfig) -> None:
         with one_line_errors(program):
             run(cfg)
 
     def main(cfg: DictConfig | None = None) -> None:
         """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
+        with one_line_errors(program):  # no configs/ here: one line, not a traceback
+            configs = config_dir()
+        # version_base 1.3: a run stays in the folder it was started from (hydra.job.chdir defaults
+        # to false), so relative paths mean what the user typed; no config needs to say it again.
+        _main = hydra.main(config_path=str(configs), config_name=config_name, version_base="1.3")(_run)
         register_configs()  # model=<arch> and padding=<preset>, generated from the tables
         if cfg is not None:
             _main(cfg)

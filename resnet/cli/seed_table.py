@@ -24,9 +24,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ..config import ConfigError, padding_overrides
+from ..config import ConfigError, compose, padding_overrides
 from ..padding import PRESETS, resolve_padding
-from .hydra_app import CONFIGS, hydra_command
+from .hydra_app import hydra_command
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,7 @@ def check(cfg: DictConfig) -> None:
 
 def eval_base(scheme: str) -> DictConfig:
     """configs/eval.yaml under ``+padding=<scheme>``, composed once per scheme (composing is slow)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    overrides = padding_overrides(scheme)
-    if GlobalHydra.instance().is_initialized():  # inside the Hydra app
-        return compose(config_name="eval", overrides=overrides)
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):  # called as a function (tests)
-        return compose(config_name="eval", overrides=overrides)
+    return compose("eval", *padding_overrides(scheme))
 
 
 def eval_config(cfg: DictConfig, base: DictConfig, entry: Entry, crops: int) -> DictConfig:

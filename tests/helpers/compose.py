@@ -1,18 +1,9 @@
-"""Compose the project's real configs, as train.py and eval.py do (generated options included)."""
+"""Compose the project's real configs, as the commands do (:func:`resnet.config.compose`), and
+where they are (:func:`resnet.config.config_dir`)."""
 
-from __future__ import annotations
+from resnet.config import compose as compose_config
+from resnet.config import config_dir
 
-from pathlib import Path
+CONFIGS = config_dir()
 
-from hydra import compose, initialize_config_dir
-
-from resnet.config import register_configs
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-
-
-def compose_config(name: str, *overrides: str, hydra: bool = False):
-    """``configs/<name>.yaml`` with ``overrides``; ``hydra``: keep the ``hydra`` node."""
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name=name, overrides=list(overrides), return_hydra_config=hydra)
+__all__ = ["CONFIGS", "compose_config"]

@@ -213,6 +213,18 @@ def test_a_grid_run_resumes_only_with_its_own_presets_and_batchnorm(tiny_folder,
         run_in_process(tiny_folder, tmp_path, "resume=true")
 
 
+def test_a_config_and_a_stored_config_without_grid_bn_are_read_alike():
+    # one decoding for a run's config and the plain dict a checkpoint stored: grid runs from before
+    # the key kept one BatchNorm for all presets, whichever of the two is asked
+    from omegaconf import OmegaConf
+
+    from resnet.engine.checks import GRID_BN, grid_bn
+
+    old = {"grid": ["symmetric", "tf_same"]}
+    assert grid_bn(OmegaConf.create(old)) == grid_bn(old) == "shared" in GRID_BN
+    assert grid_bn(OmegaConf.create({**old, "grid_bn": "affine"})) == grid_bn({**old, "grid_bn": "affine"}) == "affine"
+
+
 def test_regridding_a_grid_model_to_one_of_its_presets_points_to_eval(tiny_folder, tmp_path):
     from resnet.cli.regrid import run
     from resnet.config import ConfigError

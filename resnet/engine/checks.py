@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from omegaconf import DictConfig, OmegaConf
 
 from data.testsets import TEST_SETS
@@ -11,11 +13,13 @@ from ..grid import grid_paddings
 from .losses import LOSSES
 
 GRID_BN = ("statistics", "affine", "shared")  # train.py grid_bn=: what each BatchNorm keeps per preset
+GRID_BN_BEFORE_THE_KEY = "shared"  # grid runs from before grid_bn= kept one BatchNorm for all presets
 
 
-def grid_bn(cfg: DictConfig) -> str:
-    """The run's ``grid_bn`` (the first of :data:`GRID_BN` for a config from before the key)."""
-    return cfg.get("grid_bn", GRID_BN[0])
+def grid_bn(config: Mapping) -> str:
+    """The ``grid_bn`` of a run's config, or of the config a checkpoint stored (a plain dict): one
+    decoding for both, :data:`GRID_BN_BEFORE_THE_KEY` where the config predates the key."""
+    return config.get("grid_bn") or GRID_BN_BEFORE_THE_KEY
 
 
 def check_train_config(cfg: DictConfig) -> None:

@@ -171,8 +171,8 @@ def _check_same_grid(cfg: DictConfig, state: dict, path: Path) -> None:
         given = f"grid=[{','.join(was)}]" if was else "no grid="
         raise ConfigError(f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
                           "trained with, or start over with resume=false")
-    if was:  # a file from before grid_bn= kept one BatchNorm for all presets
-        norms_was = ((state.get("config") or {}).get("grid_bn")) or "shared"
+    if was:
+        norms_was = grid_bn(state.get("config") or {})
         if norms_was != grid_bn(cfg):
             raise ConfigError(f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over "
                               "with resume=false")

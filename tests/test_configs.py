@@ -156,3 +156,13 @@ def test_every_recipe_command_composes():
         cfg = compose_train(*overrides)
         resolved(cfg)
         assert cfg.model.arch in resnet.list_archs()
+
+
+def test_the_evaluation_protocol_is_written_once_and_read_by_each_command():
+    protocol = OmegaConf.load(CONFIGS / "protocol" / "eval.yaml")
+    assert set(protocol) == {"crop", "resize", "crop_pct", "interpolation", "preprocessing"}
+    for name, required in (("eval", ["weights=w"]), ("detect", ["weights=w"]), ("regrid", ["weights=w", "out=o.pt"])):
+        assert not set(protocol) & set(OmegaConf.load(CONFIGS / f"{name}.yaml")), f"{name}.yaml repeats the protocol"
+        cfg = compose_config(name, *required, "crop=200", "interpolation=bicubic")
+        assert (cfg.crop, cfg.interpolation, cfg.resize, cfg.crop_pct, cfg.preprocessing) == (200, "bicubic", None,
+                                                                                               None, None)  # fmt: skip

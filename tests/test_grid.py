@@ -190,8 +190,9 @@ def test_shared_statistics_and_sync_bn_with_a_grid(tiny_folder, tmp_path):
 
     with pytest.raises(ConfigError, match="grid_bn=statistics keeps .* pass grid_bn=shared or sync_bn=false"):
         run_in_process(tiny_folder, tmp_path / "sync", "grid=[symmetric,asymmetric]", "sync_bn=true")
-    with pytest.raises(ConfigError, match="unknown grid_bn=true; choose one of statistics, affine, shared"):
-        run_in_process(tiny_folder, tmp_path / "bad", "grid=[symmetric,asymmetric]", "grid_bn=true")
+    for given in ("true", "false"):
+        with pytest.raises(ConfigError, match=f"unknown grid_bn={given}; choose one of statistics, affine, shared"):
+            run_in_process(tiny_folder, tmp_path / "bad", "grid=[symmetric,asymmetric]", f"grid_bn={given}")
     run_in_process(tiny_folder, tmp_path / "shared", "grid=[symmetric,tf_same]", "grid_bn=shared", "epochs=1")
     assert not has_grid_bn(load_checkpoint(tmp_path / "shared" / "last.pt")["model"])
     run_in_process(tiny_folder, tmp_path / "stats", "grid=[symmetric,tf_same]", "epochs=1")  # the default
@@ -223,6 +224,7 @@ def test_a_config_and_a_stored_config_without_grid_bn_are_read_alike():
     old = {"grid": ["symmetric", "tf_same"]}
     assert grid_bn(OmegaConf.create(old)) == grid_bn(old) == "shared" in GRID_BN
     assert grid_bn(OmegaConf.create({**old, "grid_bn": "affine"})) == grid_bn({**old, "grid_bn": "affine"}) == "affine"
+    assert grid_bn(OmegaConf.create({**old, "grid_bn": False})) is False  # given, so refused: not read as absent
 
 
 def test_regridding_a_grid_model_to_one_of_its_presets_points_to_eval(tiny_folder, tmp_path):

@@ -18,8 +18,9 @@ GRID_BN_BEFORE_THE_KEY = "shared"  # grid runs from before grid_bn= kept one Bat
 
 def grid_bn(config: Mapping) -> str:
     """The ``grid_bn`` of a run's config, or of the config a checkpoint stored (a plain dict): one
-    decoding for both, :data:`GRID_BN_BEFORE_THE_KEY` where the config predates the key."""
-    return config.get("grid_bn") or GRID_BN_BEFORE_THE_KEY
+    decoding for both, :data:`GRID_BN_BEFORE_THE_KEY` where the config predates the key. A value
+    given is returned as it is, for :func:`check_train_config` to refuse (``grid_bn=false``)."""
+    return config.get("grid_bn", GRID_BN_BEFORE_THE_KEY)
 
 
 def check_train_config(cfg: DictConfig) -> None:

@@ -103,6 +103,21 @@ def test_pytest_xdist_workers_fork_from_the_one_server_their_controller_started(
         assert parent == os.getpid()  # this pytest process's own server
 
 
+def test_a_shared_server_that_died_before_it_was_ready_is_not_waited_for(tmp_path, monkeypatch):
+    # a worker attaching to the controller's server reads its pid: ended without a word, the
+    # worker starts new interpreters at once instead of waiting out the 5-minute deadline
+    from tests.helpers import zygote_client
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for name, text in (("out", ""), ("err", ""), ("pid", str(dead.pid))):
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(zygote_client, "_server", {})
+    start = time.monotonic()
+    zygote_client._attach(str(tmp_path), proc=None)
+    assert time.monotonic() - start < 5 and zygote_client._server["off"].startswith("the server did not start")
+
+
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 WORKER = """

@@ -97,15 +97,19 @@ def _launch(env: dict[str, str]) -> tuple[str, subprocess.Popen]:
     with open(python, "w") as f:
         f.write(f"#!/bin/sh\nexec '{sys.executable}' -I -S '{REPO}/tests/helpers/zygote_exec.py' '{path}' \"$@\"\n")
     os.chmod(python, 0o755)
+    Path(folder, "pid").write_text(str(proc.pid))  # a worker attaching to it sees whether it still runs
     return folder, proc
 
 
 def _attach(folder: str, proc: subprocess.Popen | None) -> None:
-    """Use the server of ``folder`` once it says ``ready``; off if it said anything else, or nothing in 5 minutes."""
+    """Use the server of ``folder`` once it says ``ready``; off if it said anything else, ended
+    first, or said nothing in 5 minutes."""
     out, err = (Path(folder, name) for name in ("out", "err"))
+    pid = int(Path(folder, "pid").read_text())
     deadline = time.monotonic() + 300
     while not out.read_text() and not err.read_text() and time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
+        ended = proc.poll() is not None if proc is not None else not _alive(pid)
+        if ended:
             break
         time.sleep(0.05)
     ready, said = out.read_text(), err.read_text()
@@ -117,6 +121,14 @@ def _attach(folder: str, proc: subprocess.Popen | None) -> None:
     _server.update(path=os.path.join(folder, "sock"), python=os.path.join(folder, "python"))
     if proc is not None:
         _server["proc"] = proc
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -24,7 +24,10 @@ def pytest_configure(config):
     of the worker that waits for them."""
     controller = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
     if controller and not os.environ.get("TESTS_FRESH_PROCESSES") and not config.getoption("--cpu-profile", None):
+        share = max(len(os.sched_getaffinity(0)) // len(config.option.tx), 1)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))  # as each worker sets it below
         zygote_client.start_shared(procs.command_env(None))
+        _fork_the_workers(config)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
@@ -32,6 +35,17 @@ def pytest_configure(config):
         share = max(len(os.sched_getaffinity(0)) // workers, 1)
         torch.set_num_threads(share)
         os.environ.setdefault("OMP_NUM_THREADS", str(share))  # and the processes tests start
+
+
+def _fork_the_workers(config) -> None:
+    """pytest-xdist's workers forked from the shared server too (``popen//python=`` its stand-in,
+    tests/helpers/zygote_exec.py): each would otherwise import torch, torchvision and timm again
+    to collect, about 7 s of CPU apiece on 2 cores, all at once at the start. The server must be
+    ready first (one import, while the workers would have made three); a worker whose environment
+    it cannot reproduce (OMP_NUM_THREADS set to another share) is a new interpreter as before."""
+    python = zygote_client.worker_python(procs.command_env(None))  # waits for the server's "ready"
+    if python is not None:
+        config.option.tx = [f"popen//python={python}" if spec == "popen" else spec for spec in config.option.tx]
 
 
 def pytest_collection_finish(session):

@@ -86,9 +86,10 @@ def test_an_environment_read_only_at_run_time_is_still_forked(name, value):
         assert unbuffered == "True"  # written through, as a new interpreter's stdout under PYTHONUNBUFFERED
 
 
-def test_pytest_xdist_workers_fork_from_the_one_server_their_controller_started(request):
-    # tests/conftest.py starts it before the workers exist: one interpreter importing torch, not one
-    # per worker (each its own under --cpu-profile, which counts a server's children as its worker's)
+def test_pytest_xdist_workers_and_their_commands_fork_from_the_one_server_their_controller_started(request):
+    # tests/conftest.py starts it before the workers exist, and has the workers forked from it too:
+    # one interpreter importing torch, not one per worker (each worker its own server under
+    # --cpu-profile, which counts a server's children as its worker's)
     from tests.helpers import zygote_client
 
     proc = procs.start([sys.executable, "-c", "import os; print(os.getppid())"])
@@ -98,7 +99,7 @@ def test_pytest_xdist_workers_fork_from_the_one_server_their_controller_started(
     under_xdist = os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("TESTS_FRESH_PROCESSES")
     if under_xdist and not request.config.getoption("--cpu-profile", None):
         assert os.environ.get(zygote_client.SHARED)
-        assert parent == os.getppid() != os.getpid()  # the controller's child, not this worker's
+        assert parent != os.getpid() and os.getppid() == server  # not this worker's: its own parent
     else:
         assert parent == os.getpid()  # this pytest process's own server
 

@@ -72,6 +72,37 @@ def test_an_environment_read_at_start_up_gets_a_new_interpreter():
     procs.wait_all([proc], timeout=60)
 
 
+def test_a_pythonpath_with_a_sitecustomize_is_applied_by_the_forked_command_as_by_a_new_interpreter(tmp_path):
+    # tests/test_slurm.py's pause hook reaches its jobs' tasks this way
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import builtins\nbuiltins.HOOKED = 'yes'\n")
+    code = "import sys; print(HOOKED, sys.path.index(sys.argv[1]))"
+    seen = []
+    for fresh in (True, False):
+        proc = procs.start([sys.executable, "-c", code, str(hook)], {"PYTHONPATH": str(hook)}, fresh=fresh)
+        assert isinstance(proc, subprocess.Popen) is fresh
+        [done] = procs.wait_all([proc], timeout=60)
+        seen.append((done.returncode, done.stdout, done.stderr))
+    assert seen[0] == seen[1] == (0, "yes 1\n", "")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(), reason="needs root and unshare")
+def test_a_caller_in_another_network_namespace_gets_a_command_that_runs_in_it(tmp_path):
+    # a SLURM task on one of the tests' nodes (tests/test_slurm.py) calls the server from its
+    # node's network namespace: the forked command must see that namespace's interfaces, not ours
+    python = procs.forking_python()
+    if python is None:
+        pytest.skip("the tests' fork server is off (TESTS_FRESH_PROCESSES)")
+    code = "import os; print(os.readlink('/proc/self/ns/net'), os.getpid() != int(os.environ['CALLER']))"
+    shell = f'readlink /proc/self/ns/net; CALLER=$$ exec {python} -c "$0"'
+    done = subprocess.run(["unshare", "--net", "sh", "-c", shell, code], capture_output=True, text=True, timeout=60,
+                          env=procs.command_env(None))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    caller_ns, command_ns, forked = done.stdout.split()
+    assert caller_ns == command_ns != os.readlink("/proc/self/ns/net") and forked == "True"
+
+
 @pytest.mark.parametrize("name, value", [("TORCHINDUCTOR_CACHE_DIR", "/tmp/elsewhere"), ("PYTHONUNBUFFERED", "1")])
 def test_an_environment_read_only_at_run_time_is_still_forked(name, value):
     # inductor puts its cache dir in os.environ at a test's first compile; pytest-xdist's workers

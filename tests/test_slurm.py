@@ -12,7 +12,9 @@
 - the README's ``hydra/launcher=submitit_slurm`` sweep (2 jobs x 2 tasks) runs through submitit's
   SLURM executor, each job one 2-process group.
 
-Skipped, with one line saying how to enable them, where SLURM is not installed or we are not root.
+The tasks are forked from the tests' server (tests/helpers/zygote.py), which joins each task's node
+namespaces, except the first start of a job whose start-up is signalled: a new interpreter, as
+on a real cluster. Skipped, with one line saying how to enable them, where SLURM is not installed or we are not root.
 """
 
 from __future__ import annotations
@@ -41,11 +43,14 @@ UP = REPO / "tests" / "cluster" / "slurm_up.sh"
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
-TASK_LOG = """#!/bin/sh
-# PYTHON for the sbatch script: note where this task runs, then run the real interpreter.
-echo "$SLURM_PROCID $SLURMD_NODENAME $(readlink /proc/self/ns/net) $(getent hosts "$(hostname)" | cut -d' ' -f1)" \\
-    >> "$TASK_LOG"
-exec {python} "$@"
+TASK_PYTHON = """#!/bin/sh
+# PYTHON for the sbatch script: note where this task runs (if TASK_LOG is set), then run Python.
+[ -z "$TASK_LOG" ] || echo "$SLURM_PROCID $SLURMD_NODENAME $(readlink /proc/self/ns/net) \\
+    $(getent hosts "$(hostname)" | cut -d' ' -f1)" >> "$TASK_LOG"
+{fresh}exec {python} "$@"
+"""
+FRESH_FIRST = """# the job's first start: a new interpreter
+[ "${{SLURM_RESTART_COUNT:-0}}" != 0 ] || exec {python} "$@"
 """
 
 SITE_PAUSE = '''\"\"\"sitecustomize for the jobs of a test: rank 0 of the first job whose training gets to its
@@ -188,11 +193,18 @@ def assert_same_weights(a: dict, b: dict) -> None:
     assert untimed[0] == untimed[1]  # each epoch's loss and val errors too, bit for bit
 
 
-def python_shim(tmp_path: Path, python: str) -> Path:
-    shim = tmp_path / "python"
-    shim.write_text(TASK_LOG.format(python=python))
+def task_python(tmp_path: Path, fresh_first: bool = False) -> str:
+    """PYTHON for the sbatch script: each task forked from the tests' server, which joins the task's
+    node (its network and mount namespaces: tests/helpers/zygote.py), as a new interpreter would run
+    there; a new interpreter where the server is not used. ``fresh_first``: a new interpreter at the
+    job's first start, whose start-up a test signals; a requeued start is forked."""
+    fork = procs.forking_python()
+    if fork is None:
+        return PY
+    shim = tmp_path / ("python-fresh-first" if fresh_first else "python")
+    shim.write_text(TASK_PYTHON.format(python=fork, fresh=FRESH_FIRST.format(python=PY) if fresh_first else ""))
     shim.chmod(0o755)
-    return shim
+    return str(shim)
 
 
 def test_two_nodes_over_a_real_interface_preempted_by_sigterm_requeue_and_resume_exactly(
@@ -205,7 +217,7 @@ def test_two_nodes_over_a_real_interface_preempted_by_sigterm_requeue_and_resume
     # both tasks mid-epoch. The job saves, is requeued, resumes in the same run dir, and ends with
     # the weights of a 2-process torchrun run of the same config.
     run_dir, log, marker, tasks = tmp_path / "run", tmp_path / "job.out", tmp_path / "paused", tmp_path / "tasks.log"
-    env = {**cluster, "PYTHON": str(python_shim(tmp_path, PY)), "TASK_LOG": str(tasks), "RUN_DIR": str(run_dir),
+    env = {**cluster, "PYTHON": task_python(tmp_path), "TASK_LOG": str(tasks), "RUN_DIR": str(run_dir),
            **pausing(tmp_path, marker)}  # fmt: skip
     job = sbatch(env, "--partition=low", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",
                  f"--output={log}", "scripts/slurm.sbatch", *config(tiny_folder))  # fmt: skip
@@ -253,7 +265,9 @@ def test_a_stop_signal_at_any_moment_ends_completed_with_the_uninterrupted_weigh
     jobs = []
     for n, (name, _, _) in enumerate(cases):
         log = tmp_path / f"job{n}.out"
-        env = {**cluster, "PYTHON": PY, **(pausing(tmp_path, marker) if n == 2 else {})}
+        # the first two are signalled as they start: new interpreters, as a real job's
+        env = {**cluster, "PYTHON": task_python(tmp_path, fresh_first=n < 2),
+               **(pausing(tmp_path, marker) if n == 2 else {})}  # fmt: skip
         if n < 2:  # the last job keeps the script's own run dir: outputs/slurm/<cluster>/<job name>-<job id>
             env["RUN_DIR"] = str(tmp_path / f"run{n}")
         job = sbatch(env, "--nodes=1", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1",

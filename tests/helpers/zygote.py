@@ -6,13 +6,15 @@ about a hundred times. This server imports them once per pytest worker; each com
 ``fork`` of it that sets up exactly what a new interpreter would have (argv, environment, working
 directory, ``sys.path[0]``, standard streams on the caller's pipes, its own session) and runs the
 script or module as ``__main__``. Exit status, signals, process group, ``atexit`` handlers and
-output are those of the command run on its own: the child *is* a separate process.
+output are those of the command run on its own: the child *is* a separate process. A caller in
+other network and mount namespaces (a SLURM task on one of the tests' nodes) gets a child that
+has joined them; a ``$PYTHONPATH`` the server lacks is applied by the child as ``site`` would.
 
 What a fork cannot give, a fresh interpreter does (tests/helpers/procs.py decides): anything
 other than ``python script.py ...``, ``python -m module ...``, ``python -c code ...`` or a console
-script of this Python; an environment that differs from the server's in what is read while importing (``PYTHON*``,
-thread counts, ``TORCH*``, the loader's variables); and a test that asks for ``fresh=True``
-because start-up itself is what it checks. The server is not used at all if importing wrote
+script of this Python; an environment that differs from the server's in what is read while
+importing (other ``PYTHON*``, thread counts, ``TORCH*``, the loader's variables); and a test that
+asks for ``fresh=True`` because start-up itself is what it checks. The server is not used at all if importing wrote
 anything to its stderr (a warning a new interpreter would print at every start).
 
 Protocol over a Unix socket, one connection per command: the client sends one JSON request
@@ -33,6 +35,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -51,11 +54,34 @@ STARTUP_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "TORCH", "LD_", "
 # (:func:`output_stream`).
 RUNTIME_PREFIXES = ("PYTHON_EXEC", "TORCHELASTIC_", "TORCH_NCCL_", "TORCH_HOME", "TORCHINDUCTOR_CACHE_DIR",
                     "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")  # fmt: skip
+# scripts/slurm.sbatch's interpreter, which no interpreter reads; and PYTHONPATH, which a child
+# applies itself where the server has none (:func:`python_path`).
+RUNTIME_NAMES = ("PYTHON", "PYTHONPATH")
+NAMESPACES = ("net", "mnt")  # joined where the caller's differ (:func:`join_namespaces`)
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
-    return {key: value for key, value in env.items()
-            if key.startswith(STARTUP_PREFIXES) and not key.startswith(RUNTIME_PREFIXES)}  # fmt: skip
+    return {key: value for key, value in env.items() if key.startswith(STARTUP_PREFIXES)
+            and not key.startswith(RUNTIME_PREFIXES) and key not in RUNTIME_NAMES}  # fmt: skip
+
+
+def reproducible(request: dict, own: dict[str, str], peer: int) -> bool:
+    """Whether a fork can be what a new interpreter would be for this request: the same start-up
+    variables (PYTHONPATH only where the server has none), and the caller's namespaces joinable."""
+    if startup_env(request["env"]) != own:
+        return False
+    if "PYTHONPATH" in os.environ and request["env"].get("PYTHONPATH") != os.environ["PYTHONPATH"]:
+        return False
+    return os.geteuid() == 0 or not foreign_namespaces(peer)
+
+
+def foreign_namespaces(peer: int) -> list[str]:
+    """The namespaces of the caller (``peer``, its pid) that are not ours: a SLURM task of the tests'
+    cluster runs in its node's network namespace and a mount namespace with the node's /etc/hosts."""
+    try:
+        return [ns for ns in NAMESPACES if os.readlink(f"/proc/{peer}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")]
+    except OSError:
+        return []
 
 
 def serve(path: str, own: dict[str, str]) -> None:
@@ -87,7 +113,9 @@ def serve(path: str, own: dict[str, str]) -> None:
             if request is None:
                 conn.close()
                 continue
-            if startup_env(request[0]["env"]) != own:
+            peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+            request[0]["peer"] = peer
+            if not reproducible(request[0], own, peer):
                 for fd in request[1]:
                     os.close(fd)
                 conn.sendall(b"fresh\n")
@@ -136,11 +164,13 @@ def child(request: dict, fds: list[int]) -> None:
     """Become the command: a new session, the caller's streams, argv, environment and cwd."""
     code = 1
     try:
+        join_namespaces(request["peer"])  # first: joining a mount namespace resets the working directory
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
         os.chdir(request["cwd"])
+        own_path = os.environ.get("PYTHONPATH")  # the server's: already in sys.path
         os.environ.clear()
         os.environ.update(request["env"])
         time.tzset()  # a new interpreter reads TZ as it starts: local time is the command's, not ours
@@ -148,10 +178,38 @@ def child(request: dict, fds: list[int]) -> None:
         unbuffered = bool(request.get("unbuffered") or os.environ.get("PYTHONUNBUFFERED"))
         sys.stdout = sys.__stdout__ = output_stream(1, unbuffered)
         sys.stderr = sys.__stderr__ = output_stream(2, unbuffered)
+        if own_path is None:
+            python_path(os.environ.get("PYTHONPATH", ""))
         code = run(request["argv"])
     except BaseException:  # noqa: BLE001 - as the interpreter: print it and exit 1
         sys.excepthook(*sys.exc_info())
     os._exit(code)
+
+
+def join_namespaces(peer: int) -> None:
+    """Enter the caller's network and mount namespaces where they are not ours (as root: the
+    server answered ``fresh`` otherwise). A forked child has one thread, as ``setns`` needs."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for ns in foreign_namespaces(peer):
+        fd = os.open(f"/proc/{peer}/ns/{ns}", os.O_RDONLY)
+        if libc.setns(fd, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into the caller's {ns} namespace")
+        os.close(fd)
+
+
+def python_path(value: str) -> None:
+    """What a new interpreter does with ``$PYTHONPATH`` as it starts (the server had none): its
+    folders go after the script's own in ``sys.path``, and a ``sitecustomize`` among them is
+    imported (a test's hook: tests/test_slurm.py)."""
+    folders = [folder for folder in value.split(os.pathsep) if folder]
+    if not folders:
+        return
+    sys.path[1:1] = folders
+    if any(os.path.exists(os.path.join(folder, "sitecustomize.py")) for folder in folders):
+        sys.modules.pop("sitecustomize", None)
+        __import__("sitecustomize")
 
 
 def output_stream(fd: int, unbuffered: bool) -> io.TextIOWrapper:

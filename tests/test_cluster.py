@@ -5,6 +5,8 @@ local launcher), test_slurm.py (sbatch, srun and submitit on a real SLURM) and t
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -216,3 +218,40 @@ def test_a_multi_node_job_on_a_host_named_for_loopback_is_one_line_not_a_hang(mo
     check_gloo_interface(one_node, {})  # one node: loopback reaches everyone
     simulated = Launch("srun", rank=1, world_size=2, local_rank=0, local_world_size=1, master_addr="127.0.0.1")
     check_gloo_interface(simulated, {})  # every "node" on this host
+
+
+SCONTROL = """#!/bin/sh
+# a scripted scontrol: `show job` answers the first state until a requeue was tried, the second after
+if [ "$1" = show ]; then
+    if [ -e {tried} ]; then echo "JobId=$4 JobState={after} Restarts={restarts}"
+    else echo "JobId=$4 JobState={before} Restarts=0"; fi
+    exit 0
+fi
+touch {tried}
+exit {status}
+"""
+
+
+@pytest.mark.parametrize(
+    ("before", "status", "after", "restarts", "said"),
+    [
+        ("REQUEUED", 0, "REQUEUED", 0, "requeued SLURM job 9 (by SLURM)"),  # slurmctld's came before the check
+        ("RUNNING", 1, "PENDING", 1, "requeued SLURM job 9 (by SLURM)"),  # ...between the check and ours
+        ("RUNNING", 1, "COMPLETING", 1, "requeued SLURM job 9 (by SLURM)"),  # ...and is still ending the old start
+        ("RUNNING", 0, "PENDING", 1, "requeued SLURM job 9"),
+        ("RUNNING", 1, "RUNNING", 0, "not requeued: scontrol requeue 9 failed (no message); submit with --requeue"),
+        ("COMPLETING", 0, "COMPLETING", 0, "not requeued: SLURM job 9 is COMPLETING (cancelled, or ending)"),
+    ],
+)
+def test_a_requeue_that_slurm_made_itself_is_a_requeue(tmp_path, monkeypatch, before, status, after, restarts, said):
+    # Stock preemption (PreemptMode=REQUEUE): slurmctld requeues the job itself while rank 0 saves,
+    # and rank 0's own `scontrol requeue` then fails. The job is requeued all the same: exit 0.
+    from resnet.engine.preempt import requeue
+
+    script = tmp_path / "scontrol"
+    script.write_text(SCONTROL.format(tried=tmp_path / "tried", before=before, after=after, restarts=restarts,
+                                      status=status))  # fmt: skip
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    outcome = requeue("9")
+    assert (outcome.text, outcome.requeued) == (said, said.startswith("requeued"))

@@ -152,12 +152,28 @@ def requeue(job_id: str) -> Handover:
     scontrol = shutil.which("scontrol")
     if scontrol is None:
         return Handover(f"not requeued: scontrol is not on PATH; run `scontrol requeue {job_id}` yourself")
-    shown = subprocess.run([scontrol, "show", "job", "-o", job_id], capture_output=True, text=True)
-    state = re.search(r"\bJobState=(\w+)", shown.stdout)
-    if state is not None and state.group(1) not in ("RUNNING", "SUSPENDED"):
-        return Handover(f"not requeued: SLURM job {job_id} is {state.group(1)} (cancelled, or ending)")
+    state, restarts = job_state(scontrol, job_id)
+    if state in REQUEUED_STATES:  # a stock preemption: slurmctld requeues the job itself
+        return Handover(f"requeued SLURM job {job_id} (by SLURM)", requeued=True)
+    if state is not None and state not in ("RUNNING", "SUSPENDED"):
+        return Handover(f"not requeued: SLURM job {job_id} is {state} (cancelled, or ending)")
     done = subprocess.run([scontrol, "requeue", job_id], capture_output=True, text=True)
     if done.returncode != 0:
+        now, restarts_now = job_state(scontrol, job_id)
+        if now in REQUEUED_STATES or restarts_now > restarts:  # slurmctld's own requeue came first
+            return Handover(f"requeued SLURM job {job_id} (by SLURM)", requeued=True)
         reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no message"]
         return Handover(f"not requeued: scontrol requeue {job_id} failed ({reason[0]}); submit with --requeue")
     return Handover(f"requeued SLURM job {job_id}", requeued=True)
+
+
+# Where a job is once requeued, until it runs again (``scontrol show job``'s JobState).
+REQUEUED_STATES = ("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING")
+
+
+def job_state(scontrol: str, job_id: str) -> tuple[str | None, int]:
+    """The job's state and how many times it has been restarted, as slurmctld says (None, 0: unknown)."""
+    shown = subprocess.run([scontrol, "show", "job", "-o", job_id], capture_output=True, text=True)
+    state = re.search(r"\bJobState=(\w+)", shown.stdout)
+    restarts = re.search(r"\bRestarts=(\d+)", shown.stdout)
+    return (state.group(1) if state else None), int(restarts.group(1)) if restarts else 0

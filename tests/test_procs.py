@@ -154,9 +154,10 @@ TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 WORKER = """
 import json, os, sys, time
-print(json.dumps({"rank": os.environ["RANK"], "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
-                  "unbuffered": not sys.stdout.line_buffering and sys.stdout.write_through,
-                  "preloaded": "torch" in sys.modules}))
+# one write, the newline included: print() makes two, and the other rank's line may come between
+sys.stdout.write(json.dumps({"rank": os.environ["RANK"], "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
+                             "unbuffered": not sys.stdout.line_buffering and sys.stdout.write_through,
+                             "preloaded": "torch" in sys.modules}) + "\n")
 Path = __import__("pathlib").Path
 Path(f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
 if sys.argv[-1] == "sleep":

@@ -157,7 +157,7 @@ import json, os, sys, time
 # one write, the newline included: print() makes two, and the other rank's line may come between
 sys.stdout.write(json.dumps({"rank": os.environ["RANK"], "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
                              "unbuffered": not sys.stdout.line_buffering and sys.stdout.write_through,
-                             "preloaded": "torch" in sys.modules}) + "\n")
+                             "preloaded": "torch" in sys.modules}) + "\\n")
 Path = __import__("pathlib").Path
 Path(f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
 if sys.argv[-1] == "sleep":

@@ -8,7 +8,8 @@ What each module holds: :mod:`.fashion_mnist` (the built-in dataset), :mod:`.ima
 layouts), :mod:`.decode` and :mod:`.roi` (decode only a crop's window of a JPEG),
 :mod:`.gpu_decode` (``data.decode=gpu``: nvJPEG), :mod:`.transforms`, :mod:`.augment`,
 :mod:`.samplers`, :mod:`.batch`, :mod:`.in_memory`, :mod:`.dataloader` (a dead worker: one error),
-:mod:`.normalize` (on the device), :mod:`.shards` (``python -m data.shards``), and
+:mod:`.normalize` (on the device), :mod:`.shards` (``python -m data.shards``),
+:mod:`.registry` (the in-memory datasets: :mod:`.fashion_mnist`, :mod:`.synthetic`), and
 :mod:`.loader`, which builds the loaders.
 
 The trainer's contract is in :mod:`data.loader`'s docstring. The built-in dataset's own

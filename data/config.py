@@ -21,15 +21,15 @@ class ConfigError(ValueError):
 class DataConfig:
     """A dataset and how its images are read, cropped and augmented (:func:`data.build_loaders`)."""
 
-    name: str  # one of data.DATASETS
-    root: str | None = None  # the folder holding train/ and val/ (None: fashion_mnist's own place)
+    name: str  # one of data.DATASETS, or an in-memory dataset's (data.registry)
+    root: str | None = None  # the folder holding train/ and val/ (None: an in-memory dataset's own)
     workers: int = 0  # decode processes per training process
-    image_size: int | None = None  # None: 224 for image files, 28 for fashion_mnist (the only size it has)
+    image_size: int | None = None  # None: 224 for image files, an in-memory dataset's own size
     val_size: int | None = None  # val crop when it differs from training's (FixRes); None: image_size
     crop_pct: float = 0.875  # val: resize to floor(image_size / crop_pct), centre crop image_size
     min_scale: float = 0.08  # train: smallest crop area, as a fraction of the image
     interpolation: str = "bilinear"  # or bicubic; train and val
-    crop_padding: int = 4  # fashion_mnist train: random crop after zero padding by this many pixels
+    crop_padding: int = 4  # in-memory train: random crop after zero padding by this many pixels
     augment: bool = True  # False: train images get the val transform (deterministic runs, tests)
     auto_augment: str | None = None  # ta_wide | rand-m6-... (data.augment): a policy after the crop
     repeated_aug: int = 0  # > 1: timm's RepeatAugSampler, each image this many times per epoch

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .registry import InMemory
+
 APT_ROOT = Path("/usr/share/datasets/fashion-mnist")
 CACHE_ROOT = Path("~/.cache/resnet-padding/fashion-mnist").expanduser()
 
@@ -71,6 +73,9 @@ def load_fashion_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
     if len(images) != len(labels):
         raise ValueError(f"{root}: {len(images)} images but {len(labels)} labels in split {split!r}")
     return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
+
+
+DATASET = InMemory("fashion_mnist", tuple(CLASS_NAMES), in_chans=1, image_size=28, load=load_fashion_mnist)
 
 
 def download(dest: Path | None = None) -> Path:

@@ -1,8 +1,9 @@
 """Train and val DataLoaders for every dataset in one call: :func:`build_loaders`.
 
-Datasets (:data:`DATASETS`): ``fashion_mnist`` (built in, in memory, 28x28 grey),
-``imagenet`` and ``imagefolder`` (``root/train/<class>/*`` and ``root/val/<class>/*``, the
-same classes in both; ``imagenet`` only words its errors for ImageNet's wnid folders).
+Datasets: those of image files (:data:`DATASETS`), ``imagenet`` and ``imagefolder``
+(``root/train/<class>/*`` and ``root/val/<class>/*``, the same classes in both; ``imagenet`` only
+words its errors for ImageNet's wnid folders) and ``imagenet_shards``; and those held in memory
+(:mod:`data.registry`): the built-in ``fashion_mnist`` (28x28 grey) and ``synthetic``.
 
 What the trainer does::
 
@@ -60,11 +61,12 @@ from .gpu_decode import EncodedRandomResizedCropFlip, check_decode, collate_enco
 from .imagefolder import ImageFolder, check_same_classes
 from .in_memory import TensorImages
 from .index_cache import load_scan, rank_zero_first
+from .registry import InMemory, in_memory, in_memory_names
 from .samplers import EpochSampler, ShardSampler
 from .shards.read import ShardBatches
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
 
-DATASETS = ("fashion_mnist", "imagenet", "imagefolder", "imagenet_shards")
+DATASETS = ("imagenet", "imagefolder", "imagenet_shards")  # of image files; in memory: data/registry.py
 SHARDED = ("imagenet_shards",)  # root/train and root/val hold index.json and tar shards (python -m data.shards)
 
 
@@ -121,9 +123,10 @@ def build_loaders(
     _check(data)
     if data.name in SHARDED:
         return _shard_loaders(data, batch_size, rank, world_size, seed, val_batch_size or batch_size, val_images)
-    if data.name == "fashion_mnist":
-        train_set, val_set, class_names, protocol = _fashion_mnist(data)
-        in_chans, image_size, workers, collate_fn = 1, 28, 0, pass_batch  # in memory: workers would only pickle
+    if (dataset := in_memory(data.name)) is not None:
+        train_set, val_set, protocol = _in_memory(data, dataset)
+        class_names, in_chans, image_size = list(dataset.classes), dataset.in_chans, dataset.image_size
+        workers, collate_fn = 0, pass_batch  # in memory: workers would only pickle
     else:
         train_dir, val_dir = _split_dirs(data.name, data.root)
         train_tf, val_tf = _file_transforms(data)
@@ -162,15 +165,18 @@ def build_loaders(
 
 def _check(data: DataConfig) -> None:
     """One line for a combination no loader can serve, naming what to pass instead."""
-    if data.name not in DATASETS:
-        raise ValueError(f"unknown dataset {data.name!r}; choose one of {', '.join(DATASETS)}")
-    if data.name == "fashion_mnist" and (data.auto_augment or data.repeated_aug > 1 or data.progressive):
-        raise ValueError("fashion_mnist is augmented in memory by random crops and flips only; auto_augment, "
+    dataset = in_memory(data.name)
+    if data.name not in DATASETS and dataset is None:
+        known = ", ".join(DATASETS + tuple(in_memory_names()))
+        raise ValueError(f"unknown dataset {data.name!r}; choose one of {known}")
+    if dataset is not None and (data.auto_augment or data.repeated_aug > 1 or data.progressive):
+        raise ValueError(f"{data.name} is augmented in memory by random crops and flips only; auto_augment, "
                          "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)")
-    if data.name == "fashion_mnist" and data.image_size not in (None, 28):
-        raise ValueError(f"fashion_mnist images are 28x28; leave image_size unset, not {data.image_size}")
+    if dataset is not None and data.image_size not in (None, dataset.image_size):
+        size = dataset.image_size
+        raise ValueError(f"{data.name} images are {size}x{size}; leave image_size unset, not {data.image_size}")
     check_decode(data.decode)
-    if data.decode == "gpu" and (data.name == "fashion_mnist" or data.auto_augment or not data.augment):
+    if data.decode == "gpu" and (dataset is not None or data.auto_augment or not data.augment):
         raise ValueError("data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
                          "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
                          "or pass data.decode=cpu")
@@ -179,15 +185,12 @@ def _check(data: DataConfig) -> None:
                          "(data=imagenet), or data.repeated_aug=0")
 
 
-def _fashion_mnist(data: DataConfig) -> tuple[Dataset, Dataset, list[str], dict[str, str]]:
-    """The built-in dataset, in memory: (train, val, class names, protocol)."""
-    # Imported here, not at the top: `python -m data.fashion_mnist` must be the module's first import.
-    from .fashion_mnist import CLASS_NAMES, load_fashion_mnist
-
+def _in_memory(data: DataConfig, dataset: InMemory) -> tuple[Dataset, Dataset, dict[str, str]]:
+    """An in-memory dataset's (train, val, protocol)."""
     crop_padding = data.crop_padding if data.augment else 0
-    train_set = TensorImages(*load_fashion_mnist("train"), crop_padding=crop_padding)
-    val_set = TensorImages(*load_fashion_mnist("val"))
-    return train_set, val_set, list(CLASS_NAMES), {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
+    train_set = TensorImages(*dataset.load("train"), crop_padding=crop_padding)
+    val_set = TensorImages(*dataset.load("val"))
+    return train_set, val_set, {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
 
 
 def _size(data: DataConfig) -> int:

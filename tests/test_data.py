@@ -296,7 +296,7 @@ def test_layout_errors(tmp_path):
         build_loaders(DataConfig("imagenet", None), 4)
     with pytest.raises(FileNotFoundError, match=r"train/<wnid>/\*.JPEG"):
         build_loaders(DataConfig("imagenet", str(tmp_path / "nowhere")), 4)
-    with pytest.raises(ValueError, match="fashion_mnist, imagenet, imagefolder"):
+    with pytest.raises(ValueError, match="imagenet, imagefolder, imagenet_shards, fashion_mnist, synthetic"):
         build_loaders(DataConfig("cifar10", None), 4)
 
     make_folder(tmp_path / "train", {"a": 1, "b": 1, "c": 1})

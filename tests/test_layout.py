@@ -176,6 +176,42 @@ def test_the_config_check_sees_a_compose_and_a_configs_path(tmp_path):
     assert config_finders(path) == ["line 1: hydra.compose", "line 1: hydra.initialize_config_dir", "line 2: 'configs'"]
 
 
+def in_memory_names() -> set[str]:
+    """The ``name:`` of every configs/data/*.yaml whose dataset is held in memory (data/registry.py)."""
+    from data.registry import in_memory
+
+    names = {re.search(r"^name: *(\w+)", p.read_text(), re.M) for p in (REPO / "configs" / "data").glob("*.yaml")}
+    return {m.group(1) for m in names if m and in_memory(m.group(1)) is not None}
+
+
+def name_comparisons(path: Path, names: set[str]) -> list[str]:
+    """Where ``path`` compares something with one of ``names`` (``==``, ``!=``, ``in``, a tuple of them)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                for item in side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]:
+                    if isinstance(item, ast.Constant) and item.value in names:
+                        found.append(f"line {node.lineno}: {item.value!r}")
+    return found
+
+
+def test_no_code_compares_an_in_memory_datasets_name():
+    """An in-memory dataset is one module of data/ and one YAML (data/registry.py): train, eval and
+    the checks ask the registry what it is, never its name."""
+    names = in_memory_names()
+    assert {"fashion_mnist", "synthetic"} <= names
+    files = [p for d in PACKAGES for p in (REPO / d).rglob("*.py")] + [REPO / "train.py", REPO / "eval.py"]
+    found = {str(p.relative_to(REPO)): where for p in files if (where := name_comparisons(p, names))}
+    assert not found, found
+
+
+def test_the_name_check_sees_a_comparison_and_a_tuple(tmp_path):
+    path = tmp_path / "compares.py"
+    path.write_text('if cfg.name == "synthetic":\n    pass\nok = name in ("imagenet", "fashion_mnist")\n')
+    assert name_comparisons(path, {"synthetic", "fashion_mnist"}) == ["line 1: 'synthetic'", "line 3: 'fashion_mnist'"]
+
+
 def test_weights_sources_do_not_reach_into_each_other():
     """Each source uses the shared helpers (common.py); none imports another's private names."""
     for path in (REPO / "resnet" / "weights").glob("*.py"):

@@ -21,6 +21,8 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from data.registry import in_memory
+
 from ..config import ConfigError, check_data_config, check_data_package
 from ..detect import DetectionReport, detect_padding
 from ..distributed import pick_device
@@ -83,7 +85,7 @@ def _check_config(cfg: DictConfig) -> Path | None:
             raise ConfigError(f"{key} must be a positive number, got {key}={cfg[key]} (e.g. {key}=500)")
     check_data_package()
     check_data_config(cfg.data)
-    if cfg.data.name != "fashion_mnist":
+    if in_memory(cfg.data.name) is None:  # image files: their folder must be there
         try:
             eval_dir(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
         except FileNotFoundError as err:

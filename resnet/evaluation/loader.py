@@ -2,8 +2,8 @@
 
 Datasets are those of :mod:`data` (``imagenet``, ``imagefolder``: ``root/val/<class>/*``, or
 for ``imagenet`` the raw flat ILSVRC2012 ``val/`` with its labels file; ``imagenet_shards``:
-``root/val`` tar shards; ``fashion_mnist``: its test split, in memory). Every image goes to
-exactly one process (:class:`data.ShardSampler`, :class:`data.shards.ShardBatches`), so
+``root/val`` tar shards; an in-memory dataset (:mod:`data.registry`): its val split). Every image
+goes to exactly one process (:class:`data.ShardSampler`, :class:`data.shards.ShardBatches`), so
 all-reduced sums count the split exactly once.
 
 For image folders the decode and resize run in the loader's workers. A single-crop
@@ -30,6 +30,7 @@ from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
 from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
 from data.loader import SHARDED
+from data.registry import in_memory, in_memory_names
 from data.shards.read import ShardBatches
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
@@ -154,18 +155,19 @@ def build_eval_loader(
     ImageNet-ReaL's ``real.json`` (None: timm's copy). ``split="train"``: the training split
     through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`). ``take``: score
 that many of the split's images, spread over it (shards: the first that many); None: all."""
-    if name not in DATASETS + TEST_SETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS + TEST_SETS)}")
+    memory = in_memory(name)
+    if name not in DATASETS + TEST_SETS and memory is None:
+        known = DATASETS + tuple(in_memory_names()) + TEST_SETS
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(known)}")
     if split not in ("val", "train") or (split == "train" and name in TEST_SETS):
         raise ValueError(f"data={name} has no {split} split to read here; use its training set's dataset "
-                         "(data=imagenet, imagefolder, imagenet_shards or fashion_mnist)")
+                         "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)")
     labels = note = None
-    if name == "fashion_mnist":
-        from data.fashion_mnist import load_fashion_mnist  # see data/__init__.py: not imported there
+    if memory is not None:
         from data.in_memory import TensorImages
 
-        dataset = TensorImages(*load_fashion_mnist("test" if split == "val" else "train"))
-        num_classes, in_chans, workers, collate_fn = 10, 1, 0, pass_batch
+        dataset = TensorImages(*memory.load(split))
+        num_classes, in_chans, workers, collate_fn = len(memory.classes), memory.in_chans, 0, pass_batch
         native = dataset.images.shape[-1]
         device_resize = None if protocol.resize == native else protocol.resize
     else:

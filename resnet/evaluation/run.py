@@ -6,6 +6,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from data.registry import in_memory
+
 from ..config import ConfigError, check_run_config
 from ..distributed import DistEnv, shutdown
 from ..report.console import summary
@@ -47,7 +49,7 @@ def _check_config(cfg: DictConfig) -> None:
                           f"flips), got {cfg.crops}")
     check_run_config(cfg)
     check_logger(cfg)
-    if cfg.data.name != "fashion_mnist":
+    if in_memory(cfg.data.name) is None:  # image files: their folder must be there
         try:
             eval_dir(cfg.data.name, cfg.data.root)  # a wrong data.root fails before any download
         except FileNotFoundError as err:

@@ -1,0 +1,49 @@
+"""The datasets held in memory, found by name: ``data=<name>`` reads ``data/<name>.py``'s ``DATASET``.
+
+An in-memory dataset is small enough to live as uint8 tensors (the built-in Fashion-MNIST, the
+tests' CIFAR-10-shaped ``synthetic``): no files to index, no loader workers, random crops and flips
+made in memory. Its module says everything the loaders need in one :class:`InMemory`: its classes,
+channels and size, and how a split is loaded. Training (:func:`data.build_loaders`) and evaluation
+(``resnet.evaluation.loader``) both ask :func:`in_memory`; no other code names such a dataset.
+
+Adding one is a module beside this one and a ``configs/data/<name>.yaml`` (see ``data/synthetic.py``).
+The modules are imported when first asked for, not here: ``python -m data.fashion_mnist`` must be
+that module's first import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class InMemory:
+    """An in-memory dataset: what the loaders read of it."""
+
+    name: str  # the YAML's data.name, and the module's name in data/
+    classes: tuple[str, ...]
+    in_chans: int  # 1 (grey) or 3 (RGB)
+    image_size: int  # the side of its square images: the only size it trains and validates at
+    # "train", "val" or "test" -> images uint8 [N, in_chans, image_size, image_size], labels int64 [N];
+    load: Callable[[str], tuple[torch.Tensor, torch.Tensor]]  # "val": what validation and eval.py score
+
+
+def in_memory(name: str) -> InMemory | None:
+    """The in-memory dataset ``name`` (``data/<name>.py`` defines ``DATASET``), or None: files on disk."""
+    if not name.isidentifier() or importlib.util.find_spec(f"{__package__}.{name}") is None:
+        return None
+    dataset = getattr(importlib.import_module(f"{__package__}.{name}"), "DATASET", None)
+    return dataset if isinstance(dataset, InMemory) else None
+
+
+def in_memory_names() -> list[str]:
+    """Every in-memory dataset's name, for the message that lists the choices (imports data/'s modules)."""
+    package = importlib.import_module(__package__)
+    found = (in_memory(info.name) for info in pkgutil.iter_modules(package.__path__) if not info.ispkg)
+    return sorted(dataset.name for dataset in found if dataset is not None)

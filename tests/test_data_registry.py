@@ -1,0 +1,53 @@
+"""data/registry.py: an in-memory dataset is one module of data/ and one configs/data YAML.
+``synthetic`` (data/synthetic.py, configs/data/synthetic.yaml) was added that way; train, its
+validation and eval.py read it with no other change."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from data import DataConfig, build_loaders
+from data.registry import InMemory, in_memory
+from resnet.engine.run import train
+from resnet.evaluation.run import evaluate_weights
+from tests.helpers.compose import compose_config
+
+
+@pytest.mark.parametrize("name", ["imagenet", "imagefolder", "imagenet_shards", "imagenet_v2", "registry", "loader",
+                                  "no_such_dataset", "../etc"])  # fmt: skip
+def test_only_a_module_that_defines_a_dataset_is_one(name):
+    assert in_memory(name) is None
+
+
+def test_the_synthetic_dataset_is_cifar10_shaped_and_the_same_every_time():
+    dataset = in_memory("synthetic")
+    assert isinstance(dataset, InMemory) and (len(dataset.classes), dataset.in_chans, dataset.image_size) == (10, 3, 32)
+    images, labels = dataset.load("train")
+    assert images.shape == (640, 3, 32, 32) and images.dtype == torch.uint8
+    assert labels.bincount().tolist() == [64] * 10
+    again, _ = dataset.load("train")
+    val, _ = dataset.load("val")
+    assert torch.equal(images, again) and val.shape[0] == 160 and not torch.equal(val[:16], images[:16])
+
+
+def test_the_loaders_take_their_shape_from_the_registry():
+    loaders = build_loaders(DataConfig("synthetic"), batch_size=8)
+    assert (loaders.num_classes, loaders.in_chans, loaders.image_size, loaders.val_size) == (10, 3, 32, 160)
+    images, labels, *_ = next(iter(loaders.train))
+    assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
+    with pytest.raises(ValueError, match="synthetic images are 32x32; leave image_size unset, not 64"):
+        build_loaders(DataConfig("synthetic", image_size=64), batch_size=8)
+
+
+def test_train_and_eval_run_on_a_dataset_added_as_one_module_and_one_yaml(tmp_path, one_thread):
+    run_dir = tmp_path / "run"
+    results = train(compose_config("train", "data=synthetic", "model=resnet_tiny", "epochs=1", "batch_size=16",
+                                   "max_steps_per_epoch=4", "device=cpu", f"run_dir={run_dir}"))  # fmt: skip
+    assert (results["n_val_images"], results["dataset"]) == (160, "synthetic")
+    evaluate_weights(compose_config("eval", f"weights={run_dir / 'last.pt'}", "data=synthetic", "batch_size=40",
+                                    "device=cpu", f"results_file={tmp_path / 'rows.jsonl'}"))  # fmt: skip
+    row = json.loads((tmp_path / "rows.jsonl").read_text().splitlines()[-1])
+    assert row["n_images"] == 160 and row["top1_err"] == pytest.approx(results["top1_err"])

@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from resnet.engine.run import train
-from tests.helpers import procs
+from tests.helpers import procs, submitit_tasks
 from tests.helpers.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -352,10 +352,10 @@ def test_the_readme_submitit_sweep_runs_and_a_usr2_with_a_short_timeout_ends_in_
     # on to its results, and the sweep ends in one line saying why nothing was requeued (no accounting
     # database here: submitit reads result files, and would wait forever for a missing one).
     sweep, marker = tmp_path / "sweep", tmp_path / "paused"
-    # The pause hook reaches the tasks through the job script's set-up lines: the sweep process
-    # itself needs no PYTHONPATH, so the tests' fork server can start it.
+    # The pause hook reaches the tasks through the job script's set-up lines; the sweep process has
+    # its own PYTHONPATH, whose hook has submitit start the tasks forked (tests/helpers/submitit_tasks.py).
     pause = pausing(tmp_path, marker)
-    env = {**cluster, "PAUSE_MARKER": pause["PAUSE_MARKER"]}
+    env = {**cluster, "PAUSE_MARKER": pause["PAUSE_MARKER"], **submitit_tasks.sweep_env(tmp_path / "site")}
     args = [PY, "train.py", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=1",
             "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5",
             f"hydra.launcher.setup=['export PYTHONPATH={pause['PYTHONPATH']}']",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from resnet.checkpoint import load_checkpoint, load_model
-from tests.helpers import procs
+from tests.helpers import procs, submitit_tasks
 from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, launch
 from tests.helpers.imagegen import make_folder, make_tiny_folder
 from tests.helpers.training import (
@@ -181,7 +181,7 @@ def test_submitit_local_launcher_runs_a_job_as_one_process_group(tiny_folder, tm
     run_script(
         [PY, "train.py", "-m", "hydra/launcher=submitit_local", f"hydra.sweep.dir={tmp_path}",
          "hydra.launcher.timeout_min=5", "hydra.launcher.tasks_per_node=2", "+padding=asymmetric", *args],
-        env={"OMP_NUM_THREADS": "1"},
+        env={"OMP_NUM_THREADS": "1", **submitit_tasks.sweep_env(tmp_path / "site")},  # tasks forked, not new
     )
     [results] = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/results.json"))]
     assert results["padding_name"] == "asymmetric"

@@ -61,7 +61,7 @@ from .gpu_decode import EncodedRandomResizedCropFlip, check_decode, collate_enco
 from .imagefolder import ImageFolder, check_same_classes
 from .in_memory import TensorImages
 from .index_cache import load_scan, rank_zero_first
-from .registry import InMemory, in_memory, in_memory_names
+from .registry import InMemory, folder_layout, in_memory, in_memory_names
 from .samplers import EpochSampler, ShardSampler
 from .shards.read import ShardBatches
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
@@ -266,7 +266,7 @@ def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, re
 
 def _split_dirs(name: str, root: str | None) -> tuple[Path, Path]:
     """``root/train`` and ``root/val``, or one line saying what to pass."""
-    layout = "train/<wnid>/*.JPEG and val/<wnid>/*.JPEG" if name == "imagenet" else "train/<class>/* and val/<class>/*"
+    layout = f"{folder_layout(name, 'train')} and {folder_layout(name, 'val')}"
     if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
         raise FileNotFoundError(f"{name} needs data.root=/path/to/{name} holding {layout}; got root={root}")
     return Path(root) / "train", Path(root) / "val"

@@ -9,6 +9,10 @@ channels and size, and how a split is loaded. Training (:func:`data.build_loader
 Adding one is a module beside this one and a ``configs/data/<name>.yaml`` (see ``data/synthetic.py``).
 The modules are imported when first asked for, not here: ``python -m data.fashion_mnist`` must be
 that module's first import.
+
+Of the datasets of image files, the one fact that differs by name is held here too:
+:data:`WNID_FOLDERS`, whose class folders are ImageNet's wnids (:func:`folder_layout`). The ImageNet
+test sets have their own table, :mod:`data.testsets`.
 """
 
 from __future__ import annotations
@@ -47,3 +51,13 @@ def in_memory_names() -> list[str]:
     package = importlib.import_module(__package__)
     found = (in_memory(info.name) for info in pkgutil.iter_modules(package.__path__) if not info.ispkg)
     return sorted(dataset.name for dataset in found if dataset is not None)
+
+
+# Image-file datasets whose class folders are ImageNet's wnids (n01440764, ...): their errors name
+# that layout, and a val/ without train/ beside it keeps ImageNet's 1,000 class indices.
+WNID_FOLDERS = ("imagenet",)
+
+
+def folder_layout(name: str, split: str) -> str:
+    """``split/<class>/*`` as dataset ``name`` lays it out, for the line that says what to pass."""
+    return f"{split}/<wnid>/*.JPEG" if name in WNID_FOLDERS else f"{split}/<class>/*"

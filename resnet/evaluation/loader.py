@@ -30,7 +30,7 @@ from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
 from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
 from data.loader import SHARDED
-from data.registry import in_memory, in_memory_names
+from data.registry import WNID_FOLDERS, folder_layout, in_memory, in_memory_names
 from data.shards.read import ShardBatches
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
@@ -218,7 +218,7 @@ def val_folder(name: str, root: str, val_dir: Path, transform) -> tuple[ImageFol
     train_dir = Path(root) / "train"
     if train_dir.is_dir():
         return ImageFolder(val_dir, transform, classes=find_classes(train_dir)), None
-    if name != "imagenet":
+    if name not in WNID_FOLDERS:
         return ImageFolder(val_dir, transform), None
     dataset = ImageFolder(val_dir, transform, classes=list(imagenet_wnids()), subset=True)
     if len(dataset.present) == len(dataset.classes):
@@ -231,7 +231,7 @@ def eval_dir(name: str, root: str | None) -> Path:
     """``root/val`` of an image-folder dataset (a test set's own folder), or one line saying what to pass."""
     if name in TEST_SETS:
         return images_root(name, root)
-    layout = "val/<wnid>/*.JPEG" if name == "imagenet" else "val/<class>/*"
+    layout = folder_layout(name, "val")
     if root is None or not (Path(root) / "val").is_dir():
         raise FileNotFoundError(f"{name} evaluation needs data.root=/path/to/{name} holding {layout}; got root={root}")
     return Path(root) / "val"

@@ -263,12 +263,12 @@ def analyse_per_grid_bn(path: Path, test) -> list[dict]:
     from data import Normalize
     from resnet import build_model
     from resnet.checkpoint import load_checkpoint
-    from resnet.grid import GridBatchNorm2d, make_grid, preset_state_dict, set_grid
+    from resnet.grid import GridBatchNorm2d, grid_bn_of, make_grid, preset_state_dict, set_grid
 
     checkpoint = load_checkpoint(path)
     meta, state = checkpoint["meta"], checkpoint["model"]
     model = make_grid(build_model(meta["arch"], meta["num_classes"], PRESETS[0], in_chans=1), PRESETS,
-                      per_grid_bn=True, per_grid_affine=any(key.endswith(".grid_weight_offset") for key in state))
+                      bn=grid_bn_of(state))
     normalize = Normalize("torch")
     rows = []
     for label in ("own statistics", "statistics averaged over the presets", "preset 0's statistics everywhere"):

@@ -74,7 +74,7 @@ def run_method(name: str, source, batches, normalize, target: str) -> tuple[torc
         student = with_padding(copy.deepcopy(source), target).eval()
         distill(student, source, batches, normalize, **options)
     elif method == "grid_bn":  # one model for both grids: the weights shared, BN statistics per grid
-        student = make_grid(copy.deepcopy(source), [source.meta.padding_name, target], per_grid_bn=True)
+        student = make_grid(copy.deepcopy(source), [source.meta.padding_name, target], bn="statistics")
         set_grid(student, 1)
         reestimate_bn(student, batches, normalize)  # the target's statistics only
     else:

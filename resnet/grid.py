@@ -76,9 +76,9 @@ class GridMaxPool2d(nn.Module):
 
 
 class GridBatchNorm2d(nn.BatchNorm2d):
-    """A BatchNorm whose running statistics follow the active preset (``per_grid_bn``): one
+    """A BatchNorm whose running statistics follow the active preset (``make_grid(bn="statistics")``): one
     running mean, variance and batch count per preset; the affine weight and bias shared, or with
-    ``affine_per_preset`` one per preset too (``per_grid_affine``), as an offset from preset 0's.
+    ``affine_per_preset`` one per preset too (``bn="affine"``), as an offset from preset 0's.
 
     Preset 0's statistics are the plain BatchNorm's buffers (``running_mean``, ``running_var``,
     ``num_batches_tracked``), so a plain model loading the state dict (the ``grid_*`` keys
@@ -185,16 +185,19 @@ def grid_paddings(presets: Sequence[str]) -> list[Padding]:
     return paddings
 
 
-def make_grid(
-    model: nn.Module, presets: Sequence[str], per_grid_bn: bool = False, per_grid_affine: bool = False
-) -> nn.Module:
+# What each BatchNorm keeps per preset (train.py's grid_bn=): its running statistics; those and its
+# affine weight and bias; nothing (one BatchNorm for every preset).
+GRID_BN = ("statistics", "affine", "shared")
+
+
+def make_grid(model: nn.Module, presets: Sequence[str], bn: str = "shared") -> nn.Module:
     """Make ``model`` (built under ``presets[0]``, pads not frozen) switchable between ``presets``,
-    in place; returns it. Sites where every preset agrees are left as they are. ``per_grid_bn``:
-    every BatchNorm2d becomes a :class:`GridBatchNorm2d`, its running statistics kept per preset
-    and switched with the pads; ``per_grid_affine`` (with ``per_grid_bn``): its affine weight and
-    bias too."""
-    if per_grid_affine and not per_grid_bn:
-        raise ValueError("per_grid_affine=True needs per_grid_bn=True")
+    in place; returns it. Sites where every preset agrees are left as they are. ``bn`` (one of
+    :data:`GRID_BN`): ``statistics``: every BatchNorm2d becomes a :class:`GridBatchNorm2d`, its
+    running statistics kept per preset and switched with the pads; ``affine``: its affine weight
+    and bias too; ``shared``: BatchNorm left as it is."""
+    if bn not in GRID_BN:
+        raise ValueError(f"unknown grid BatchNorm {bn!r}; choose one of {', '.join(GRID_BN)}")
     paddings = grid_paddings(presets)
     if model.meta.padding != paddings[0]:
         raise ValueError(f"the model is built under {model.meta.padding_name}; build it under {presets[0]}, the "
@@ -210,12 +213,12 @@ def make_grid(
             if name.startswith("layer") and _strided(module):
                 parent, _, child = name.rpartition(".")
                 setattr(model.get_submodule(parent), child, GridConv2d.like(module, sites["block_conv"]))
-    if per_grid_bn:
+    if bn != "shared":
         for name, module in list(model.named_modules()):
             if type(module) is nn.BatchNorm2d:
                 parent, _, child = name.rpartition(".")
                 owner = model.get_submodule(parent) if parent else model
-                setattr(owner, child, GridBatchNorm2d.like(module, len(paddings), per_grid_affine))
+                setattr(owner, child, GridBatchNorm2d.like(module, len(paddings), affine_per_preset=bn == "affine"))
     model.grid = tuple(presets)
     # the switchable sites, found once here: set_grid runs before every training step
     model.grid_sites = tuple(m for m in model.modules() if isinstance(m, (GridConv2d, GridMaxPool2d, GridBatchNorm2d)))
@@ -261,8 +264,15 @@ GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_track
 
 
 def has_grid_bn(state: Mapping[str, torch.Tensor]) -> bool:
-    """Whether a state dict holds per-grid BatchNorm statistics (``make_grid(per_grid_bn=True)``)."""
+    """Whether a state dict holds per-grid BatchNorm statistics (``make_grid(bn="statistics")`` or ``"affine"``)."""
     return bool(_grid_norms(state))
+
+
+def grid_bn_of(state: Mapping[str, torch.Tensor]) -> str:
+    """What a state dict's BatchNorms keep per preset (one of :data:`GRID_BN`), read from its keys."""
+    if not has_grid_bn(state):
+        return "shared"
+    return "affine" if any(key.rpartition(".")[2] == "grid_weight_offset" for key in state) else "statistics"
 
 
 def _grid_norms(state: Mapping[str, torch.Tensor]) -> set[str]:

@@ -123,8 +123,7 @@ def test_a_grid_run_keeps_norms_per_preset_and_eval_reads_the_chosen_presets(tin
     run_in_process(tiny_folder, tmp_path, f"grid=[{','.join(presets)}]", "epochs=1", "seed=3", "grid_bn=affine")
     saved = load_checkpoint(tmp_path / "last.pt")
     assert has_grid_bn(saved["model"]) and "bn1.grid_weight_offset" in saved["model"]
-    trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, per_grid_bn=True,
-                        per_grid_affine=True)
+    trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, bn="affine")
     trained.load_state_dict(saved["model"])
     trained.eval()
     loaded = load_weights(parse_weights(str(tmp_path / "last.pt")), None, download=False)
@@ -169,7 +168,7 @@ def test_export_of_a_grid_run_under_its_second_preset_carries_that_presets_stati
 
     presets = ["symmetric", "tf_same"]
     run_in_process(tiny_folder, tmp_path, f"grid=[{','.join(presets)}]", "epochs=1")
-    trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, per_grid_bn=True)
+    trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, bn="statistics")
     trained.load_state_dict(load_checkpoint(tmp_path / "last.pt")["model"])
     set_grid(trained.eval(), 1)
     out = export(compose_config("export", f"weights={tmp_path / 'last.pt'}", f"out={tmp_path / 'm.onnx'}",
@@ -219,12 +218,27 @@ def test_a_config_and_a_stored_config_without_grid_bn_are_read_alike():
     # the key kept one BatchNorm for all presets, whichever of the two is asked
     from omegaconf import OmegaConf
 
-    from resnet.engine.checks import GRID_BN, grid_bn
+    from resnet.engine.checks import grid_bn
+    from resnet.grid import GRID_BN
 
     old = {"grid": ["symmetric", "tf_same"]}
     assert grid_bn(OmegaConf.create(old)) == grid_bn(old) == "shared" in GRID_BN
     assert grid_bn(OmegaConf.create({**old, "grid_bn": "affine"})) == grid_bn({**old, "grid_bn": "affine"}) == "affine"
     assert grid_bn(OmegaConf.create({**old, "grid_bn": False})) is False  # given, so refused: not read as absent
+
+
+@pytest.mark.parametrize("bn", ["statistics", "affine", "shared"])
+def test_a_checkpoint_says_its_grid_and_what_its_batchnorms_keep_from_its_weights(tmp_path, bn):
+    # resnet.checkpoint.recorded_grid: what eval, resume and regrid read of a grid checkpoint, the
+    # BatchNorm layout from the weights it holds (not from a config key that older files lack)
+    from resnet.checkpoint import load_checkpoint, recorded_grid, save_checkpoint
+
+    presets = ["symmetric", "asymmetric"]
+    model = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, bn=bn)
+    save_checkpoint(tmp_path / "grid.pt", model, grid=presets)
+    save_checkpoint(tmp_path / "plain.pt", build_model("resnet_tiny", num_classes=3, padding="symmetric"))
+    assert recorded_grid(load_checkpoint(tmp_path / "grid.pt")) == (presets, bn)
+    assert recorded_grid(load_checkpoint(tmp_path / "plain.pt")) == ([], "shared")
 
 
 def test_regridding_a_grid_model_to_one_of_its_presets_points_to_eval(tiny_folder, tmp_path):
@@ -268,7 +282,7 @@ def test_detection_scores_each_preset_of_a_grid_model_with_its_own_batchnorm():
 def _per_grid_model(presets=("symmetric", "asymmetric", "tf_same"), affine: bool = False):
     torch.manual_seed(0)
     model = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding=presets[0]), list(presets),
-                      per_grid_bn=True, per_grid_affine=affine)
+                      bn="affine" if affine else "statistics")
     model.train()
     with torch.no_grad():
         for index in range(len(presets)):  # each preset's statistics measured on different data
@@ -320,8 +334,8 @@ def test_per_grid_affine_switches_exactly_and_every_parameter_is_in_every_step()
     norms[0].reset_parameters()  # every preset's affine back to (1, 0): offsets zero
     assert norms[0].grid_weight_offset.eq(0).all() and norms[0].grid_bias_offset.eq(0).all()
     assert norms[0].weight.eq(1).all()
-    with pytest.raises(ValueError, match="per_grid_affine=True needs per_grid_bn=True"):
-        make_grid(build_model("resnet_tiny", padding="symmetric"), ["symmetric", "asymmetric"], per_grid_affine=True)
+    with pytest.raises(ValueError, match="unknown grid BatchNorm 'both'; choose one of statistics, affine, shared"):
+        make_grid(build_model("resnet_tiny", padding="symmetric"), ["symmetric", "asymmetric"], bn="both")
 
 
 def test_per_grid_bn_training_updates_only_the_active_presets_statistics():
@@ -366,7 +380,7 @@ def test_per_grid_bn_state_dict_keeps_the_plain_keys_and_adds_grid_ones():
     assert torch.equal(preset_state_dict(state, 1)["bn1.running_mean"], state["bn1.grid_running_mean"][0])
     # a model made anew with per-grid BN loads it back (the trained run's checkpoint)
     again = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric"),
-                      ["symmetric", "asymmetric"], per_grid_bn=True)
+                      ["symmetric", "asymmetric"], bn="statistics")
     again.load_state_dict(state)
 
 

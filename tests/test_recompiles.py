@@ -51,7 +51,7 @@ def fresh_dynamo():
 def grid_model(presets: list[str]) -> nn.Module:
     torch.manual_seed(0)
     model = resnet.build_model("resnet_tiny", num_classes=3, padding=presets[0])
-    return make_grid(model, presets, per_grid_bn=True, per_grid_affine=True)  # grid_bn=affine: the most state
+    return make_grid(model, presets, bn="affine")  # grid_bn=affine: the most state
 
 
 def batches(sizes: list[int], image_size: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:

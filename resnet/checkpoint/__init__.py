@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..archs import canonical_name
-from ..grid import has_grid_bn, preset_state_dict
+from ..grid import grid_bn_of, has_grid_bn, preset_state_dict
 from ..model import ResNet, build_model
 from ..padding import freeze_padding
 from .errors import SHOWN_KEYS, before_reading, describe, error_line, key_problems, printable, unreadable
@@ -137,6 +137,14 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     is the canonical architecture name, so it compares equal to a model's ``meta.arch``.
     """
     return _checked(read_torch_file(path, map_location), path)
+
+
+def recorded_grid(checkpoint: Mapping) -> tuple[list[str], str]:
+    """A train.py checkpoint's grid: the presets its weights were trained for (``grid=[...]``; [] for
+    none) and what its BatchNorms keep per preset (:data:`resnet.grid.GRID_BN`), read from the
+    weights themselves. The one reading of it, for eval, resume and regrid."""
+    presets = list(checkpoint.get("grid") or [])
+    return presets, grid_bn_of(checkpoint.get("model") or {}) if presets else "shared"
 
 
 def load_model(path: str | os.PathLike, input_size: int | tuple[int, int] | None = None) -> ResNet:

@@ -9,10 +9,9 @@ from omegaconf import DictConfig, OmegaConf
 from data.testsets import TEST_SETS
 
 from ..config import ConfigError, check_run_config
-from ..grid import grid_paddings
+from ..grid import GRID_BN, grid_paddings
 from .losses import LOSSES
 
-GRID_BN = ("statistics", "affine", "shared")  # train.py grid_bn=: what each BatchNorm keeps per preset
 GRID_BN_BEFORE_THE_KEY = "shared"  # grid runs from before grid_bn= kept one BatchNorm for all presets
 
 

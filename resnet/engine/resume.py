@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..checkpoint import CheckpointError, load_weights
+from ..checkpoint import CheckpointError, load_weights, recorded_grid
 from ..checkpoint.errors import error_line
 from ..config import ConfigError
 from ..distributed import DistEnv
@@ -166,16 +166,14 @@ def _partial(state: dict, path: Path, layout: dict, rank: int) -> dict | None:
 def _check_same_grid(cfg: DictConfig, state: dict, path: Path) -> None:
     """A grid run resumes with its own presets and BatchNorm layout: another list of as many presets
     would load and train one preset's BatchNorm rows as another's."""
-    was, now = list(state.get("grid") or []), list(cfg.get("grid") or [])
+    (was, norms_was), now = recorded_grid(state), list(cfg.get("grid") or [])
     if was != now:
         given = f"grid=[{','.join(was)}]" if was else "no grid="
         raise ConfigError(f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
                           "trained with, or start over with resume=false")
-    if was:
-        norms_was = grid_bn(state.get("config") or {})
-        if norms_was != grid_bn(cfg):
-            raise ConfigError(f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over "
-                              "with resume=false")
+    if was and norms_was != grid_bn(cfg):
+        raise ConfigError(f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over "
+                          "with resume=false")
 
 
 def _load_state(training, state: dict, path: Path) -> None:

@@ -52,8 +52,7 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
     model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
     if not grid:
         return model
-    norms = grid_bn(cfg)
-    return make_grid(model, grid, per_grid_bn=norms != "shared", per_grid_affine=norms == "affine")
+    return make_grid(model, grid, bn=grid_bn(cfg))
 
 
 def shared_run_dir(cfg: DictConfig, env: DistEnv) -> tuple[Path, str | None]:

@@ -7,7 +7,7 @@ the run validated at come from the config train.py records in it. The file is re
 
 from __future__ import annotations
 
-from ..checkpoint import load_checkpoint, model_from_checkpoint
+from ..checkpoint import load_checkpoint, model_from_checkpoint, recorded_grid
 from ..grid import grid_name, preset_norms
 from .common import LoadedWeights, OriginProtocol, WeightsSpec, WeightsUnavailable
 
@@ -38,6 +38,6 @@ def load(spec: WeightsSpec, arch: str | None, download: bool, ema: bool = False)
         crop=data.get("val_size") or data.get("image_size"), crop_pct=data.get("crop_pct"),
         interpolation=data.get("interpolation"),
     )
-    grid = checkpoint.get("grid")  # train.py grid=[...]: trained under each of these presets
+    grid, _ = recorded_grid(checkpoint)  # train.py grid=[...]: trained under each of these presets
     norms = preset_norms(checkpoint["model"], grid) if grid else {}
     return LoadedWeights(model, origin, trained_for=grid_name(grid) if grid else None, preset_norms=norms)

@@ -2,8 +2,9 @@
 ``subprocess.Popen`` that tests/helpers/procs.py uses.
 
 Under pytest-xdist the controller starts one server for all its workers (:func:`start_shared`,
-from tests/conftest.py, before the workers exist; they find it through ``$TESTS_ZYGOTE``): each
-server is an interpreter that imports torch, about 7 s of CPU on the 2-core runner. A pytest
+from tests/conftest.py, before the workers exist), and the workers are forked from it too (their
+``popen//python=`` is its stand-in, :func:`worker_python`); they find it through ``$TESTS_ZYGOTE``.
+A server is an interpreter that imports torch, about 7 s of CPU on the 2-core runner. A pytest
 process without that variable starts its own at its first use."""
 
 from __future__ import annotations

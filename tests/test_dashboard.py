@@ -5,55 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 import wandb
 import wandb_workspaces  # noqa: F401  (the test extra's: a missing install fails here)
-from wandb.proto import wandb_internal_pb2 as pb
 
 from resnet.cli import dashboard
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
 from tests.helpers.compose import compose_config
+from tests.helpers.wandb_records import finished_log, read_records
 
 BUILTIN_X = {"_step", "_runtime", "_timestamp", "_absolute_runtime"}  # W&B's own x axes
 RUN_ATTRIBUTES = {"group": "run_group", "jobType": "job_type"}  # spec name -> RunRecord field
-
-
-def read_records(path: Path):
-    """The records of a ``.wandb`` file: a 7-byte W&B header, then LevelDB's log format (32 KiB
-    blocks of chunks, each a 7-byte header: CRC, little-endian length, type FULL 1, FIRST 2,
-    MIDDLE 3, LAST 4), each record a protobuf ``Record``."""
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", f"{path} is not a W&B run log"
-    pos, block, parts = 7, 32768, b""
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:  # a block's tail too short for a chunk header: zeros
-            pos += block - pos % block
-            continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 0:  # zero padding
-            continue
-        assert kind in (1, 2, 3, 4), f"{path}: chunk type {kind} at {pos}"
-        parts = chunk if kind in (1, 2) else parts + chunk
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(parts)
-            yield record
-
-
-def finished_log(run_dir: Path, seconds: float = 60.0) -> Path:
-    """The run's ``.wandb`` file once it holds the run's exit record: wandb's service process
-    writes it, and may still be flushing when ``run.finish()`` has returned (seen on a busy machine)."""
-    (log,) = run_dir.glob("run-*.wandb")
-    deadline = time.monotonic() + seconds
-    while not any(record.WhichOneof("record_type") == "exit" for record in read_records(log)):
-        assert time.monotonic() < deadline, f"{log} has no exit record after {seconds:.0f} s"
-        time.sleep(0.2)
-    return log
 
 
 def logged_keys(run_dir: Path) -> dict[str, set[str]]:

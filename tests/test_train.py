@@ -21,6 +21,7 @@ from tests.helpers.training import (
     run_in_process,
     tiny_overrides,
 )
+from tests.helpers.wandb_records import finished_log
 
 
 def run_script(args: list[str], env: dict | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
@@ -195,8 +196,9 @@ def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path, monkeyp
     run_in_process(tiny_folder, tmp_path, "epochs=1", "logger=wandb")
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
-    # wandb-core writes offline runs as one binary record log; keys and JSON values are plain UTF-8.
-    records = next(runs[0].glob("run-*.wandb")).read_bytes()
+    # wandb-core writes offline runs as one binary record log, once flushed (its exit record is
+    # there); keys and JSON values are plain UTF-8.
+    records = finished_log(runs[0]).read_bytes()
     val_top1_err = float(read_csv(tmp_path / "metrics.csv")[0]["val_top1_err"])
     for needle in ("epoch/val_top1_err", "train/loss", "train/lr", json.dumps(val_top1_err), "resnet_tiny"):
         assert needle.encode() in records, needle

@@ -142,7 +142,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 def recorded_grid(checkpoint: Mapping) -> tuple[list[str], str]:
     """A train.py checkpoint's grid: the presets its weights were trained for (``grid=[...]``; [] for
     none) and what its BatchNorms keep per preset (:data:`resnet.grid.GRID_BN`), read from the
-    weights themselves. The one reading of it, for eval, resume and regrid."""
+    weights themselves. The one reading of it, for eval and resume."""
     presets = list(checkpoint.get("grid") or [])
     return presets, grid_bn_of(checkpoint.get("model") or {}) if presets else "shared"
 

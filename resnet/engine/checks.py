@@ -12,14 +12,12 @@ from ..config import ConfigError, check_run_config
 from ..grid import GRID_BN, grid_paddings
 from .losses import LOSSES
 
-GRID_BN_BEFORE_THE_KEY = "shared"  # grid runs from before grid_bn= kept one BatchNorm for all presets
 
-
-def grid_bn(config: Mapping) -> str:
-    """The ``grid_bn`` of a run's config, or of the config a checkpoint stored (a plain dict): one
-    decoding for both, :data:`GRID_BN_BEFORE_THE_KEY` where the config predates the key. A value
-    given is returned as it is, for :func:`check_train_config` to refuse (``grid_bn=false``)."""
-    return config.get("grid_bn", GRID_BN_BEFORE_THE_KEY)
+def grid_bn(cfg: Mapping) -> str:
+    """The run's ``grid_bn``: ``shared`` (one BatchNorm for every preset) where a config lacks the
+    key; a value given is returned as it is, for :func:`check_train_config` to refuse
+    (``grid_bn=false``). A checkpoint's is read from its weights: :func:`resnet.checkpoint.recorded_grid`."""
+    return cfg.get("grid_bn", "shared")
 
 
 def check_train_config(cfg: DictConfig) -> None:

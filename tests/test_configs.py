@@ -166,3 +166,18 @@ def test_the_evaluation_protocol_is_written_once_and_read_by_each_command():
         cfg = compose_config(name, *required, "crop=200", "interpolation=bicubic")
         assert (cfg.crop, cfg.interpolation, cfg.resize, cfg.crop_pct, cfg.preprocessing) == (200, "bicubic", None,
                                                                                                None, None)  # fmt: skip
+
+
+def test_the_commands_that_write_only_out_share_one_hydra_block():
+    # configs/command/writes_only_out.yaml: no run folder, no .hydra/ copy, for each command that
+    # includes it, and no command writes the block again itself
+    from resnet.config import compose
+
+    shared = OmegaConf.load(CONFIGS / "command" / "writes_only_out.yaml")
+    for name, required in (("detect", ["weights=w"]), ("regrid", ["weights=w", "out=o.pt"]),
+                           ("export", ["weights=w", "out=o.onnx"])):  # fmt: skip
+        own = OmegaConf.load(CONFIGS / f"{name}.yaml").hydra
+        assert set(own) == {"job"}, f"{name}.yaml repeats the shared block: {set(own)}"
+        hydra = compose(name, *required, hydra=True).hydra
+        assert (hydra.output_subdir, hydra.run.dir, hydra.job.name) == (shared.output_subdir, ".", name)
+    assert compose("eval", "weights=w", hydra=True).hydra.output_subdir == ".hydra"  # eval keeps its run folder

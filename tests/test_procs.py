@@ -159,9 +159,22 @@ sys.stdout.write(json.dumps({"rank": os.environ["RANK"], "argv": sys.argv, "cwd"
                              "unbuffered": not sys.stdout.line_buffering and sys.stdout.write_through,
                              "preloaded": "torch" in sys.modules}) + "\\n")
 Path = __import__("pathlib").Path
-Path(f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
+Path(f"pid{os.environ['RANK']}.tmp").write_text(str(os.getpid()))
+os.rename(f"pid{os.environ['RANK']}.tmp", f"pid{os.environ['RANK']}")  # whole, or not there
 if sys.argv[-1] == "sleep":
     time.sleep(60)
+if os.environ["RANK"] == "1":  # rank 0 ends first: a rank 1 that fails while rank 0 still runs has torchrun
+    while not Path("pid0").exists():  # stop rank 0 with SIGTERM, and report that too, as timing falls
+        time.sleep(0.01)
+    stat = Path(f"/proc/{Path('pid0').read_text()}/stat")
+    while True:
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except OSError:  # gone
+            break
+        time.sleep(0.01)
+    time.sleep(0.5)  # and its exit has reached torchrun (through the stand-in, where forked)
 sys.exit(int(sys.argv[-1]) if os.environ["RANK"] == "1" else 0)
 """
 

@@ -26,7 +26,7 @@ from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
-TORCHRUN = str(Path(PY).with_name("torchrun"))
+TORCHRUN = str(procs.installed_script("torchrun"))
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -255,6 +255,21 @@ def test_torchrun_two_processes_count_each_image_once(folder, checkpoint, tmp_pa
     assert rows[0]["n_images"] == one["n_images"] == 7  # 4 + 3, nothing padded or dropped
     assert (rows[0]["top1_err"], rows[0]["top5_err"]) == pytest.approx((one["top1_err"], one["top5_err"]))
     assert "top1_err %" in proc.stdout  # the summary table
+
+
+def test_eval_writes_under_results_alone_so_outputs_may_be_read_only(folder, checkpoint, tmp_path):
+    """Weights under outputs/ (a container's read-only mount): Hydra's record of the run goes
+    beside the rows in results/, and nothing under outputs/ changes."""
+    weights = tmp_path / "outputs" / "run" / "last.pt"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(Path(checkpoint).read_bytes())
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "outputs").rglob("*"))
+    args = folder_overrides(folder, "outputs/run/last.pt", "results/eval.jsonl")
+    proc = procs.run([PY, REPO / "eval.py", *args], cwd=tmp_path)  # the config's own run dir, from here
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "outputs").rglob("*")) == before
+    assert len(read_rows(tmp_path / "results" / "eval.jsonl")) == 1
+    assert list((tmp_path / "results" / "eval").glob("*/*/.hydra/config.yaml"))  # <date>/<time>/.hydra
 
 
 def test_torchvision_state_dict_from_a_file(folder, tmp_path):

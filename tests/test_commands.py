@@ -10,7 +10,6 @@ import importlib.metadata
 import importlib.util
 import json
 import re
-import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -118,10 +117,10 @@ def test_the_installed_console_scripts_are_pyprojects():
 
 
 def test_an_installed_console_script_runs():
-    # pip install -e . puts the entry points beside the interpreter (scripts/setup.sh does it)
-    script = Path(sys.executable).parent / "resnet-inspect"
-    if not script.exists() or shutil.which(str(script)) is None:
-        pytest.skip("resnet-inspect is not installed beside this Python: pip install -e . puts it there")
+    # pip install -e . puts the entry points in the interpreter's scripts folder (scripts/setup.sh does it)
+    script = procs.installed_script("resnet-inspect")
+    if script is None:
+        pytest.skip("resnet-inspect is not installed for this Python: pip install -e . puts it there")
     proc = procs.run([script, "resnet18", "--size", "224"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "maxpool" in proc.stdout and "asymmetric" in proc.stdout  # the pads table

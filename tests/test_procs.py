@@ -150,7 +150,7 @@ def test_a_shared_server_that_died_before_it_was_ready_is_not_waited_for(tmp_pat
     assert time.monotonic() - start < 5 and zygote_client._server["off"].startswith("the server did not start")
 
 
-TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+TORCHRUN = str(procs.installed_script("torchrun"))
 
 WORKER = """
 import json, os, sys, time

@@ -38,7 +38,7 @@ from tests.helpers.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
-TORCHRUN = str(Path(PY).with_name("torchrun"))
+TORCHRUN = str(procs.installed_script("torchrun"))
 UP = REPO / "tests" / "cluster" / "slurm_up.sh"
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]

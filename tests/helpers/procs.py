@@ -13,6 +13,8 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +36,15 @@ def start(args: Sequence[str], env: dict[str, str] | None = None, cwd: Path = RE
         return forked
     return subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # fmt: skip
+
+
+def installed_script(name: str) -> Path | None:
+    """Where pip put this interpreter's console script ``name``: beside it in a venv, in the
+    install scheme's scripts folder for a system Python (/usr/local/bin in the Docker image)."""
+    for folder in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        if os.access(folder / name, os.X_OK):
+            return folder / name
+    return None
 
 
 def forking_python(env: dict[str, str] | None = None) -> str | None:

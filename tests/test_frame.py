@@ -32,7 +32,8 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 
 def test_every_copy_source_exists_and_is_not_ignored():
-    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()}
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}  # fmt: skip
     copies = [rest for word, rest in dockerfile_instructions() if word == "COPY"]
     assert copies
     for rest in copies:
@@ -42,6 +43,10 @@ def test_every_copy_source_exists_and_is_not_ignored():
             assert source.rstrip("/") not in ignored, f"COPY {source} is excluded by .dockerignore"
     for must in (".venv", ".git", "outputs", "wandb"):
         assert must in ignored
+    # the image holds the checkout (its tests read Dockerfile, .ci/run, docs/) less what git ignores
+    gitignored = {line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines()
+                  if line.strip() and not line.startswith("#")}  # fmt: skip
+    assert {name.rstrip("/") for name in gitignored} <= ignored | {"__pycache__"}
 
 
 def test_install_step_matches_pyproject_and_setup_script():
@@ -60,7 +65,7 @@ def test_image_runs_as_a_non_root_user_from_the_repo_root():
     assert users and users[-1] not in ("root", "0")
     workdir = [rest for word, rest in rows if word == "WORKDIR"][-1]
     copies_to_root = [rest for word, rest in rows if word == "COPY" and rest.endswith(" ./")]
-    assert workdir.startswith("/") and any("train.py" in c for c in copies_to_root)
+    assert workdir.startswith("/") and ". ./" in copies_to_root  # the checkout, train.py at the working dir
     assert rows[0][0] in ("ARG", "FROM") and any(word == "FROM" for word, _ in rows)
     base = [rest for word, rest in rows if word == "ARG" and rest.startswith("BASE_IMAGE=")]
     assert base and "python:3.11" in base[0], "the README's Python (torch's wheels bring CUDA)"
@@ -71,8 +76,8 @@ def test_dependencies_are_layers_before_the_code_and_torch_is_the_tested_one():
     arg = dict(rest.split("=", 1) for word, rest in rows if word == "ARG" and "=" in rest)
     readme = (REPO / "README.md").read_text()
     assert f"torch {arg['TORCH_VERSION']}" in readme and f"torchvision {arg['TORCHVISION_VERSION']}" in readme
-    code = ("resnet", "data")
-    first_code = next(i for i, (word, rest) in enumerate(rows) if word == "COPY" and rest.startswith(code))
+    code = (".", "resnet", "data")
+    first_code = next(i for i, (word, rest) in enumerate(rows) if word == "COPY" and rest.split()[0] in code)
     runs = [(i, rest) for i, (word, rest) in enumerate(rows) if word == "RUN"]
     torch_layer = next(i for i, rest in runs if '"torch==${TORCH_VERSION}"' in rest)
     deps_layer = next(i for i, rest in runs if "requirements.txt" in rest)
@@ -103,10 +108,18 @@ def test_ci_runs_the_readme_test_command():
     assert "set -e" in ci or "set -euo pipefail" in ci
 
 
-def test_run_outputs_are_never_committed():
+def git_over_the_tree(tmp_path: Path) -> list[str]:
+    """git, reading the working tree through a new, empty repository: the same answers in a
+    checkout and in the Docker image, which holds the files but not .git/."""
+    subprocess.run(["git", "init", "-q", "--bare", tmp_path / "git"], check=True)
+    return ["git", f"--git-dir={tmp_path / 'git'}", f"--work-tree={REPO}"]
+
+
+def test_run_outputs_are_never_committed(tmp_path):
     outputs = ["outputs/2025-01-01/12-00-00/last.pt", "multirun/x/0/metrics.csv", "wandb/run-1/files/a",
                "results/eval.jsonl", "some/dir/model.pt", ".venv/bin/python"]  # fmt: skip
-    proc = subprocess.run(["git", "check-ignore", "--no-index", *outputs], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([*git_over_the_tree(tmp_path), "check-ignore", "--no-index", *outputs], cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
     assert proc.stdout.split() == outputs, f"not ignored: {sorted(set(outputs) - set(proc.stdout.split()))}"
 
 
@@ -124,8 +137,8 @@ def test_a_non_editable_install_works_without_the_checkout(tmp_path):
     """The wheel holds resnet/ and data/ (not benchmarks/ or tests/), and nothing in them
     finds files by walking up from __file__ into a checkout."""
     wheel_dir, site, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    tracked = subprocess.run([*git_over_the_tree(tmp_path), "ls-files", "--others", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()  # every file git would keep
     for name in tracked:  # a clean copy: building in the checkout would leave build/ behind
         if (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)

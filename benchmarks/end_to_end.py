@@ -140,7 +140,7 @@ def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list
             read_json_line,
             hydra=False,
         ),
-    ] + ([] if args.quick else [  # a smoke run: the train pair only (eval and DDP: tests/test_eval.py, test_train.py)
+    ] + ([] if args.quick else [  # a smoke run: the train pair only (eval and DDP: test_eval.py, test_train.py)
         Contender(  # no OMP_NUM_THREADS: train.py gives its loader workers their CPUs (resnet.workers.share_cpus)
             "train.py threads shared",
             [python, *train, f"batch_size={args.batch}", f"data.workers={args.workers}"],

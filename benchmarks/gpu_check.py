@@ -13,7 +13,7 @@ recorded without stopping the others:
 * ``parity``: generated ImageNet-sized JPEGs (500x375, q90, 4:2:0, ~110 kB) with crop boxes drawn
   from the same seeds, decoded by ``data.decode=gpu``'s path (:meth:`EncodedBatch.decode`:
   nvJPEG, crop, resize, flip) and by the CPU path (:class:`RandomResizedCropFlip`): the largest
-  difference must be <= 1 level (bilinear) / 2 (bicubic), as ``tests/test_gpu_decode.py`` asks on
+  difference must be <= 1 level (bilinear) / 2 (bicubic), as ``tests/data/test_gpu_decode.py`` asks on
   CPU tensors; two decodes of one batch must be equal bit for bit; and the decode's images/s, the
   nvJPEG version and the busiest the GPU's JPEG engine got (0: nvJPEG decoded on the SMs).
 * ``race``: docs/gpu.md's check of item 2. For 200 steps (20 with ``--quick``) a ResNet-50 forward and
@@ -70,7 +70,7 @@ from benchmarks import interpreter
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = ("environment", "parity", "race", "train", "eval", "benchmark")
-LIMITS = {"bilinear": 1, "bicubic": 2}  # largest |GPU - CPU| in levels (tests/test_gpu_decode.py)
+LIMITS = {"bilinear": 1, "bicubic": 2}  # largest |GPU - CPU| in levels (tests/data/test_gpu_decode.py)
 CROP = 224  # parity crops: no DCT-reduced decode on the CPU path for 500x375 images at this size
 
 
@@ -420,7 +420,7 @@ def step_parity(check: Check) -> tuple[dict, str]:
     measured here too, from the GPU path's own code on CPU tensors (``decode("cpu")``). For
     bicubic on grainy JPEGs the uint8 kernel rounds and clamps between its two passes where the
     first overshoots [0, 255], so there that part alone reaches ~5 levels at a few pixels in
-    100,000 (it stays within 2 on smooth images, tests/test_gpu_decode.py). The limit is checked
+    100,000 (it stays within 2 on smooth images, tests/data/test_gpu_decode.py). The limit is checked
     at every pixel except those: where the same code on CPU tensors is within the limit."""
     from data.gpu_decode import EncodedBatch
 

@@ -27,7 +27,7 @@ commands that reproduce them (``python -m benchmarks.input_pipeline``,
   their isolated time right after a decode has filled the caches.
 * :func:`decode_resized_crop` decodes a JPEG at 1/4 or 1/8 scale (libjpeg's DCT scaling,
   through PIL's ``Image.draft``) when the crop box still has at least the output resolution
-  at that scale (within a few levels of the exact crop; tests/test_data.py). Never 1/2:
+  at that scale (within a few levels of the exact crop; tests/data/test_data.py). Never 1/2:
   PIL's 1/2 decode and resize is slower than the window decode and resize
   (``python -m benchmarks.decode_alternatives``).
   Every other JPEG crop decodes its window (:mod:`data.roi`), anything else the whole file.

@@ -8,7 +8,7 @@ and aarch64) exposes that as a region of a code stream, on the CPU with no GPU o
 and decodes the same file on the GPU with nvJPEG where one is installed.
 
 Exact: the region's pixels equal the same window of torchvision's full decode, bit for bit, for
-4:2:0, 4:2:2, 4:4:4, progressive, greyscale and CMYK JPEGs (tests/test_roi_decode.py). Where the
+4:2:0, 4:2:2, 4:4:4, progressive, greyscale and CMYK JPEGs (tests/data/test_roi_decode.py). Where the
 library is missing (macOS, Windows) or fails on a file, :func:`decode_region` returns None and the
 caller decodes the whole file instead, which raises the usual error for a file that is broken.
 

@@ -5,7 +5,7 @@ stride-2 sites (stem conv, stem pool, strided block convs) follow whichever pres
 :func:`set_grid` names. Switching changes one attribute per site: no layer is rebuilt, no
 weight is copied, the modules and parameters stay the same objects. Under each preset the
 outputs equal, bit for bit, those of a model built under that preset with the same weights
-(tests/test_grid.py), since each site pads as that preset does and calls the same op
+(tests/models/test_grid.py), since each site pads as that preset does and calls the same op
 (:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`).
 
 Training draws each step's preset from the list (:func:`draw`: a function of the seed and the

@@ -46,8 +46,8 @@ VOLUME=resnet-padding-check-outputs
 W=/workspace/resnet-padding  # the image's WORKDIR
 # The in-image tests of --quick: the image's own frame, torch.compile with its gcc, threads and
 # cgroup quotas, W&B's folder, eval's folders, and the console scripts where pip put them.
-QUICK_TESTS=(tests/test_frame.py tests/test_features.py tests/test_cpus.py tests/test_workers.py
-             tests/test_wandb_offline.py tests/test_commands.py tests/test_docs.py)
+QUICK_TESTS=(tests/project/test_frame.py tests/models/test_features.py tests/engine/test_cpus.py tests/engine/test_workers.py
+             tests/engine/test_wandb_offline.py tests/cli/test_commands.py tests/project/test_docs.py)
 STEP="set-up"
 say() { echo "[docker-check] $*"; }
 die() { echo "[docker-check] error: $*" >&2; exit 1; }

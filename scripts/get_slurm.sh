@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The packages of the real-SLURM tests (tests/test_slurm.py): Debian's slurm-wlm, munge and
+# The packages of the real-SLURM tests (tests/cluster/test_slurm.py): Debian's slurm-wlm, munge and
 # iproute2, installed where apt and root (or sudo) are available; elsewhere those tests are
 # skipped with a line saying how to enable them. Nothing is started here: the tests bring the
 # cluster up themselves (tests/cluster/slurm_up.sh).
@@ -7,7 +7,7 @@ set -euo pipefail
 command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v ip >/dev/null && exit 0
 SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null && SUDO="sudo -n"
 command -v apt-get >/dev/null && { [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ]; } || exit 0
-echo "[slurm] installing slurm-wlm and munge with apt (for tests/test_slurm.py)"
+echo "[slurm] installing slurm-wlm and munge with apt (for tests/cluster/test_slurm.py)"
 export DEBIAN_FRONTEND=noninteractive
 packages=(slurm-wlm munge iproute2)
 $SUDO apt-get install -y -q "${packages[@]}" >/dev/null 2>&1 \

@@ -8,7 +8,7 @@ if [ "${RESNET_PADDING_ENV:-}" = installed ]; then
     PY=python
 else
     bash scripts/setup.sh test
-    bash scripts/get_slurm.sh  # a real SLURM for tests/test_slurm.py, where apt can install it
+    bash scripts/get_slurm.sh  # a real SLURM for tests/cluster/test_slurm.py, where apt can install it
     PY=.venv/bin/python
 fi
 "$PY" -m ruff check .

@@ -20,7 +20,7 @@ alone before a byte is read, and a step is a fixed set of sample positions in it
 webdataset reaches equal rank lengths by resampling or ``with_epoch`` (repeats and drops), and
 resumes at epoch boundaries; streaming and litdata resume mid-epoch but store their own formats
 rather than tar files other tools read. These shards stay plain WebDataset tars
-(``webdataset.WebDataset`` and timm's ``wds/`` reader iterate them: tests/test_shards_convert.py).
+(``webdataset.WebDataset`` and timm's ``wds/`` reader iterate them: tests/data/test_shards_convert.py).
 
 A record that does not decode is skipped and counted as for image folders
 (:class:`data.batch.BadImage`); a shard that cannot be read mid-run counts all of its

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 
 # What train.py and eval.py log (resnet/engine/runlog.py, resnet/report/wandb_log.py);
-# tests/test_dashboard.py checks each against an offline run's files.
+# tests/report/test_dashboard.py checks each against an offline run's files.
 EPOCH = "epoch/epoch"  # the x axis of the per-epoch curves
 VAL_TOP1 = "epoch/val_top1_err"
 VAL_TOP5 = "epoch/val_top5_err"

@@ -186,7 +186,7 @@ def train_step(
         images, labels = ctx.augment(images, labels)
     dynamo = sys.modules.get("torch._dynamo")  # not loaded: nothing is compiled (importing it takes seconds)
     if dynamo is not None:  # compile=true: one graph for every batch size, not one more per grid preset
-        dynamo.maybe_mark_dynamic(images, 0)  # at a short batch (tests/test_recompiles.py); else a no-op
+        dynamo.maybe_mark_dynamic(images, 0)  # at a short batch (tests/models/test_recompiles.py); else a no-op
     with ctx.runtime.autocast():
         loss = ctx.loss_fn(model(images), labels)
     value = None

@@ -138,7 +138,7 @@ def wrap_for_training(model: nn.Module, env: DistEnv, use_compile: bool, graphs:
 def compiled_graphs(grid: list[str] | None) -> int:
     """The graphs dynamo compiles for the training step: one per grid preset (its pads are guards),
     and each once more with the batch and image dimensions dynamic, at the first short batch or
-    new progressive size (the loop marks the batch dimension dynamic; tests/test_recompiles.py)."""
+    new progressive size (the loop marks the batch dimension dynamic; tests/models/test_recompiles.py)."""
     return 2 * (len(grid) if grid else 1)
 
 

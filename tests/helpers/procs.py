@@ -47,6 +47,12 @@ def installed_script(name: str) -> Path | None:
     return None
 
 
+def torchrun_here(nproc: int = 2) -> list[str]:
+    """torchrun on this one host, with ``nproc`` processes: ``--local-addr`` keeps c10d from looking
+    the host's name up, which fails (and retries for 5 minutes) in a container with no network."""
+    return [str(installed_script("torchrun")), "--standalone", "--local-addr=127.0.0.1", f"--nproc_per_node={nproc}"]
+
+
 def forking_python(env: dict[str, str] | None = None) -> str | None:
     """An interpreter path whose commands are forked from the server (tests/helpers/zygote_exec.py),
     for a tool that starts Python commands as ``$PYTHON_EXEC`` (torchrun, benchmarks); None where

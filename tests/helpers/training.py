@@ -14,7 +14,6 @@ from tests.helpers.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-TORCHRUN = str(procs.installed_script("torchrun"))
 
 
 def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:

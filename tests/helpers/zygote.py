@@ -202,7 +202,7 @@ def join_namespaces(peer: int) -> None:
 def python_path(value: str) -> None:
     """What a new interpreter does with ``$PYTHONPATH`` as it starts (the server had none): its
     folders go after the script's own in ``sys.path``, and a ``sitecustomize`` among them is
-    imported (a test's hook: tests/test_slurm.py)."""
+    imported (a test's hook: tests/cluster/test_slurm.py)."""
     folders = [folder for folder in value.split(os.pathsep) if folder]
     if not folders:
         return

@@ -235,7 +235,7 @@ def folder(tmp_path_factory) -> Path:
 
 
 def run_eval(root: Path, weights: str | Path, results: Path, *extra: str) -> dict:
-    """eval.py's body, as tests/test_eval.py runs it; eval.py prints a WeightsError as its one line."""
+    """eval.py's body, as tests/evaluation/test_eval.py runs it; eval.py prints a WeightsError as its one line."""
     overrides = [f"weights={weights}", "data=imagefolder", f"data.root={root}", "data.num_classes=3",
                  "data.workers=0", "batch_size=3", "device=cpu", f"results_file={results}", *extra]  # fmt: skip
     return evaluate_weights(compose_config("eval", *overrides))

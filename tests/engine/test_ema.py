@@ -1,6 +1,6 @@
 """EMA weights (``ema_decay`` > 0, timm's ModelEmaV3): updated every step, reported beside the
 trained weights at the end of a run, and evaluated by ``eval.py ema=true``. Their resume is
-bit-exact: tests/test_train.py's resume test runs with an EMA."""
+bit-exact: tests/engine/test_train.py's resume test runs with an EMA."""
 
 from __future__ import annotations
 

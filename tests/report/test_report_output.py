@@ -23,7 +23,7 @@ from resnet.report.charts import chart_rows, pyplot, scheme_figure
 from resnet.report.tables import cross_matrices, scheme_table
 from tests.helpers.compose import compose_config
 
-FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "eval_rows.jsonl"
 DEMO_WEIGHTS = {"symmetric": "results/demo/train_symmetric/last.pt",
                 "asymmetric": "results/demo/train_asymmetric/last.pt",
                 "grid[symmetric,asymmetric]": "results/demo/train_grid/last.pt"}  # fmt: skip

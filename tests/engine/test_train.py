@@ -16,7 +16,6 @@ from tests.helpers.imagegen import make_folder, make_tiny_folder
 from tests.helpers.training import (
     PY,
     REPO,
-    TORCHRUN,
     read_csv,
     run_in_process,
     tiny_overrides,
@@ -135,7 +134,7 @@ def two_processes(tiny_folder, tmp_path_factory) -> Path:
     """The same run under torchrun, 2 processes x batch 2, uninterrupted."""
     run_dir = tmp_path_factory.mktemp("two")
     two = launcher_overrides(tiny_folder, run_dir, 2)
-    run_script([TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *two], env={"OMP_NUM_THREADS": "1"})
+    run_script([*procs.torchrun_here(), "train.py", *two], env={"OMP_NUM_THREADS": "1"})
     return run_dir
 
 
@@ -154,7 +153,7 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     wrapper = tmp_path / "faulty_train.py"
     wrapper.write_text(WRAPPER)
     killed, marker = tmp_path / "killed", tmp_path / "killed_once"
-    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "--max-restarts=1", str(wrapper),
+    args = [*procs.torchrun_here(), "--max-restarts=1", str(wrapper),
             str(REPO / "train.py"), *launcher_overrides(tiny_folder, killed, 2), "resume=true"]
     # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
     # resnet.distributed gives each attempt its own prefix.
@@ -176,7 +175,7 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
 def test_submitit_local_launcher_runs_a_job_as_one_process_group(tiny_folder, tmp_path):
     # A job of 2 tasks must be one 2-process group that writes one results.json, not two
     # single-process runs racing for the same directory. (A sweep of two such jobs, through
-    # submitit's SLURM executor: tests/test_slurm.py.)
+    # submitit's SLURM executor: tests/cluster/test_slurm.py.)
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
     args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1", "batch_size=2") if not o.startswith("run_dir")]
     run_script(

@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("cl
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[nn.Module, Path]:
-    """resnet_tiny for Fashion-MNIST under tf_same, built as tests/test_tables.py builds its
+    """resnet_tiny for Fashion-MNIST under tf_same, built as tests/report/test_tables.py builds its
     detection models (random BN statistics, a sharp head); saved."""
     model = random_model("tf_same", in_chans=1)
     return model, save_checkpoint(tmp_path_factory.mktemp("tiny") / "last.pt", model)

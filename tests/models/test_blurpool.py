@@ -35,7 +35,7 @@ from resnet.report.rows import latest_rows, read_rows, scheme_label
 from resnet.report.tables import cross_markdown, cross_matrices, scheme_records, scheme_table, to_markdown
 from tests.helpers.compose import compose_config
 
-FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"  # results rows from before the blur sites
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "eval_rows.jsonl"  # results rows from before the blur sites
 
 ALL = dict.fromkeys(BLUR_SITES, True)
 SMALL = {"depths": (1, 1, 1, 1), "widths": (8, 16, 16, 16)}  # the real stem, tiny stages: milliseconds

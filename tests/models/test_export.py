@@ -97,7 +97,7 @@ def test_onnx_matches_pytorch_with_every_stride2_pad(tmp_path, arch, preset, siz
 def test_tf_same_odd_then_even_sizes(tmp_path):
     """resnet_tiny at 27: the stride-2 3x3 convs see 27 (odd), 14 (even), 7 (odd), so
     SAME is (1, 1), then (0, 1), then (1, 1) again. batch_size=2 fixes the batch dimension
-    (the default leaves it dynamic: tests/test_cli_tools.py)."""
+    (the default leaves it dynamic: tests/cli/test_cli_tools.py)."""
     torch.manual_seed(0)
     model = _random_bn_stats(build_model("resnet_tiny", num_classes=10, padding="tf_same"), 27)
     path = export_onnx(model, tmp_path / "tiny.onnx", 27, batch_size=2)

@@ -73,7 +73,7 @@ def test_an_environment_read_at_start_up_gets_a_new_interpreter():
 
 
 def test_a_pythonpath_with_a_sitecustomize_is_applied_by_the_forked_command_as_by_a_new_interpreter(tmp_path):
-    # tests/test_slurm.py's pause hook reaches its jobs' tasks this way
+    # tests/cluster/test_slurm.py's pause hook reaches its jobs' tasks this way
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text("import builtins\nbuiltins.HOOKED = 'yes'\n")
@@ -89,7 +89,7 @@ def test_a_pythonpath_with_a_sitecustomize_is_applied_by_the_forked_command_as_b
 
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(), reason="needs root and unshare")
 def test_a_caller_in_another_network_namespace_gets_a_command_that_runs_in_it(tmp_path):
-    # a SLURM task on one of the tests' nodes (tests/test_slurm.py) calls the server from its
+    # a SLURM task on one of the tests' nodes (tests/cluster/test_slurm.py) calls the server from its
     # node's network namespace: the forked command must see that namespace's interfaces, not ours
     python = procs.forking_python()
     if python is None:
@@ -150,7 +150,6 @@ def test_a_shared_server_that_died_before_it_was_ready_is_not_waited_for(tmp_pat
     assert time.monotonic() - start < 5 and zygote_client._server["off"].startswith("the server did not start")
 
 
-TORCHRUN = str(procs.installed_script("torchrun"))
 
 WORKER = """
 import json, os, sys, time
@@ -182,7 +181,7 @@ sys.exit(int(sys.argv[-1]) if os.environ["RANK"] == "1" else 0)
 def torchrun(tmp_path, ending: str, new_workers: bool) -> subprocess.Popen:
     (tmp_path / "worker.py").write_text(WORKER)
     env = {"PYTHON_EXEC": sys.executable} if new_workers else {}
-    return procs.start([TORCHRUN, "--standalone", "--nproc_per_node=2", "worker.py", "x", ending], env, cwd=tmp_path)
+    return procs.start([*procs.torchrun_here(), "worker.py", "x", ending], env, cwd=tmp_path)
 
 
 def test_torchruns_workers_are_forked_and_torchrun_sees_what_new_interpreters_give(tmp_path):

@@ -36,9 +36,8 @@ from resnet.engine.run import train
 from tests.helpers import procs, submitit_tasks
 from tests.helpers.compose import compose_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-TORCHRUN = str(procs.installed_script("torchrun"))
 UP = REPO / "tests" / "cluster" / "slurm_up.sh"
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
@@ -147,7 +146,7 @@ def config(data: Path) -> list[str]:
 def torchrun_reference(tiny_folder, tmp_path_factory) -> dict:
     """The same config as a 2-process torchrun run on this host: the weights every job must reach."""
     run_dir = tmp_path_factory.mktemp("torchrun") / "run"
-    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", *config(tiny_folder),
+    args = [*procs.torchrun_here(), "train.py", *config(tiny_folder),
             f"hydra.run.dir={run_dir}"]
     proc = procs.run(args, {"OMP_NUM_THREADS": "1"}, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import procs
 from tests.helpers.builtin_data import require_fashion_mnist
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 

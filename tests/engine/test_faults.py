@@ -28,6 +28,7 @@ from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss
 from resnet.engine.run import RunFailed
 from resnet.weights import WeightsError
+from tests.helpers import procs
 from tests.helpers.compose import compose_config
 from tests.helpers.evaluation import folder_overrides, run_eval
 from tests.helpers.faults import (
@@ -40,7 +41,7 @@ from tests.helpers.faults import (
     stand_in_scontrol,
 )
 from tests.helpers.imagegen import make_folder
-from tests.helpers.training import PY, REPO, TORCHRUN, read_csv, run_in_process, tiny_overrides
+from tests.helpers.training import PY, REPO, read_csv, run_in_process, tiny_overrides
 
 KILLED = -signal.SIGKILL
 
@@ -313,7 +314,7 @@ def test_a_rank_fed_only_corrupt_files_does_not_hang_ddp(tiny_folder, tmp_path):
     for n, index in enumerate(share):
         files[index].write_bytes(damage[n % 3](files[index].read_bytes()))
     run_dir = tmp_path / "run"
-    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py",
+    args = [*procs.torchrun_here(), "train.py",
             *overrides(root, run_dir, "epochs=1", "batch_size=2", "data.workers=1")]  # fmt: skip
     proc = launch(args, timeout=120)
     assert_status(proc, 0)

@@ -25,7 +25,7 @@ from resnet.report.table_files import write_tables
 from resnet.report.tables import cross_markdown, cross_matrices, scheme_records, scheme_table, wandb_table
 from tests.helpers.models import random_model
 
-FIXTURE = Path(__file__).parent / "fixtures" / "eval_rows.jsonl"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "eval_rows.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RESNET50_256 = "resize 256 → crop 224, bilinear, torch, 50000 images"  # dataset: imagenet
 RESNET50_232 = "resize 232 → crop 224, bicubic, torch, 50000 images"

@@ -21,7 +21,7 @@ from tests.helpers.training import run_in_process
 def machine(monkeypatch, cores: int, affinity: int) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
-    monkeypatch.setattr(resnet.cpus, "cgroup_cpu_quota", lambda: None)  # whatever the host's (tests/test_cpus.py)
+    monkeypatch.setattr(resnet.cpus, "cgroup_cpu_quota", lambda: None)  # whatever the host's (test_cpus.py)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
 
 

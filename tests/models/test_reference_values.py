@@ -40,7 +40,7 @@ WRONG = 100 * TOL  # a wrong padding or shortcut must miss the reference by at l
 # Random BN: identity BN would hide a swapped or missing tensor. beta, moving mean, moving
 # variance ~ U(BN_STATS); gamma ~ U(gamma range), which sets how much of the input survives 100+
 # layers. Chosen per initialisation so the logits stay O(1) and still depend on the input: with
-# Keras's Glorot init and gamma in (0.2, 0.6) (tests/test_weights.py) the logits of ResNet101
+# Keras's Glorot init and gamma in (0.2, 0.6) (tests/models/test_weights.py) the logits of ResNet101
 # move by 2e-4 of their scale between two unrelated inputs, below any useful tolerance; with
 # torch's He init and gamma near 1 a pre-activation ResNet-101 gives logits of std ~6000.
 BN_STATS = ((-0.2, 0.2), (-0.2, 0.2), (0.5, 1.5))

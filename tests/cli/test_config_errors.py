@@ -14,7 +14,7 @@ from resnet.cli.hydra_app import composition_error
 from resnet.cli.inspect import main as inspect_main
 from resnet.schema import schema_problems
 from tests.helpers.compose import compose_config
-from tests.helpers.procs import REPO, installed_script, run
+from tests.helpers.procs import REPO, run, torchrun_here
 
 BAD_VALUES = {  # override -> what its one line must say (the override itself comes first)
     "optim.lr=abc": "expected a number > 0",
@@ -134,9 +134,7 @@ TORCHRUN_CASES = {  # override -> its one line; a composition error (hydra_app.r
 @pytest.mark.parametrize("override", ["+padding=symetric", "optim.lr=abc"])
 def test_under_torchrun_a_config_error_is_printed_once_with_status_2(tmp_path, override):
     # rank 0 prints the line; every rank exits 2, so torchrun fails the job (and adds its own report below)
-    torchrun = installed_script("torchrun")
-    proc = run([torchrun, "--nproc_per_node=2", "--master_port=0", REPO / "train.py", override], cwd=tmp_path,
-               timeout=240)  # fmt: skip
+    proc = run([*torchrun_here(), REPO / "train.py", override], cwd=tmp_path, timeout=240)
     assert proc.returncode != 0
     assert [line for line in proc.stderr.splitlines() if line.startswith("error: ")] == [TORCHRUN_CASES[override]]
     assert "exitcode  : 2" in proc.stderr  # torchrun's report: each worker's own status

@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers import procs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 DISTRIBUTION = "resnet-padding"
 USAGE = ("usage:", "Override anything in the config")  # argparse's --help, Hydra's app help

@@ -6,8 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
+# the folders that group the tests by the package they test (tests/engine/, tests/data/, ...)
+GROUPS = sorted(p.name for p in TESTS.iterdir() if (p / "__init__.py").is_file() and p.name != "helpers")
 
 
 def suite_module(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -26,6 +28,8 @@ def suite_module(node: ast.Import | ast.ImportFrom) -> list[str]:
                 parts = parts[1:]
             elif not (parts[0].startswith("test_") or parts[0] == "conftest"):  # import test_x (tests/ on sys.path)
                 continue
+        while parts and parts[0] in GROUPS:  # tests.engine.test_train, from ..engine import test_train
+            parts = parts[1:]
         if parts:
             found.append(parts[0])
     return found
@@ -43,7 +47,7 @@ def imports_of_test_modules(source: str, where: str) -> list[str]:
 
 
 def test_no_test_module_imports_another_or_conftest():
-    files = sorted([*TESTS.glob("test_*.py"), TESTS / "conftest.py", *(TESTS / "helpers").rglob("*.py")])
+    files = sorted([*TESTS.rglob("test_*.py"), TESTS / "conftest.py", *(TESTS / "helpers").rglob("*.py")])
     hits = [hit for path in files for hit in imports_of_test_modules(path.read_text(), str(path.relative_to(REPO)))]
     assert not hits, "shared test code goes in tests/helpers/:\n" + "\n".join(hits)
 
@@ -64,14 +68,26 @@ def test_the_check_sees_every_form_of_import():
         "from torch import testing",
         "import torch.testing",
         "from .helpers import faults",
+        "from tests.engine.test_resume_rules import RULES",  # 15
+        "from ..evaluation import test_regrid",  # 16
+        "from tests.engine import helpers",
     ])  # fmt: skip
     assert imports_of_test_modules(source, "t.py") == [
         "t.py:1 imports test_train", "t.py:2 imports test_eval", "t.py:3 imports test_faults",
         "t.py:4 imports test_weights", "t.py:5 imports conftest", "t.py:6 imports test_tables",
-        "t.py:7 imports conftest", "t.py:9 imports conftest",
+        "t.py:7 imports conftest", "t.py:15 imports test_resume_rules", "t.py:16 imports test_regrid",
+        "t.py:9 imports conftest",  # inside a function: ast.walk reaches it last
     ]  # fmt: skip
 
 
 def test_shared_helpers_live_in_tests_helpers():
-    flat = [p.name for p in TESTS.glob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py"]
+    flat = [p.name for p in TESTS.glob("*.py") if not p.name.startswith("test_") and p.name not in ("conftest.py", "__init__.py")]
     assert not flat, f"helper modules outside tests/helpers/: {sorted(flat)}"
+
+
+def test_tests_are_grouped_by_the_package_they_test():
+    flat = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert not flat, f"test modules at the top of tests/, outside the folders {GROUPS}: {flat}"
+    assert {"engine", "data", "evaluation", "models"} <= set(GROUPS)
+    for group in GROUPS:
+        assert list((TESTS / group).glob("test_*.py")), f"tests/{group}/ holds no tests"

@@ -17,7 +17,7 @@ import pytest
 from resnet.config import ConfigError, check_data_package
 from tests.helpers.compose import compose_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:

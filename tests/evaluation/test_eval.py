@@ -24,9 +24,8 @@ from tests.helpers.builtin_data import require_fashion_mnist
 from tests.helpers.evaluation import compose_eval, folder_overrides, run_eval
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-TORCHRUN = str(procs.installed_script("torchrun"))
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -247,7 +246,7 @@ def test_val_images_scores_n_of_the_split_and_the_summary_says_of_how_many(folde
 def test_torchrun_two_processes_count_each_image_once(folder, checkpoint, tmp_path):
     args = folder_overrides(folder, checkpoint, tmp_path / "two.jsonl", "crops=10", "batch_size=20")
     one = run_eval(*folder_overrides(folder, checkpoint, tmp_path / "one.jsonl", "crops=10", "batch_size=20"))
-    proc = procs.run([TORCHRUN, "--standalone", "--nproc_per_node=2", "eval.py", *args,
+    proc = procs.run([*procs.torchrun_here(), "eval.py", *args,
                       f"hydra.run.dir={tmp_path / 'run'}"])  # a hang kills both processes and fails
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = read_rows(tmp_path / "two.jsonl")

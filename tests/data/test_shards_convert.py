@@ -24,7 +24,7 @@ from data.shards.write import make_keys
 from tests.helpers import procs
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SIZE = (24, 20)
 WNIDS = ["n01440764", "n01443537", "n02102040"]  # the classes that have images
 VAL_WNIDS = [WNIDS[i] for i in (0, 2, 1, 1, 0, 2)]  # the class of ILSVRC2012_val_0000000{1..6}

@@ -81,7 +81,8 @@ def test_the_check_sees_every_form_of_import():
 
 
 def test_shared_helpers_live_in_tests_helpers():
-    flat = [p.name for p in TESTS.glob("*.py") if not p.name.startswith("test_") and p.name not in ("conftest.py", "__init__.py")]
+    flat = [p.name for p in TESTS.glob("*.py")
+            if not p.name.startswith("test_") and p.name not in ("conftest.py", "__init__.py")]  # fmt: skip
     assert not flat, f"helper modules outside tests/helpers/: {sorted(flat)}"
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from resnet import build_model
-from resnet.checkpoint import save_checkpoint
 from resnet.engine.optim import scheduler_state
-from resnet.engine.state import load_training_state, rng_state
+from resnet.engine.state import rng_state
+from resnet.engine.training_state import TrainingState
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def training_state(arch: str) -> tuple[torch.nn.Module, dict]:
+def training_state(arch: str) -> tuple[torch.nn.Module, TrainingState]:
     """The model and what Checkpointer saves beside it, after one optimizer step (SGD's momentum
     buffers exist from the first step) and one EMA update."""
     from timm.utils import ModelEmaV3
@@ -53,24 +53,23 @@ def training_state(arch: str) -> tuple[torch.nn.Module, dict]:
     scheduler.step()
     ema = ModelEmaV3(model, decay=0.9999)
     ema.update(model, step=0)
-    extra = {"optimizer": optimizer.state_dict(), "scheduler": scheduler_state(scheduler),
-             "ema": ema.module.state_dict(), "epoch": 1, "step": 1,
-             "rng": [rng_state()], "history": [], "config": {}, "layout": {"world_size": 1}}  # fmt: skip
-    return model, extra
+    state = TrainingState(epoch=1, step=1, optimizer=optimizer.state_dict(), scheduler=scheduler_state(scheduler),
+                          rng=[rng_state()], config={}, layout={"world_size": 1}, ema=ema.module.state_dict())
+    return model, state
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    model, extra = training_state(args.arch)
+    model, state = training_state(args.arch)
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         path = Path(folder) / "last.pt"
         saves, loads = [], []
         for _ in range(args.repeats):
             start = time.perf_counter()
-            save_checkpoint(path, model, **extra)
+            state.save(path, model)
             saves.append(time.perf_counter() - start)
             start = time.perf_counter()
-            load_training_state(path, torch.device("cpu"))
+            TrainingState.read(path)
             loads.append(time.perf_counter() - start)
         size = path.stat().st_size
     result = {"arch": args.arch, "bytes": size, "save_s": statistics.median(saves), "load_s": statistics.median(loads),

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import save_checkpoint
 from ..checkpoint.errors import error_line
 from ..distributed import DistEnv, gather_objects
 from .optim import scheduler_state
 from .state import rng_state
+from .training_state import TrainingState
 
 
 class RunFailed(RuntimeError):
@@ -70,17 +70,13 @@ class Checkpointer:
 
     def _write(self, epoch_done: int, step: int, rng: list, partials: list | None) -> None:
         t = self.training
-        extra = {"scaler": t.scaler.state_dict()} if t.scaler is not None else {}
-        if t.ema is not None:
-            extra["ema"] = t.ema.module.state_dict()
-        if partials is not None:
-            extra["epoch_partial"], extra["epoch_partial_ranks"] = partials[0], partials
-        if t.grid:
-            extra["grid"] = t.grid  # the presets these weights were trained for; meta: the first
-        save_checkpoint(
-            self.path, t.model, optimizer=t.optimizer.state_dict(), scheduler=scheduler_state(t.scheduler),
-            epoch=epoch_done, step=step, rng=rng, history=self.history, config=self.config, layout=self.layout, **extra,
-        )
+        TrainingState(
+            epoch=epoch_done, step=step, optimizer=t.optimizer.state_dict(), scheduler=scheduler_state(t.scheduler),
+            rng=rng, history=self.history, config=self.config, layout=self.layout, grid=t.grid or None,
+            scaler=t.scaler.state_dict() if t.scaler is not None else None,
+            ema=t.ema.module.state_dict() if t.ema is not None else None,
+            epoch_partial=partials[0] if partials is not None else None, epoch_partial_ranks=partials,
+        ).save(self.path, t.model)
 
 
 def nonfinite(training) -> list[str]:

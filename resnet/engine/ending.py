@@ -153,14 +153,14 @@ def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
         return ("none", None)
     last = run_dir / "last.pt"
     if last.exists():
-        from .state import load_training_state
+        from .training_state import TrainingState
 
         try:
-            state = load_training_state(last, torch.device("cpu"))
+            state = TrainingState.read(last, torch.device("cpu"))
         except (FileNotFoundError, ValueError):
             state = None
-        if state is not None and state.get("config"):
-            refused, _ = compare(state["config"], OmegaConf.to_container(cfg, resolve=True))
+        if state is not None and state.config:
+            refused, _ = compare(state.config, OmegaConf.to_container(cfg, resolve=True))
             if refused:
                 raise ConfigError(f"{run_dir} holds a finished run of another config: " + refusal(last, refused))
     return ("finished", results)

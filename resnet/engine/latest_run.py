@@ -118,12 +118,10 @@ def _recorded_config(folder: Path) -> dict | None:
         return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
     except Exception:  # noqa: BLE001 (absent, or a YAML another version wrote: the checkpoint then)
         pass
-    from .state import load_training_state
+    from .training_state import TrainingState
 
     try:
-        import torch
-
-        return load_training_state(folder / "last.pt", torch.device("cpu")).get("config")
+        return TrainingState.read(folder / "last.pt").config
     except (OSError, ValueError):
         return None
 

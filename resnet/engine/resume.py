@@ -8,14 +8,15 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..checkpoint import CheckpointError, load_weights, recorded_grid
+from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
 from ..config import ConfigError
 from ..distributed import DistEnv
 from .checks import grid_bn
 from .optim import load_scheduler_state, scale_lr
 from .resume_rules import Difference, compare
-from .state import find_resume, load_training_state
+from .state import find_resume
+from .training_state import TrainingState
 
 
 @dataclass
@@ -36,7 +37,7 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     or start from scratch; every way a checkpoint cannot fit this run is one line naming the fix."""
     try:  # a missing path, a weights-only file, a file that would unpickle code: one line
         path = find_resume(cfg.resume, run_dir)
-        state = load_training_state(path, torch.device("cpu")) if path is not None else None
+        state = TrainingState.read(path, torch.device("cpu")) if path is not None else None
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if state is None:
@@ -49,8 +50,8 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     for change in changes:  # a new LR scale: the loaded optimizer and schedule still hold the old one
         if change.key == "optim.lr":
             scale_lr(training.optimizer, training.scheduler, change.now / change.was)
-    start = ResumePoint(state["epoch"], state["step"], list(state.get("history", [])), partial,
-                        state["rng"][min(env.rank, len(state["rng"]) - 1)], [str(c) for c in changes])
+    start = ResumePoint(state.epoch, state.step, list(state.history), partial, state.rng_of(env.rank),
+                        [str(c) for c in changes])
     if env.is_main:
         where = f"epoch {start.epoch}" + (f", batch {partial['batches']}" if partial else "")
         print(f"resumed from {path} after {where} (step {start.step})")
@@ -63,18 +64,16 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
 GROUP_HINTS = {"model.arch": "model", "optim.name": "optim", "sched.name": "sched", "data.name": "data"}
 
 
-def check_resumable(cfg: DictConfig, state: dict, path: Path, layout: dict, meta) -> list[Difference]:
+def check_resumable(cfg: DictConfig, state: TrainingState, path: Path, layout: dict, meta) -> list[Difference]:
     """Refuse, in one line naming both values, a checkpoint that another config trained (the
     fixed keys of :mod:`.resume_rules`, the world size, the padding the model was built with);
     return the settings this resume changes."""
-    recorded = dict(state.get("config") or {})
-    if state.get("layout") and "world_size" in state["layout"]:
-        recorded["world_size"] = state["layout"]["world_size"]
+    recorded = state.recorded()
     now = {**OmegaConf.to_container(cfg, resolve=True), "world_size": layout["world_size"]}
-    refused, changed = compare(recorded, now) if state.get("config") else ([], [])
-    was_padding = (state.get("meta") or {}).get("padding")
-    if was_padding is not None and was_padding != meta.padding.as_dict() and not state.get("grid"):
-        refused.insert(0, Difference("padding", state["meta"].get("padding_name"), meta.padding_name))
+    refused, changed = compare(recorded, now) if state.config else ([], [])
+    was_padding = state.meta.get("padding")
+    if was_padding is not None and was_padding != meta.padding.as_dict() and not state.grid:
+        refused.insert(0, Difference("padding", state.meta.get("padding_name"), meta.padding_name))
     if refused:
         raise ConfigError(refusal(path, refused))
     _check_same_grid(cfg, state, path)
@@ -149,24 +148,21 @@ def _value(value) -> str:
     return "null" if value is None else str(value)
 
 
-def _partial(state: dict, path: Path, layout: dict, rank: int) -> dict | None:
+def _partial(state: TrainingState, path: Path, layout: dict, rank: int) -> dict | None:
     """This rank's totals of the epoch ``state`` was saved in, where it was saved mid-epoch; such a
     resume needs the batch order of the run that saved it."""
-    partial = state.get("epoch_partial")
-    if partial is not None and state.get("layout") != layout:
+    if state.epoch_partial is not None and state.layout != layout:
         raise ConfigError(
-            f"{path} was saved mid-epoch with {state.get('layout')}; resuming there needs the same "
+            f"{path} was saved mid-epoch with {state.layout}; resuming there needs the same "
             f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
         )
-    if partial is not None and state.get("epoch_partial_ranks"):  # older files: rank 0's totals alone
-        partial = state["epoch_partial_ranks"][rank]  # this rank's own loss sum and skipped images
-    return partial
+    return state.partial_of(rank)  # this rank's own loss sum and skipped images
 
 
-def _check_same_grid(cfg: DictConfig, state: dict, path: Path) -> None:
+def _check_same_grid(cfg: DictConfig, state: TrainingState, path: Path) -> None:
     """A grid run resumes with its own presets and BatchNorm layout: another list of as many presets
     would load and train one preset's BatchNorm rows as another's."""
-    (was, norms_was), now = recorded_grid(state), list(cfg.get("grid") or [])
+    (was, norms_was), now = state.grid_layout(), list(cfg.get("grid") or [])
     if was != now:
         given = f"grid=[{','.join(was)}]" if was else "no grid="
         raise ConfigError(f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
@@ -176,18 +172,18 @@ def _check_same_grid(cfg: DictConfig, state: dict, path: Path) -> None:
                           "with resume=false")
 
 
-def _load_state(training, state: dict, path: Path) -> None:
+def _load_state(training, state: TrainingState, path: Path) -> None:
     try:  # another architecture, missing keys: one line naming both and the fix
-        load_weights(training.model, state["model"], path, arch=state["meta"]["arch"])  # not wrapped yet
+        load_weights(training.model, state.model, path, arch=state.meta["arch"])  # not wrapped yet
     except CheckpointError as err:
         raise ConfigError(str(err)) from None
     try:
-        training.optimizer.load_state_dict(state["optimizer"])
-        load_scheduler_state(training.scheduler, state["scheduler"])
-        if training.scaler is not None and "scaler" in state:
-            training.scaler.load_state_dict(state["scaler"])
-        if training.ema is not None and "ema" in state:
-            load_weights(training.ema.module, state["ema"], f"{path} (its EMA weights)")
+        training.optimizer.load_state_dict(state.optimizer)
+        load_scheduler_state(training.scheduler, state.scheduler)
+        if training.scaler is not None and state.scaler is not None:
+            training.scaler.load_state_dict(state.scaler)
+        if training.ema is not None and state.ema is not None:
+            load_weights(training.ema.module, state.ema, f"{path} (its EMA weights)")
     except (ValueError, KeyError, TypeError) as err:
         raise ConfigError(
             f"{path} was saved with another optimizer or schedule ({error_line(err)}); resume with the "

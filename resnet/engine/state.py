@@ -1,4 +1,4 @@
-"""Seeding, RNG snapshots and the resumable training state inside a checkpoint."""
+"""Seeding, RNG snapshots, and which checkpoint a run resumes from (what it holds: :mod:`.training_state`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from ..checkpoint import CheckpointError, load_checkpoint
-from ..checkpoint.errors import describe
 
 
 def seed_everything(seed: int) -> None:
@@ -74,28 +71,3 @@ def find_resume(resume: bool | str, run_dir: Path) -> Path | None:
     if not path.is_file():
         raise FileNotFoundError(f"resume={resume}: no checkpoint there; pass a last.pt path or resume=true")
     return path
-
-
-def load_training_state(path: Path, map_location: torch.device) -> dict:
-    """The checkpoint at ``path`` with what a resume needs: weights, optimizer and scheduler
-    state, epoch and step counters.
-
-    :func:`resnet.checkpoint.load_checkpoint` checks it first (a readable file of a format
-    this code reads, a state dict, a meta naming a known architecture), so the caller can
-    compare ``state["meta"]["arch"]`` with its model's and load the weights with
-    :func:`resnet.checkpoint.load_weights`. Every problem is one ``CheckpointError`` line.
-    """
-    checkpoint = load_checkpoint(path, map_location=map_location)
-    missing = [k for k in ("optimizer", "scheduler", "epoch", "step") if k not in checkpoint]
-    if missing:
-        raise CheckpointError(
-            f"{path} is not a training checkpoint (no {', '.join(missing)}), only weights: evaluate it with "
-            f"eval.py weights={path}, or resume from the last.pt of a train.py run"
-        )
-    for key, kind in (("optimizer", dict), ("scheduler", dict), ("epoch", int), ("step", int)):
-        value = checkpoint[key]
-        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
-            raise CheckpointError(
-                f"{path} has a malformed {key} entry ({describe(value)}); the file is corrupt: pass another checkpoint"
-            )
-    return checkpoint

@@ -17,7 +17,7 @@ from resnet.config import ConfigError
 from resnet.engine.resume import check_resumable
 from resnet.engine.resume_rules import RULES, compare, flatten, rule
 from resnet.engine.run import build_run_model
-from resnet.engine.state import load_training_state
+from resnet.engine.training_state import TrainingState
 from tests.helpers.compose import compose_config
 from tests.helpers.training import REPO, run_in_process, tiny_overrides
 
@@ -56,8 +56,8 @@ def trained(tiny_folder, tmp_path_factory) -> Path:
 
 def check(tiny_folder, trained: Path, *overrides: str, world_size: int = 1):
     cfg = compose_config("train", *tiny_overrides(tiny_folder, trained.parent, "epochs=1", *overrides))
-    state = load_training_state(trained, torch.device("cpu"))
-    layout = {**state["layout"], "world_size": world_size}
+    state = TrainingState.read(trained)
+    layout = {**state.layout, "world_size": world_size}
     return check_resumable(cfg, state, trained, layout, build_run_model(cfg).meta)
 
 

@@ -1,7 +1,7 @@
 """Every way a checkpoint can be unusable is one line that names the file and says what to do:
 cut short, empty, not a checkpoint, missing, the wrong object, another architecture, missing
 or unexpected keys, shape mismatches, a newer format, malformed meta; for load_model,
-load_checkpoint, load_training_state, eval's weights=, an importer, and under random damage."""
+load_checkpoint, TrainingState.read, eval's weights=, an importer, and under random damage."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from resnet.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
-from resnet.engine.state import load_training_state
+from resnet.engine.training_state import TrainingState
 from resnet.evaluation.run import evaluate_weights
 from resnet.weights import WeightsError, parse_weights
 from resnet.weights import load_weights as load_published
@@ -117,7 +117,7 @@ CASES = {
 LOADERS = {
     "load_model": load_model,
     "load_checkpoint": load_checkpoint,
-    "load_training_state": lambda path: load_training_state(path, torch.device("cpu")),
+    "TrainingState.read": TrainingState.read,
 }
 
 
@@ -159,7 +159,7 @@ def test_the_format_is_written_and_its_absence_means_the_current_layout(good, tm
 def test_a_weights_only_file_cannot_be_resumed(good, tmp_path):
     path = save_checkpoint(tmp_path / "weights.pt", resnet.build_model(ARCH, CLASSES))
     with pytest.raises(CheckpointError) as raised:
-        load_training_state(path, torch.device("cpu"))
+        TrainingState.read(path)
     one_line(raised, path, "not a training checkpoint (no optimizer, scheduler, epoch, step)", "eval.py weights=")
 
 
@@ -167,18 +167,18 @@ def test_a_weights_only_file_cannot_be_resumed(good, tmp_path):
 
 
 def test_another_architecture_names_both_and_the_model_to_pass(good):
-    state = load_training_state(good, torch.device("cpu"))
-    assert state["meta"]["arch"] == ARCH  # validated and canonical: the resume compares it with its model's
+    state = TrainingState.read(good)
+    assert state.meta["arch"] == ARCH  # validated and canonical: the resume compares it with its model's
     small = resnet.build_model("resnet_small", CLASSES)  # the same keys, every shape doubled
     with pytest.raises(CheckpointError) as raised:
-        load_weights(small, state["model"], good, arch=state["meta"]["arch"])
+        load_weights(small, state.model, good, arch=state.meta["arch"])
     message = one_line(raised, good, "holds resnet_tiny weights, not resnet_small", "pass model=resnet_tiny")
     assert "46 shape mismatches (conv1.weight [16, 3, 3, 3] vs the model's [32, 3, 3, 3], bn1.weight" in message
     assert "load_model" in message and "size mismatch" not in message
 
     tiny = resnet.build_model(ARCH, CLASSES)  # every shape fits, but the checkpoint says it is another arch
     with pytest.raises(CheckpointError) as raised:
-        load_weights(tiny, state["model"], good, arch="resnet_small")
+        load_weights(tiny, state.model, good, arch="resnet_small")
     one_line(raised, good, "holds resnet_small weights, not resnet_tiny (the same keys and shapes")
 
 

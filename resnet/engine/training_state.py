@@ -1,0 +1,94 @@
+"""What a train.py checkpoint (``last.pt``) holds beyond the weights and meta that every weights
+file of :mod:`resnet.checkpoint` has: one definition of its keys, written by
+:class:`~resnet.engine.checkpointer.Checkpointer`, read back and checked once by
+:meth:`TrainingState.read`, and used as attributes by the resume, the finished-run check and the
+latest-run lookup."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..checkpoint import CheckpointError, load_checkpoint, recorded_grid, save_checkpoint
+from ..checkpoint.errors import describe
+
+# the keys without which a file holds weights only; each with the type it must have
+REQUIRED = {"optimizer": dict, "scheduler": dict, "epoch": int, "step": int}
+
+
+@dataclass
+class TrainingState:
+    epoch: int  # epochs done (the epoch a mid-epoch save was in, less one)
+    step: int  # optimizer steps done
+    optimizer: dict
+    scheduler: dict
+    rng: list[dict]  # every rank's generator states (resnet.engine.state.rng_state), by rank
+    history: list[dict] = field(default_factory=list)  # one row per epoch done
+    config: dict | None = None  # the run's resolved config: what a resume compares
+    layout: dict | None = None  # world size and batch order: what a mid-epoch resume needs again
+    grid: list[str] | None = None  # the presets a grid model trains for (meta holds the first)
+    scaler: dict | None = None  # fp16's GradScaler
+    ema: dict | None = None  # the EMA weights
+    # an epoch saved mid-way: every rank's totals of it (EpochStats.state); epoch_partial is rank
+    # 0's, which older files hold alone
+    epoch_partial: dict | None = None
+    epoch_partial_ranks: list[dict] | None = None
+    # what every weights file holds (resnet.checkpoint), filled in by read()
+    model: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def save(self, path: Path, model: nn.Module) -> Path:
+        """Write ``model``'s weights and meta with this state to ``path``, atomically. The
+        optional keys are written only where they hold something."""
+        entries = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "meta")}
+        always = ("epoch", "step", "optimizer", "scheduler", "rng", "history", "config", "layout")
+        return save_checkpoint(path, model, **{k: v for k, v in entries.items() if k in always or v is not None})
+
+    @classmethod
+    def read(cls, path: Path, map_location: torch.device | str = "cpu") -> TrainingState:
+        """The training state of the checkpoint at ``path``, checked: a file
+        :func:`resnet.checkpoint.load_checkpoint` reads (its weights and a meta naming a known
+        architecture), and the keys a resume needs, of their types. Every problem is one
+        ``CheckpointError`` line."""
+        checkpoint = load_checkpoint(path, map_location=map_location)
+        missing = [k for k in REQUIRED if k not in checkpoint]
+        if missing:
+            raise CheckpointError(
+                f"{path} is not a training checkpoint (no {', '.join(missing)}), only weights: evaluate it with "
+                f"eval.py weights={path}, or resume from the last.pt of a train.py run"
+            )
+        for key, kind in REQUIRED.items():
+            value = checkpoint[key]
+            if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
+                raise CheckpointError(
+                    f"{path} has a malformed {key} entry ({describe(value)}); the file is corrupt: pass another "
+                    "checkpoint"
+                )
+        known = {f.name for f in fields(cls)} - {"rng", "history"}
+        return cls(**{k: v for k, v in checkpoint.items() if k in known},
+                   rng=list(checkpoint.get("rng") or []), history=list(checkpoint.get("history") or []))  # fmt: skip
+
+    def rng_of(self, rank: int) -> dict | None:
+        """``rank``'s generator states (the last rank's where the file has fewer)."""
+        return self.rng[min(rank, len(self.rng) - 1)] if self.rng else None
+
+    def partial_of(self, rank: int) -> dict | None:
+        """``rank``'s totals of the epoch this state was saved in, where it was saved mid-epoch."""
+        if self.epoch_partial is not None and self.epoch_partial_ranks:
+            return self.epoch_partial_ranks[rank]
+        return self.epoch_partial  # older files: rank 0's totals alone
+
+    def recorded(self) -> dict:
+        """The config it was trained with, and the world size it ran at."""
+        recorded = dict(self.config or {})
+        if self.layout and "world_size" in self.layout:
+            recorded["world_size"] = self.layout["world_size"]
+        return recorded
+
+    def grid_layout(self) -> tuple[list[str], str]:
+        """The grid presets its weights were trained for, and their BatchNorm layout, read from the
+        weights (:func:`resnet.checkpoint.recorded_grid`)."""
+        return recorded_grid({"grid": self.grid, "model": self.model})

@@ -20,13 +20,12 @@ data.fashion_mnist --download`` runs it as a script cleanly.
 from .batch import BadImage, Batch, SkipLog, collate
 from .config import DataConfig
 from .imagefolder import ImageFolder
-from .loader import DATASETS, Loaders, build_loaders
+from .loader import Loaders, build_loaders
 from .normalize import PREPROCESSING, Normalize
 from .samplers import ShardSampler
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop, random_crop_flip
 
 __all__ = [
-    "DATASETS",
     "PREPROCESSING",
     "BadImage",
     "Batch",

@@ -21,7 +21,7 @@ class ConfigError(ValueError):
 class DataConfig:
     """A dataset and how its images are read, cropped and augmented (:func:`data.build_loaders`)."""
 
-    name: str  # one of data.DATASETS, or an in-memory dataset's (data.registry)
+    name: str  # a dataset of data.registry
     root: str | None = None  # the folder holding train/ and val/ (None: an in-memory dataset's own)
     workers: int = 0  # decode processes per training process
     image_size: int | None = None  # None: 224 for image files, an in-memory dataset's own size

@@ -1,9 +1,9 @@
 """Train and val DataLoaders for every dataset in one call: :func:`build_loaders`.
 
-Datasets: those of image files (:data:`DATASETS`), ``imagenet`` and ``imagefolder``
+Datasets (:mod:`data.registry`): those of image files, ``imagenet`` and ``imagefolder``
 (``root/train/<class>/*`` and ``root/val/<class>/*``, the same classes in both; ``imagenet`` only
-words its errors for ImageNet's wnid folders) and ``imagenet_shards``; and those held in memory
-(:mod:`data.registry`): the built-in ``fashion_mnist`` (28x28 grey) and ``synthetic``.
+words its errors for ImageNet's wnid folders) and ``imagenet_shards``; and those held in memory:
+the built-in ``fashion_mnist`` (28x28 grey) and ``synthetic``.
 
 What the trainer does::
 
@@ -61,13 +61,10 @@ from .gpu_decode import EncodedRandomResizedCropFlip, check_decode, collate_enco
 from .imagefolder import ImageFolder, check_same_classes
 from .in_memory import TensorImages
 from .index_cache import load_scan, rank_zero_first
-from .registry import InMemory, folder_layout, in_memory, in_memory_names
+from .registry import InMemory, OnDisk, find, names
 from .samplers import EpochSampler, ShardSampler
 from .shards.read import ShardBatches
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
-
-DATASETS = ("imagenet", "imagefolder", "imagenet_shards")  # of image files; in memory: data/registry.py
-SHARDED = ("imagenet_shards",)  # root/train and root/val hold index.json and tar shards (python -m data.shards)
 
 
 @dataclass
@@ -120,15 +117,15 @@ def build_loaders(
     val_images: int | None = None,  # validation scores this many of the val images (None: all)
 ) -> Loaders:
     """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
-    _check(data)
-    if data.name in SHARDED:
+    dataset = _check(data)
+    if isinstance(dataset, OnDisk) and dataset.sharded:
         return _shard_loaders(data, batch_size, rank, world_size, seed, val_batch_size or batch_size, val_images)
-    if (dataset := in_memory(data.name)) is not None:
+    if isinstance(dataset, InMemory):
         train_set, val_set, protocol = _in_memory(data, dataset)
         class_names, in_chans, image_size = list(dataset.classes), dataset.in_chans, dataset.image_size
         workers, collate_fn = 0, pass_batch  # in memory: workers would only pickle
     else:
-        train_dir, val_dir = _split_dirs(data.name, data.root)
+        train_dir, val_dir = _split_dirs(dataset, data.root)
         train_tf, val_tf = _file_transforms(data)
         log = print if rank == 0 else None
         train_scan, val_scan = rank_zero_first(lambda: [load_scan(d, cache_dir, log) for d in (train_dir, val_dir)])
@@ -163,26 +160,27 @@ def build_loaders(
     )
 
 
-def _check(data: DataConfig) -> None:
-    """One line for a combination no loader can serve, naming what to pass instead."""
-    dataset = in_memory(data.name)
-    if data.name not in DATASETS and dataset is None:
-        known = ", ".join(DATASETS + tuple(in_memory_names()))
-        raise ValueError(f"unknown dataset {data.name!r}; choose one of {known}")
-    if dataset is not None and (data.auto_augment or data.repeated_aug > 1 or data.progressive):
+def _check(data: DataConfig) -> InMemory | OnDisk:
+    """``data``'s dataset; one line for a combination no loader can serve, naming what to pass instead."""
+    dataset = find(data.name)
+    if dataset is None:
+        raise ValueError(f"unknown dataset {data.name!r}; choose one of {', '.join(names())}")
+    memory = dataset if isinstance(dataset, InMemory) else None
+    if memory is not None and (data.auto_augment or data.repeated_aug > 1 or data.progressive):
         raise ValueError(f"{data.name} is augmented in memory by random crops and flips only; auto_augment, "
                          "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)")
-    if dataset is not None and data.image_size not in (None, dataset.image_size):
-        size = dataset.image_size
+    if memory is not None and data.image_size not in (None, memory.image_size):
+        size = memory.image_size
         raise ValueError(f"{data.name} images are {size}x{size}; leave image_size unset, not {data.image_size}")
     check_decode(data.decode)
-    if data.decode == "gpu" and (dataset is not None or data.auto_augment or not data.augment):
+    if data.decode == "gpu" and (memory is not None or data.auto_augment or not data.augment):
         raise ValueError("data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
                          "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
                          "or pass data.decode=cpu")
-    if data.name in SHARDED and data.repeated_aug > 1:
+    if memory is None and dataset.sharded and data.repeated_aug > 1:
         raise ValueError("repeated augmentation samples indices: it needs image folders, not shards "
                          "(data=imagenet), or data.repeated_aug=0")
+    return dataset
 
 
 def _in_memory(data: DataConfig, dataset: InMemory) -> tuple[Dataset, Dataset, dict[str, str]]:
@@ -264,9 +262,9 @@ def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, re
     return EpochSampler(shares, seed, seeded=isinstance(train_set, ImageFolder))
 
 
-def _split_dirs(name: str, root: str | None) -> tuple[Path, Path]:
+def _split_dirs(dataset: OnDisk, root: str | None) -> tuple[Path, Path]:
     """``root/train`` and ``root/val``, or one line saying what to pass."""
-    layout = f"{folder_layout(name, 'train')} and {folder_layout(name, 'val')}"
+    name, layout = dataset.name, f"{dataset.layout('train')} and {dataset.layout('val')}"
     if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
         raise FileNotFoundError(f"{name} needs data.root=/path/to/{name} holding {layout}; got root={root}")
     return Path(root) / "train", Path(root) / "val"

@@ -10,9 +10,9 @@ Adding one is a module beside this one and a ``configs/data/<name>.yaml`` (see `
 The modules are imported when first asked for, not here: ``python -m data.fashion_mnist`` must be
 that module's first import.
 
-Of the datasets of image files, the one fact that differs by name is held here too:
-:data:`WNID_FOLDERS`, whose class folders are ImageNet's wnids (:func:`folder_layout`). The ImageNet
-test sets have their own table, :mod:`data.testsets`.
+The datasets of image files are entries here too (:data:`ON_DISK`: whether one is sharded, whether
+its class folders are ImageNet's wnids, its layout); :func:`find` returns any dataset by name. The
+ImageNet test sets have their own table, :mod:`data.testsets`.
 """
 
 from __future__ import annotations
@@ -53,11 +53,32 @@ def in_memory_names() -> list[str]:
     return sorted(dataset.name for dataset in found if dataset is not None)
 
 
-# Image-file datasets whose class folders are ImageNet's wnids (n01440764, ...): their errors name
-# that layout, and a val/ without train/ beside it keeps ImageNet's 1,000 class indices.
-WNID_FOLDERS = ("imagenet",)
+@dataclass(frozen=True)
+class OnDisk:
+    """A dataset of image files under ``data.root``: class folders, or tar shards."""
+
+    name: str  # the YAML's data.name
+    sharded: bool = False  # root/<split> holds index.json and its .tar shards (python -m data.shards)
+    # class folders named by ImageNet's wnids (n01440764, ...): errors name that layout, and a val/
+    # without train/ beside it keeps ImageNet's 1,000 class indices
+    wnid_folders: bool = False
+
+    def layout(self, split: str) -> str:
+        """``split``'s layout under data.root, for the line that says what to pass."""
+        if self.sharded:
+            return f"{split}/index.json and {split}/*.tar"
+        return f"{split}/<wnid>/*.JPEG" if self.wnid_folders else f"{split}/<class>/*"
 
 
-def folder_layout(name: str, split: str) -> str:
-    """``split/<class>/*`` as dataset ``name`` lays it out, for the line that says what to pass."""
-    return f"{split}/<wnid>/*.JPEG" if name in WNID_FOLDERS else f"{split}/<class>/*"
+ON_DISK = {d.name: d for d in (OnDisk("imagenet", wnid_folders=True), OnDisk("imagefolder"),
+                               OnDisk("imagenet_shards", sharded=True))}  # fmt: skip
+
+
+def find(name: str) -> InMemory | OnDisk | None:
+    """The dataset ``name``: in memory, of image files, or None (no such dataset)."""
+    return ON_DISK.get(name) or in_memory(name)
+
+
+def names() -> list[str]:
+    """Every dataset's name, for the message that lists the choices (imports data/'s modules)."""
+    return [*ON_DISK, *in_memory_names()]

@@ -24,13 +24,12 @@ from typing import NamedTuple
 import torch
 import torchvision.transforms.v2.functional as TF
 
-from data import DATASETS, ImageFolder, ShardSampler, collate
+from data import ImageFolder, ShardSampler, collate
 from data.batch import BadImage, pass_batch
 from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
 from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
-from data.loader import SHARDED
-from data.registry import WNID_FOLDERS, folder_layout, in_memory, in_memory_names
+from data.registry import InMemory, OnDisk, find, names
 from data.shards.read import ShardBatches
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
@@ -155,17 +154,17 @@ def build_eval_loader(
     ImageNet-ReaL's ``real.json`` (None: timm's copy). ``split="train"``: the training split
     through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`). ``take``: score
 that many of the split's images, spread over it (shards: the first that many); None: all."""
-    memory = in_memory(name)
-    if name not in DATASETS + TEST_SETS and memory is None:
-        known = DATASETS + tuple(in_memory_names()) + TEST_SETS
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(known)}")
+    entry = find(name)
+    if entry is None and name not in TEST_SETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join([*names(), *TEST_SETS])}")
     if split not in ("val", "train") or (split == "train" and name in TEST_SETS):
         raise ValueError(f"data={name} has no {split} split to read here; use its training set's dataset "
                          "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)")
     labels = note = None
-    if memory is not None:
+    if isinstance(entry, InMemory):
         from data.in_memory import TensorImages
 
+        memory = entry
         dataset = TensorImages(*memory.load(split))
         num_classes, in_chans, workers, collate_fn = len(memory.classes), memory.in_chans, 0, pass_batch
         native = dataset.images.shape[-1]
@@ -179,7 +178,7 @@ that many of the split's images, spread over it (shards: the first that many); N
         if name in TEST_SETS:
             found = open_test_set(name, root, transform, real_labels)
             dataset, labels, note = found.dataset, found.labels, found.note
-        elif name in SHARDED:  # exact-once, contiguous ranges of the shards
+        elif entry.sharded:  # exact-once, contiguous ranges of the shards
             shards = ShardBatches.open(val_dir, transform, batch_size, rank, world_size, train=False,
                                        collate_fn=collate_fn, limit=take)
             loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
@@ -192,7 +191,7 @@ that many of the split's images, spread over it (shards: the first that many); N
         elif is_flat(val_dir):
             dataset = flat_val(root, val_dir, transform, val_labels, devkit)
         else:
-            dataset, note = val_folder(name, root, val_dir, transform)
+            dataset, note = val_folder(entry, root, val_dir, transform)
         # the logits a model needs: ImageNet's 1,000 for every test set (R and A score 200 of them)
         num_classes = len(imagenet_wnids()) if name in TEST_SETS else len(dataset.classes)
         in_chans, device_resize = 3, None
@@ -209,7 +208,7 @@ that many of the split's images, spread over it (shards: the first that many); N
                     split_size=len(dataset) if size < len(dataset) else None)
 
 
-def val_folder(name: str, root: str, val_dir: Path, transform) -> tuple[ImageFolder, str | None]:
+def val_folder(entry: OnDisk, root: str, val_dir: Path, transform) -> tuple[ImageFolder, str | None]:
     """``val/<class>/*`` and a note where it holds part of ImageNet's classes.
 
     Its classes are the training split's when that is there, so that a val folder missing a class
@@ -218,7 +217,7 @@ def val_folder(name: str, root: str, val_dir: Path, transform) -> tuple[ImageFol
     train_dir = Path(root) / "train"
     if train_dir.is_dir():
         return ImageFolder(val_dir, transform, classes=find_classes(train_dir)), None
-    if name not in WNID_FOLDERS:
+    if not entry.wnid_folders:
         return ImageFolder(val_dir, transform), None
     dataset = ImageFolder(val_dir, transform, classes=list(imagenet_wnids()), subset=True)
     if len(dataset.present) == len(dataset.classes):
@@ -231,7 +230,7 @@ def eval_dir(name: str, root: str | None) -> Path:
     """``root/val`` of an image-folder dataset (a test set's own folder), or one line saying what to pass."""
     if name in TEST_SETS:
         return images_root(name, root)
-    layout = folder_layout(name, "val")
+    layout = find(name).layout("val")
     if root is None or not (Path(root) / "val").is_dir():
         raise FileNotFoundError(f"{name} evaluation needs data.root=/path/to/{name} holding {layout}; got root={root}")
     return Path(root) / "val"

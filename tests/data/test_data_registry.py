@@ -10,16 +10,26 @@ import pytest
 import torch
 
 from data import DataConfig, build_loaders
-from data.registry import InMemory, in_memory
+from data.registry import InMemory, OnDisk, find, in_memory, names
+from data.testsets import TEST_SETS
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
 from tests.helpers.compose import compose_config
+from tests.helpers.procs import REPO
 
 
 @pytest.mark.parametrize("name", ["imagenet", "imagefolder", "imagenet_shards", "imagenet_v2", "registry", "loader",
                                   "no_such_dataset", "../etc"])  # fmt: skip
 def test_only_a_module_that_defines_a_dataset_is_one(name):
     assert in_memory(name) is None
+
+
+def test_every_data_config_is_a_registry_entry_or_a_test_set():
+    configs = {p.stem for p in (REPO / "configs" / "data").glob("*.yaml")}
+    assert configs == set(names()) | set(TEST_SETS)
+    assert all(isinstance(find(name), OnDisk | InMemory) for name in names()) and find("imagenet_v2") is None
+    assert (find("imagenet").layout("val"), find("imagefolder").layout("val")) == ("val/<wnid>/*.JPEG", "val/<class>/*")
+    assert [name for name in names() if isinstance(find(name), OnDisk) and find(name).sharded] == ["imagenet_shards"]
 
 
 def test_the_synthetic_dataset_is_cifar10_shaped_and_the_same_every_time():

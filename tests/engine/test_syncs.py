@@ -198,6 +198,7 @@ def _rank_main(rank: int, store: str, out: Path, nan_step: int | None, on_nonfin
     """One of two processes: 8 steps of 4 images, DDP, log_every=4; the loss of ``nan_step`` is NaN
     on rank 1. Writes what it counted and how its epoch ended to ``out``/<rank>.json."""
     try:
+        torch.set_num_threads(1)  # two processes on the suite's cores: one thread each, as torchrun gives
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
         counter = Reads()
         for name in READS:
@@ -260,6 +261,7 @@ def two_processes(tmp_path: Path, nan_step: int | None, on_nonfinite: str = "sto
     return results
 
 
+@pytest.mark.slow  # two processes each
 @pytest.mark.xdist_group("forkserver")  # one worker, one forkserver (an interpreter importing torch)
 def test_two_processes_agree_on_the_host_every_step_and_read_losses_every_log_every(tmp_path):
     # 8 steps, log_every=4: the host all-reduce (empty batch or stop, all_reduce_host) every step;
@@ -271,6 +273,7 @@ def test_two_processes_agree_on_the_host_every_step_and_read_losses_every_log_ev
         assert result["reads"] == 3
 
 
+@pytest.mark.slow  # two processes each
 @pytest.mark.xdist_group("forkserver")  # one worker, one forkserver (an interpreter importing torch)
 def test_a_nonfinite_loss_on_one_process_stops_both_naming_the_same_step(tmp_path):
     # Rank 1's loss after 5 steps (the 6th step) is NaN; DDP averages its gradients into rank 0's weights,
@@ -280,6 +283,7 @@ def test_a_nonfinite_loss_on_one_process_stops_both_naming_the_same_step(tmp_pat
     assert "non-finite loss (nan) at step 6 (epoch 1, batch 6)" in second["error"]
 
 
+@pytest.mark.slow  # two processes each
 @pytest.mark.xdist_group("forkserver")  # one worker, one forkserver (an interpreter importing torch)
 def test_a_nonfinite_loss_on_one_process_is_skipped_by_both(tmp_path):
     first, second = two_processes(tmp_path, nan_step=5, on_nonfinite="skip")

@@ -173,6 +173,7 @@ def test_channels_last_gives_the_contiguous_loss_and_gradients():
 # --- torch.compile -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # C++ kernels compiled cold: about 35 s on 2 cores, scheduled first
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                     reason="torch.compile's default backend (inductor) compiles C++ kernels: no C compiler here")
 def test_torch_compile_gives_the_eager_outputs(monkeypatch):

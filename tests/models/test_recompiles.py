@@ -91,6 +91,7 @@ def test_short_batches_add_no_graph_one_graph_per_preset(fresh_dynamo):
     assert train_compiled(grid_model(PRESETS), [batches(sizes, 32)]) == [len(PRESETS)]
 
 
+@pytest.mark.slow  # compiles three graphs: scheduled first
 def test_progressive_sizes_add_one_graph_per_preset_and_later_epochs_none(fresh_dynamo):
     # Two training sizes, as data.progressive_resize makes them, then both again: the second size
     # recompiles each preset once with height and width dynamic, and those graphs serve every size

@@ -42,6 +42,8 @@ import time
 # Third-party only: the project's own modules are imported by each child, as by a new interpreter
 # (a test that checks what a command imports, or refuses to, sees them imported for real).
 PRELOAD = ("torch", "torchvision", "hydra", "omegaconf", "numpy", "PIL.Image")
+# Not timm (2 s of CPU per worker): it imports wandb, whose module-level temporary media folder the
+# first child to exit would delete for all the others (seen: W&B tables failing to find their file).
 
 # Variables that the interpreter, the dynamic loader, OpenMP or torch read while starting or
 # importing: a child whose environment differs in any of them gets a new interpreter instead.

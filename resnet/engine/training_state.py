@@ -17,6 +17,8 @@ from ..checkpoint.errors import describe
 
 # the keys without which a file holds weights only; each with the type it must have
 REQUIRED = {"optimizer": dict, "scheduler": dict, "epoch": int, "step": int}
+# the keys every training checkpoint has; the others are written only where they hold something
+ALWAYS = (*REQUIRED, "rng", "history", "config", "layout")
 
 
 @dataclass
@@ -44,8 +46,7 @@ class TrainingState:
         """Write ``model``'s weights and meta with this state to ``path``, atomically. The
         optional keys are written only where they hold something."""
         entries = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "meta")}
-        always = ("epoch", "step", "optimizer", "scheduler", "rng", "history", "config", "layout")
-        return save_checkpoint(path, model, **{k: v for k, v in entries.items() if k in always or v is not None})
+        return save_checkpoint(path, model, **{k: v for k, v in entries.items() if k in ALWAYS or v is not None})
 
     @classmethod
     def read(cls, path: Path, map_location: torch.device | str = "cpu") -> TrainingState:
@@ -67,13 +68,17 @@ class TrainingState:
                     f"{path} has a malformed {key} entry ({describe(value)}); the file is corrupt: pass another "
                     "checkpoint"
                 )
+        rng = checkpoint.get("rng")
+        if not isinstance(rng, list) or not rng or not all(isinstance(r, dict) for r in rng):
+            raise CheckpointError(f"{path} has a malformed rng entry ({describe(rng)}); the file is corrupt: pass "
+                                  "another checkpoint")
         known = {f.name for f in fields(cls)} - {"rng", "history"}
         return cls(**{k: v for k, v in checkpoint.items() if k in known},
-                   rng=list(checkpoint.get("rng") or []), history=list(checkpoint.get("history") or []))  # fmt: skip
+                   rng=rng, history=list(checkpoint.get("history") or []))  # fmt: skip
 
-    def rng_of(self, rank: int) -> dict | None:
+    def rng_of(self, rank: int) -> dict:
         """``rank``'s generator states (the last rank's where the file has fewer)."""
-        return self.rng[min(rank, len(self.rng) - 1)] if self.rng else None
+        return self.rng[min(rank, len(self.rng) - 1)]
 
     def partial_of(self, rank: int) -> dict | None:
         """``rank``'s totals of the epoch this state was saved in, where it was saved mid-epoch."""

@@ -164,9 +164,8 @@ that many of the split's images, spread over it (shards: the first that many); N
     if isinstance(entry, InMemory):
         from data.in_memory import TensorImages
 
-        memory = entry
-        dataset = TensorImages(*memory.load(split))
-        num_classes, in_chans, workers, collate_fn = len(memory.classes), memory.in_chans, 0, pass_batch
+        dataset = TensorImages(*entry.load(split))
+        num_classes, in_chans, workers, collate_fn = len(entry.classes), entry.in_chans, 0, pass_batch
         native = dataset.images.shape[-1]
         device_resize = None if protocol.resize == native else protocol.resize
     else:

@@ -51,6 +51,13 @@ def test_an_older_file_with_rank_0s_partial_alone(tmp_path):
     assert read.partial_of(1) == {"batches": 4}  # every rank gets rank 0's totals, as before per-rank totals
 
 
+def test_a_state_without_generator_states_is_refused_in_one_line(tmp_path):
+    model, state = a_state()
+    state.rng = []
+    with pytest.raises(CheckpointError, match=r"malformed rng entry .*pass another checkpoint"):
+        TrainingState.read(state.save(tmp_path / "last.pt", model))
+
+
 def test_a_weights_file_is_not_a_training_state(tmp_path):
     path = resnet.checkpoint.save_checkpoint(tmp_path / "w.pt", resnet.build_model("resnet_tiny", num_classes=3))
     with pytest.raises(CheckpointError, match="not a training checkpoint"):

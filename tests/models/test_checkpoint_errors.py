@@ -25,6 +25,7 @@ from resnet.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
+from resnet.engine.state import rng_state
 from resnet.engine.training_state import TrainingState
 from resnet.evaluation.run import evaluate_weights
 from resnet.weights import WeightsError, parse_weights
@@ -45,9 +46,9 @@ def good(tmp_path_factory) -> Path:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
     path = tmp_path_factory.mktemp("good") / "last.pt"
-    return save_checkpoint(
-        path, model, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), epoch=1, step=4
-    )
+    state = TrainingState(epoch=1, step=4, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                          rng=[rng_state()], config={}, layout={"world_size": 1})  # fmt: skip
+    return state.save(path, model)
 
 
 def one_line(raised: pytest.ExceptionInfo, path: Path, *facts: str) -> str:

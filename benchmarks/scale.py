@@ -180,11 +180,11 @@ def probe_first_batch(root: Path, launched: float, workers: int, batch: int, res
 def probe_flat_val(root: Path, launched: float, workers: int, batch: int, **_) -> dict:
     from data import ShardSampler, collate
     from data.dataloader import DataLoader
+    from data.ilsvrc import open_flat_val
     from data.transforms import ResizeCenterCrop
-    from resnet.evaluation.loader import flat_val
 
     start = time.perf_counter()
-    val = flat_val(str(root), root / "flatval", ResizeCenterCrop(224), str(root / "LOC_val_solution.csv"), None)
+    val = open_flat_val(str(root), root / "flatval", ResizeCenterCrop(224), str(root / "LOC_val_solution.csv"), None)
     setup = time.perf_counter() - start
     loader = DataLoader(val, batch_size=batch, sampler=ShardSampler(len(val)), num_workers=workers, collate_fn=collate)
     next(iter(loader))

@@ -28,7 +28,7 @@ import numpy as np
 
 from .file_index import FileIndex
 from .folder_scan import folder_prefix
-from .imagefolder import IMAGE_EXTENSIONS, find_classes, find_images
+from .imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes, find_images
 from .shards.write import Sample, file_samples, make_keys
 
 NUM_CLASSES = 1000  # ILSVRC2012_IDs 1..1000 are the leaf synsets, the classes; higher IDs are their ancestors
@@ -37,6 +37,8 @@ GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 SOLUTION_CSV = "LOC_val_solution.csv"
 META = "meta.mat"
 LABELS_HINT = f"give the devkit's data/{GROUND_TRUTH} (from ILSVRC2012_devkit_t12.tar.gz) or Kaggle's {SOLUTION_CSV}"
+# Where a flat val/'s labels are looked for under data.root (data.val_labels overrides).
+VAL_LABELS = (SOLUTION_CSV, GROUND_TRUTH, f"ILSVRC2012_devkit_t12/data/{GROUND_TRUTH}")
 TRAIN_HINT = (
     "give ILSVRC2012_img_train.tar, a folder of the <wnid>.tar files it holds, "
     "or a folder of the extracted <wnid>/ class folders"
@@ -176,6 +178,29 @@ def val_samples(
     index = {wnid: i for i, wnid in enumerate(classes)}
     labels = np.array([index[label_of[Path(name).stem]] for name in images], dtype=np.int32)
     return classes, FileIndex.from_paths([str(val_dir / name) for name in images], labels, folder_prefix(val_dir))
+
+
+def is_flat_val(val_dir: Path) -> bool:
+    """Images straight in ``val_dir`` and no class folders: the raw ILSVRC2012 val/."""
+    entries = list(os.scandir(val_dir))
+    return not any(e.is_dir() for e in entries) and any(e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries)
+
+
+def open_flat_val(root: str | Path, val_dir: Path, transform, val_labels: str | None = None,
+                  devkit: str | None = None) -> ImageFiles:
+    """The flat ILSVRC2012 val/ as a dataset, labelled by ``val_labels`` (the devkit's ground truth or
+    Kaggle's solution csv), looked for under ``root`` when not given."""
+    if val_labels is None:
+        found = [Path(root) / name for name in VAL_LABELS if (Path(root) / name).is_file()]
+        if not found:
+            raise FileNotFoundError(
+                f"{val_dir} is the flat ILSVRC2012 val/ (no class folders); say where its labels are: "
+                f"data.val_labels=/path/to/{SOLUTION_CSV} or .../{GROUND_TRUTH} "
+                "(with data.devkit=/path/to/ILSVRC2012_devkit_t12)"
+            )
+        val_labels = str(found[0])
+    classes, samples = val_samples(val_dir, val_labels, devkit)
+    return ImageFiles(samples, classes, transform)
 
 
 def train_samples(src: str | Path) -> tuple[list[str], list[Sample]]:

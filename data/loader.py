@@ -59,9 +59,7 @@ from .config import DataConfig
 from .dataloader import DataLoader
 from .gpu_decode import EncodedRandomResizedCropFlip, check_decode, collate_encoded
 from .imagefolder import ImageFolder, check_same_classes
-from .in_memory import TensorImages
-from .index_cache import load_scan, rank_zero_first
-from .registry import InMemory, OnDisk, find, names
+from .registry import Folders, InMemory, Shards, find, names
 from .samplers import EpochSampler, ShardSampler
 from .shards.read import ShardBatches
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
@@ -118,19 +116,18 @@ def build_loaders(
 ) -> Loaders:
     """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
     dataset = _check(data)
-    if isinstance(dataset, OnDisk) and dataset.sharded:
-        return _shard_loaders(data, batch_size, rank, world_size, seed, val_batch_size or batch_size, val_images)
+    if isinstance(dataset, Shards):
+        return _shard_loaders(data, dataset, batch_size, rank, world_size, seed, val_batch_size or batch_size,
+                              val_images)
     if isinstance(dataset, InMemory):
-        train_set, val_set, protocol = _in_memory(data, dataset)
+        crop_padding = data.crop_padding if data.augment else 0
+        train_set, val_set = dataset.open("train", crop_padding), dataset.open("val")
+        protocol = {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
         class_names, in_chans, image_size = list(dataset.classes), dataset.in_chans, dataset.image_size
         workers, collate_fn = 0, pass_batch  # in memory: workers would only pickle
     else:
-        train_dir, val_dir = _split_dirs(dataset, data.root)
         train_tf, val_tf = _file_transforms(data)
-        log = print if rank == 0 else None
-        train_scan, val_scan = rank_zero_first(lambda: [load_scan(d, cache_dir, log) for d in (train_dir, val_dir)])
-        train_set = ImageFolder(train_dir, train_tf, scan=train_scan)
-        val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes, scan=val_scan)
+        train_set, val_set = dataset.open_training(data.root, train_tf, val_tf, cache_dir, print if rank == 0 else None)
         class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
         in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 
@@ -160,7 +157,7 @@ def build_loaders(
     )
 
 
-def _check(data: DataConfig) -> InMemory | OnDisk:
+def _check(data: DataConfig) -> InMemory | Folders | Shards:
     """``data``'s dataset; one line for a combination no loader can serve, naming what to pass instead."""
     dataset = find(data.name)
     if dataset is None:
@@ -177,18 +174,10 @@ def _check(data: DataConfig) -> InMemory | OnDisk:
         raise ValueError("data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
                          "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
                          "or pass data.decode=cpu")
-    if memory is None and dataset.sharded and data.repeated_aug > 1:
+    if isinstance(dataset, Shards) and data.repeated_aug > 1:
         raise ValueError("repeated augmentation samples indices: it needs image folders, not shards "
                          "(data=imagenet), or data.repeated_aug=0")
     return dataset
-
-
-def _in_memory(data: DataConfig, dataset: InMemory) -> tuple[Dataset, Dataset, dict[str, str]]:
-    """An in-memory dataset's (train, val, protocol)."""
-    crop_padding = data.crop_padding if data.augment else 0
-    train_set = TensorImages(*dataset.load("train"), crop_padding=crop_padding)
-    val_set = TensorImages(*dataset.load("val"))
-    return train_set, val_set, {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
 
 
 def _size(data: DataConfig) -> int:
@@ -216,21 +205,15 @@ def _size_schedule(progressive: Mapping | None) -> Callable[[int], int] | None:
     return None if not progressive else partial(train_size, **progressive)
 
 
-def _shard_loaders(data: DataConfig, batch_size: int, rank: int, world_size: int, seed: int,
+def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int, world_size: int, seed: int,
                    val_batch_size: int, val_images: int | None = None) -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`);
     ``val_images``: the first that many val images (the conversion shuffled them)."""
-    root = data.root
-    if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
-        raise FileNotFoundError(
-            f"{data.name} needs data.root=/path/to/shards holding train/ and val/, each with index.json and "
-            f"its .tar shards (python -m data.shards imagenet RAW_ROOT OUT_ROOT writes them); got root={root}"
-        )
+    shards.split_dirs(data.root, "train", "val")  # both there, or one line, before either is opened
     train_tf, val_tf = _file_transforms(data)
-    train_set = ShardBatches.open(Path(root) / "train", train_tf, batch_size, rank, world_size, seed,
-                                  collate_fn=collate_encoded if data.decode == "gpu" else collate)
-    val_set = ShardBatches.open(Path(root) / "val", val_tf, val_batch_size, rank, world_size, train=False,
-                                limit=val_images)
+    train_set = shards.open(data.root, "train", train_tf, batch_size, rank, world_size, seed,
+                            collate_fn=collate_encoded if data.decode == "gpu" else collate)
+    val_set = shards.open(data.root, "val", val_tf, val_batch_size, rank, world_size, train=False, limit=val_images)
     check_same_classes(train_set.classes, val_set.classes)
     common = dict(batch_size=None, num_workers=data.workers, collate_fn=pass_batch,
                   pin_memory=torch.cuda.is_available(), persistent_workers=data.workers > 0)
@@ -260,11 +243,3 @@ def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, re
         return EpochSampler(shares, seed, seeded=isinstance(train_set, ImageFolder), rank=rank)
     shares = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return EpochSampler(shares, seed, seeded=isinstance(train_set, ImageFolder))
-
-
-def _split_dirs(dataset: OnDisk, root: str | None) -> tuple[Path, Path]:
-    """``root/train`` and ``root/val``, or one line saying what to pass."""
-    name, layout = dataset.name, f"{dataset.layout('train')} and {dataset.layout('val')}"
-    if root is None or not all((Path(root) / split).is_dir() for split in ("train", "val")):
-        raise FileNotFoundError(f"{name} needs data.root=/path/to/{name} holding {layout}; got root={root}")
-    return Path(root) / "train", Path(root) / "val"

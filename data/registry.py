@@ -1,18 +1,20 @@
-"""The datasets held in memory, found by name: ``data=<name>`` reads ``data/<name>.py``'s ``DATASET``.
+"""Every dataset, found by name (``data=<name>``): one entry each, holding what the loaders need.
 
-An in-memory dataset is small enough to live as uint8 tensors (the built-in Fashion-MNIST, the
-tests' CIFAR-10-shaped ``synthetic``): no files to index, no loader workers, random crops and flips
-made in memory. Its module says everything the loaders need in one :class:`InMemory`: its classes,
-channels and size, and how a split is loaded. Training (:func:`data.build_loaders`) and evaluation
-(``resnet.evaluation.loader``) both ask :func:`in_memory`; no other code names such a dataset.
+In memory: ``data=<name>`` reads ``data/<name>.py``'s ``DATASET``. Such a dataset is small enough
+to live as uint8 tensors (the built-in Fashion-MNIST, the tests' CIFAR-10-shaped ``synthetic``): no
+files to index, no loader workers, random crops and flips made in memory. Its module says all the
+loaders need in one :class:`InMemory`: its classes, channels and size, and how a split is loaded
+(:meth:`InMemory.open`). Training (:func:`data.build_loaders`) and evaluation
+(``resnet.evaluation.loader``) both ask the registry; no other code names a dataset.
 
 Adding one is a module beside this one and a ``configs/data/<name>.yaml`` (see ``data/synthetic.py``).
 The modules are imported when first asked for, not here: ``python -m data.fashion_mnist`` must be
 that module's first import.
 
-The datasets of image files are entries here too (:data:`ON_DISK`: whether one is sharded, whether
-its class folders are ImageNet's wnids, its layout); :func:`find` returns any dataset by name. The
-ImageNet test sets have their own table, :mod:`data.testsets`.
+The datasets of image files are entries here too (:data:`ON_DISK`): class folders or tar shards
+(:mod:`data.on_disk`), each opening its splits and naming its layout. Adding a folder dataset is one
+line there and a YAML. :func:`find` returns any dataset by name; the loaders dispatch on its type.
+The ImageNet test sets have their own table, :mod:`data.testsets`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
+from .in_memory import TensorImages
+from .on_disk import Folders, OnDisk, Shards
+
+__all__ = ["ON_DISK", "Folders", "InMemory", "OnDisk", "Shards", "find", "in_memory", "in_memory_names", "names"]
+
 
 @dataclass(frozen=True)
 class InMemory:
@@ -36,6 +43,10 @@ class InMemory:
     image_size: int  # the side of its square images: the only size it trains and validates at
     # "train", "val" or "test" -> images uint8 [N, in_chans, image_size, image_size], labels int64 [N];
     load: Callable[[str], tuple[torch.Tensor, torch.Tensor]]  # "val": what validation and eval.py score
+
+    def open(self, split: str, crop_padding: int = 0) -> TensorImages:
+        """``split`` as a dataset of whole batches; ``crop_padding`` > 0: random crops and flips (training)."""
+        return TensorImages(*self.load(split), crop_padding=crop_padding)
 
 
 def in_memory(name: str) -> InMemory | None:
@@ -53,28 +64,11 @@ def in_memory_names() -> list[str]:
     return sorted(dataset.name for dataset in found if dataset is not None)
 
 
-@dataclass(frozen=True)
-class OnDisk:
-    """A dataset of image files under ``data.root``: class folders, or tar shards."""
-
-    name: str  # the YAML's data.name
-    sharded: bool = False  # root/<split> holds index.json and its .tar shards (python -m data.shards)
-    # class folders named by ImageNet's wnids (n01440764, ...): errors name that layout, and a val/
-    # without train/ beside it keeps ImageNet's 1,000 class indices
-    wnid_folders: bool = False
-
-    def layout(self, split: str) -> str:
-        """``split``'s layout under data.root, for the line that says what to pass."""
-        if self.sharded:
-            return f"{split}/index.json and {split}/*.tar"
-        return f"{split}/<wnid>/*.JPEG" if self.wnid_folders else f"{split}/<class>/*"
+ON_DISK = {d.name: d for d in (Folders("imagenet", wnid_folders=True), Folders("imagefolder"),
+                               Shards("imagenet_shards"))}  # fmt: skip
 
 
-ON_DISK = {d.name: d for d in (OnDisk("imagenet", wnid_folders=True), OnDisk("imagefolder"),
-                               OnDisk("imagenet_shards", sharded=True))}  # fmt: skip
-
-
-def find(name: str) -> InMemory | OnDisk | None:
+def find(name: str) -> InMemory | Folders | Shards | None:
     """The dataset ``name``: in memory, of image files, or None (no such dataset)."""
     return ON_DISK.get(name) or in_memory(name)
 

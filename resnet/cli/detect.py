@@ -21,12 +21,10 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from data.registry import in_memory
-
 from ..config import ConfigError, check_data_config, check_data_package
 from ..detect import DetectionReport, detect_padding
 from ..distributed import pick_device
-from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, eval_dir
+from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, check_root
 from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
 from ..evaluation.sample import read_images
 from ..model import ModelMeta
@@ -85,11 +83,10 @@ def _check_config(cfg: DictConfig) -> Path | None:
             raise ConfigError(f"{key} must be a positive number, got {key}={cfg[key]} (e.g. {key}=500)")
     check_data_package()
     check_data_config(cfg.data)
-    if in_memory(cfg.data.name) is None:  # image files: their folder must be there
-        try:
-            eval_dir(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
-        except FileNotFoundError as err:
-            raise ConfigError(str(err)) from None
+    try:
+        check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
     return None if cfg.out is None else out_file(cfg.out, ".json", "out=ranking.json")
 
 

@@ -15,29 +15,19 @@ cut on the device (:mod:`resnet.evaluation.tencrop`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
 import torchvision.transforms.v2.functional as TF
 
-from data import ImageFolder, ShardSampler, collate
+from data import ShardSampler, collate
 from data.batch import BadImage, pass_batch
 from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
-from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
-from data.registry import InMemory, OnDisk, find, names
-from data.shards.read import ShardBatches
+from data.registry import Folders, InMemory, Shards, find, names
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
-
-# Where the flat ILSVRC2012 val/'s labels are looked for under data.root (data.val_labels overrides).
-VAL_LABELS = ("LOC_val_solution.csv", "ILSVRC2012_validation_ground_truth.txt",
-              "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt")
-
-
 
 CROP_COUNTS = (1, 2, 10)  # the crops= protocols: centre; centre and its flip; corners + centre and flips
 
@@ -154,113 +144,59 @@ def build_eval_loader(
     ImageNet-ReaL's ``real.json`` (None: timm's copy). ``split="train"``: the training split
     through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`). ``take``: score
 that many of the split's images, spread over it (shards: the first that many); None: all."""
+    entry = _entry(name, split)
+    if isinstance(entry, InMemory):
+        dataset = entry.open(split)
+        native = dataset.images.shape[-1]
+        return _shared(dataset, len(entry.classes), entry.in_chans, batch_size, 0, rank, world_size, take,
+                       pass_batch, device_resize=None if protocol.resize == native else protocol.resize)
+    if protocol.crops in (1, 2):  # the centre crop (and its flip, made on the device)
+        transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
+    else:
+        transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
+    if isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards
+        shards = entry.open(root, split, transform, batch_size, rank, world_size, train=False,
+                            collate_fn=collate_fn, limit=take)
+        loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
+                            pin_memory=torch.cuda.is_available())
+        whole = int(shards.counts.sum())
+        return EvalData(loader, len(shards.classes), 3, shards.total, None,
+                        split_size=whole if shards.total < whole else None)
+    if entry is None:  # a test set: scored with ImageNet's 1,000 logits (R and A score 200 of them)
+        found = open_test_set(name, root, transform, real_labels)
+        return _shared(found.dataset, len(imagenet_wnids()), 3, batch_size, workers, rank, world_size, take,
+                       collate_fn, labels=found.labels, note=found.note)
+    dataset, note = entry.open_eval(root, split, transform, val_labels, devkit)
+    return _shared(dataset, len(dataset.classes), 3, batch_size, workers, rank, world_size, take, collate_fn,
+                   note=note)
+
+
+def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:
+    """The registry's entry for ``name`` (None: a test set), or one line saying what to pass."""
     entry = find(name)
     if entry is None and name not in TEST_SETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join([*names(), *TEST_SETS])}")
-    if split not in ("val", "train") or (split == "train" and name in TEST_SETS):
+    if split not in ("val", "train") or (split == "train" and entry is None):
         raise ValueError(f"data={name} has no {split} split to read here; use its training set's dataset "
                          "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)")
-    labels = note = None
-    if isinstance(entry, InMemory):
-        from data.in_memory import TensorImages
+    return entry
 
-        dataset = TensorImages(*entry.load(split))
-        num_classes, in_chans, workers, collate_fn = len(entry.classes), entry.in_chans, 0, pass_batch
-        native = dataset.images.shape[-1]
-        device_resize = None if protocol.resize == native else protocol.resize
-    else:
-        if protocol.crops in (1, 2):  # the centre crop (and its flip, made on the device)
-            transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
-        else:
-            transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
-        val_dir = eval_dir(name, root) if split == "val" else train_dir_of(name, root)
-        if name in TEST_SETS:
-            found = open_test_set(name, root, transform, real_labels)
-            dataset, labels, note = found.dataset, found.labels, found.note
-        elif entry.sharded:  # exact-once, contiguous ranges of the shards
-            shards = ShardBatches.open(val_dir, transform, batch_size, rank, world_size, train=False,
-                                       collate_fn=collate_fn, limit=take)
-            loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
-                                pin_memory=torch.cuda.is_available())
-            whole = int(shards.counts.sum())
-            return EvalData(loader, len(shards.classes), 3, shards.total, None,
-                            split_size=whole if shards.total < whole else None)
-        elif split == "train":
-            dataset = ImageFolder(val_dir, transform)
-        elif is_flat(val_dir):
-            dataset = flat_val(root, val_dir, transform, val_labels, devkit)
-        else:
-            dataset, note = val_folder(entry, root, val_dir, transform)
-        # the logits a model needs: ImageNet's 1,000 for every test set (R and A score 200 of them)
-        num_classes = len(imagenet_wnids()) if name in TEST_SETS else len(dataset.classes)
-        in_chans, device_resize = 3, None
-    loader = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=ShardSampler(len(dataset), rank, world_size, take=take),
-        num_workers=workers,
-        collate_fn=collate_fn,
-        pin_memory=torch.cuda.is_available(),
-    )
+
+def _shared(dataset, num_classes: int, in_chans: int, batch_size: int, workers: int, rank: int, world_size: int,
+            take: int | None, collate_fn, device_resize: int | None = None, labels: LabelSpace | None = None,
+            note: str | None = None) -> EvalData:
+    """``dataset`` shared over the processes, each image read by exactly one; ``take``: that many, spread."""
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=ShardSampler(len(dataset), rank, world_size, take=take),
+                        num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available())
     size = min(len(dataset), take or len(dataset))
     return EvalData(loader, num_classes, in_chans, size, device_resize, labels, note,
                     split_size=len(dataset) if size < len(dataset) else None)
 
 
-def val_folder(entry: OnDisk, root: str, val_dir: Path, transform) -> tuple[ImageFolder, str | None]:
-    """``val/<class>/*`` and a note where it holds part of ImageNet's classes.
-
-    Its classes are the training split's when that is there, so that a val folder missing a class
-    fails instead of shifting every label after it. Without one, an ImageNet val may hold any of
-    its 1,000 wnid folders, each keeping its ImageNet class index."""
-    train_dir = Path(root) / "train"
-    if train_dir.is_dir():
-        return ImageFolder(val_dir, transform, classes=find_classes(train_dir)), None
-    if not entry.wnid_folders:
-        return ImageFolder(val_dir, transform), None
-    dataset = ImageFolder(val_dir, transform, classes=list(imagenet_wnids()), subset=True)
-    if len(dataset.present) == len(dataset.classes):
-        return dataset, None
-    return dataset, (f"{val_dir} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} classes; "
-                     "evaluating that subset with ImageNet's class indices")
-
-
-def eval_dir(name: str, root: str | None) -> Path:
-    """``root/val`` of an image-folder dataset (a test set's own folder), or one line saying what to pass."""
-    if name in TEST_SETS:
-        return images_root(name, root)
-    layout = find(name).layout("val")
-    if root is None or not (Path(root) / "val").is_dir():
-        raise FileNotFoundError(f"{name} evaluation needs data.root=/path/to/{name} holding {layout}; got root={root}")
-    return Path(root) / "val"
-
-
-def train_dir_of(name: str, root: str | None) -> Path:
-    """``root/train`` of an image-folder or shard dataset, or one line saying what to pass."""
-    if root is None or not (Path(root) / "train").is_dir():
-        raise FileNotFoundError(f"{name} needs data.root=/path/to/{name} holding train/ (its training images); "
-                                f"got root={root}")
-    return Path(root) / "train"
-
-
-def is_flat(val_dir: Path) -> bool:
-    """Images straight in ``val_dir`` and no class folders: the raw ILSVRC2012 val/."""
-    entries = list(os.scandir(val_dir))
-    return not any(e.is_dir() for e in entries) and any(e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries)
-
-
-def flat_val(root: str, val_dir: Path, transform, val_labels: str | None, devkit: str | None) -> ImageFiles:
-    """The flat ILSVRC2012 val/, labelled by the devkit's ground truth or Kaggle's solution csv."""
-    from data.ilsvrc import val_samples
-
-    if val_labels is None:
-        found = [Path(root) / name for name in VAL_LABELS if (Path(root) / name).is_file()]
-        if not found:
-            raise FileNotFoundError(
-                f"{val_dir} is the flat ILSVRC2012 val/ (no class folders); say where its labels are: "
-                "data.val_labels=/path/to/LOC_val_solution.csv or .../ILSVRC2012_validation_ground_truth.txt "
-                "(with data.devkit=/path/to/ILSVRC2012_devkit_t12)"
-            )
-        val_labels = str(found[0])
-    classes, samples = val_samples(val_dir, val_labels, devkit)
-    return ImageFiles(samples, classes, transform)
+def check_root(name: str, root: str | None) -> None:
+    """One line, before any weights load, where ``root`` does not hold ``name``'s evaluation images."""
+    entry = find(name)
+    if entry is None and name in TEST_SETS:
+        images_root(name, root)
+    elif isinstance(entry, Folders | Shards):
+        entry.split_dirs(root, "val", purpose=" evaluation")

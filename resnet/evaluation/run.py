@@ -6,8 +6,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from data.registry import in_memory
-
 from ..config import ConfigError, check_run_config
 from ..distributed import DistEnv, shutdown
 from ..report.console import summary
@@ -15,7 +13,7 @@ from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
 from ..runtime import join_job, runtime_for
 from ..weights import WeightsSpec, check_has_ema
 from ..workers import data_workers
-from .loader import CROP_COUNTS, build_eval_loader, eval_dir
+from .loader import CROP_COUNTS, build_eval_loader, check_root
 from .loop import Evaluation, evaluate
 from .protocol import (
     check_fit,
@@ -49,11 +47,10 @@ def _check_config(cfg: DictConfig) -> None:
                           f"flips), got {cfg.crops}")
     check_run_config(cfg)
     check_logger(cfg)
-    if in_memory(cfg.data.name) is None:  # image files: their folder must be there
-        try:
-            eval_dir(cfg.data.name, cfg.data.root)  # a wrong data.root fails before any download
-        except FileNotFoundError as err:
-            raise ConfigError(str(err)) from None
+    try:
+        check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:

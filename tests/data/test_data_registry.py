@@ -5,12 +5,13 @@ validation and eval.py read it with no other change."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
 from data import DataConfig, build_loaders
-from data.registry import InMemory, OnDisk, find, in_memory, names
+from data.registry import InMemory, OnDisk, Shards, find, in_memory, names
 from data.testsets import TEST_SETS
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
@@ -29,7 +30,7 @@ def test_every_data_config_is_a_registry_entry_or_a_test_set():
     assert configs == set(names()) | set(TEST_SETS)
     assert all(isinstance(find(name), OnDisk | InMemory) for name in names()) and find("imagenet_v2") is None
     assert (find("imagenet").layout("val"), find("imagefolder").layout("val")) == ("val/<wnid>/*.JPEG", "val/<class>/*")
-    assert [name for name in names() if isinstance(find(name), OnDisk) and find(name).sharded] == ["imagenet_shards"]
+    assert [name for name in names() if isinstance(find(name), Shards)] == ["imagenet_shards"]
 
 
 def test_the_synthetic_dataset_is_cifar10_shaped_and_the_same_every_time():
@@ -61,3 +62,22 @@ def test_train_and_eval_run_on_a_dataset_added_as_one_module_and_one_yaml(tmp_pa
                                     "device=cpu", f"results_file={tmp_path / 'rows.jsonl'}"))  # fmt: skip
     row = json.loads((tmp_path / "rows.jsonl").read_text().splitlines()[-1])
     assert row["n_images"] == 160 and row["top1_err"] == pytest.approx(results["top1_err"])
+
+
+@pytest.mark.parametrize("name, says", [
+    ("imagenet", "imagenet needs data.root=/path/to/imagenet holding train/<wnid>/*.JPEG and val/<wnid>/*.JPEG"),
+    ("imagefolder", "imagefolder needs data.root=/path/to/imagefolder holding train/<class>/* and val/<class>/*"),
+    ("imagenet_shards", "imagenet_shards needs data.root=/path/to/imagenet_shards holding train/index.json and "
+                        "train/*.tar and val/index.json and val/*.tar (python -m data.shards imagenet RAW_ROOT"),
+])  # fmt: skip
+def test_an_image_file_entry_names_its_layout_when_the_root_lacks_a_split(tmp_path, name, says):
+    (tmp_path / "train").mkdir()  # val/ missing: neither split is opened
+    with pytest.raises(FileNotFoundError, match=re.escape(says)):
+        build_loaders(DataConfig(name, root=str(tmp_path)), batch_size=8)
+
+
+def test_an_in_memory_entry_opens_a_split_for_training_and_for_evaluation():
+    dataset = in_memory("synthetic")
+    train, val = dataset.open("train", crop_padding=4), dataset.open("val")
+    assert (len(train), len(val), train.crop_padding, val.crop_padding) == (640, 160, 4, 0)
+    assert torch.equal(val.images, dataset.load("val")[0])

@@ -1,0 +1,112 @@
+"""The datasets of image files under ``data.root``: what a registry entry of one knows and opens.
+
+Two kinds, told apart by their type, never by their name:
+
+* :class:`Folders`: ``root/<split>/<class>/*`` (``imagenet`` and ``imagefolder``). An ImageNet
+  entry (``wnid_folders``) words its errors for ImageNet's wnid folders, and a ``val/`` of it
+  with no ``train/`` beside it keeps ImageNet's 1,000 class indices; its ``val/`` may also be
+  the raw, flat ILSVRC2012 one (:mod:`data.ilsvrc`).
+* :class:`Shards`: ``root/<split>/index.json`` and its tar shards (``python -m data.shards``).
+
+Each opens a split for training (:mod:`data.loader`) and for evaluation
+(``resnet.evaluation.loader``); the transform is the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .imagefolder import ImageFiles, ImageFolder, find_classes
+from .index_cache import load_scan, rank_zero_first
+from .shards.read import ShardBatches
+
+Transform = Callable[[bytes], object]
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """What both kinds share: a name, a layout to name in errors, and the check of ``data.root``."""
+
+    name: str  # the YAML's data.name
+    hint = ""  # after the layout in an error: what makes it
+
+    def layout(self, split: str) -> str:
+        raise NotImplementedError
+
+    def split_dirs(self, root: str | None, *splits: str, purpose: str = "") -> list[Path]:
+        """``root/<split>`` for each of ``splits``, or one line naming the root and layout to pass."""
+        if root is None or not all((Path(root) / split).is_dir() for split in splits):
+            layout = " and ".join(self.layout(split) for split in splits)
+            raise FileNotFoundError(f"{self.name}{purpose} needs data.root=/path/to/{self.name} holding {layout}"
+                                    f"{self.hint}; got root={root}")
+        return [Path(root) / split for split in splits]
+
+
+@dataclass(frozen=True)
+class Folders(OnDisk):
+    """Class folders: ``root/train/<class>/*`` and ``root/val/<class>/*``, the same classes in both."""
+
+    # class folders named by ImageNet's wnids (n01440764, ...): errors name that layout, and a val/
+    # without train/ beside it keeps ImageNet's 1,000 class indices
+    wnid_folders: bool = False
+
+    def layout(self, split: str) -> str:
+        return f"{split}/<wnid>/*.JPEG" if self.wnid_folders else f"{split}/<class>/*"
+
+    def open_training(self, root: str | None, train_tf: Transform, val_tf: Transform,
+                      cache_dir: str | Path | None = None, log: Callable[[str], None] | None = None,
+                      ) -> tuple[ImageFolder, ImageFolder]:
+        """(train, val) for training; val takes train's classes. Under DDP rank 0 lists the folders
+        (or reads their kept index, :mod:`data.index_cache`) and the other ranks read its file."""
+        train_dir, val_dir = self.split_dirs(root, "train", "val")
+        train_scan, val_scan = rank_zero_first(lambda: [load_scan(d, cache_dir, log) for d in (train_dir, val_dir)])
+        train_set = ImageFolder(train_dir, train_tf, scan=train_scan)
+        return train_set, ImageFolder(val_dir, val_tf, classes=train_set.classes, scan=val_scan)
+
+    def open_eval(self, root: str | None, split: str, transform: Transform, val_labels: str | None = None,
+                  devkit: str | None = None) -> tuple[ImageFiles, str | None]:
+        """``split`` for evaluation, and a note to print where it holds part of ImageNet's classes.
+
+        A ``val/`` takes the training split's classes when that is there, so that one missing a class
+        fails instead of shifting every label after it. Without one, a wnid ``val/`` may hold any of
+        ImageNet's 1,000 classes, each keeping its class index; a flat one is the raw ILSVRC2012
+        val/, labelled by ``val_labels`` (and ``devkit``), found under ``root`` when not given."""
+        (folder,) = self.split_dirs(root, split, purpose=" evaluation" if split == "val" else "")
+        train_dir = Path(root) / "train"
+        if split == "train":
+            return ImageFolder(folder, transform), None
+        from .ilsvrc import is_flat_val, open_flat_val
+
+        if is_flat_val(folder):
+            return open_flat_val(root, folder, transform, val_labels, devkit), None
+        if train_dir.is_dir():
+            return ImageFolder(folder, transform, classes=find_classes(train_dir)), None
+        if not self.wnid_folders:
+            return ImageFolder(folder, transform), None
+        from .testsets import imagenet_wnids
+
+        dataset = ImageFolder(folder, transform, classes=list(imagenet_wnids()), subset=True)
+        if len(dataset.present) == len(dataset.classes):
+            return dataset, None
+        return dataset, (f"{folder} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} classes; "
+                         "evaluating that subset with ImageNet's class indices")
+
+
+@dataclass(frozen=True)
+class Shards(OnDisk):
+    """Tar shards: ``root/train`` and ``root/val``, each an index.json and its .tar files. The
+    shards batch their own samples, so a loader over them takes ``batch_size=None``."""
+
+    hint = " (python -m data.shards imagenet RAW_ROOT OUT_ROOT writes them)"
+
+    def layout(self, split: str) -> str:
+        return f"{split}/index.json and {split}/*.tar"
+
+    def open(self, root: str | None, split: str, transform: Transform, batch_size: int, rank: int = 0,
+             world_size: int = 1, seed: int = 0, **kwargs) -> ShardBatches:
+        """``split``'s shards, this rank's share in batches; ``kwargs``: ``train``, ``collate_fn`` and
+        ``limit`` of :class:`data.shards.read.ShardBatches`."""
+        (folder,) = self.split_dirs(root, split)
+        return ShardBatches.open(folder, transform, batch_size, rank, world_size, seed, **kwargs)

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from resnet import build_model
+from resnet.checkpoint.training_state import TrainingState
 from resnet.engine.optim import scheduler_state
 from resnet.engine.state import rng_state
-from resnet.engine.training_state import TrainingState
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.errors import error_line
+from ..checkpoint.training_state import TrainingState
 from ..distributed import DistEnv, gather_objects
 from .optim import scheduler_state
 from .state import rng_state
-from .training_state import TrainingState
 
 
 class RunFailed(RuntimeError):

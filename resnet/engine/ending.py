@@ -153,7 +153,7 @@ def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
         return ("none", None)
     last = run_dir / "last.pt"
     if last.exists():
-        from .training_state import TrainingState
+        from ..checkpoint.training_state import TrainingState
 
         try:
             state = TrainingState.read(last, torch.device("cpu"))

@@ -118,7 +118,7 @@ def _recorded_config(folder: Path) -> dict | None:
         return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
     except Exception:  # noqa: BLE001 (absent, or a YAML another version wrote: the checkpoint then)
         pass
-    from .training_state import TrainingState
+    from ..checkpoint.training_state import TrainingState
 
     try:
         return TrainingState.read(folder / "last.pt").config

@@ -1,4 +1,5 @@
-"""Seeding, RNG snapshots, and which checkpoint a run resumes from (what it holds: :mod:`.training_state`)."""
+"""Seeding, RNG snapshots, and which checkpoint a run resumes from (what it holds:
+:mod:`resnet.checkpoint.training_state`)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ import torch
 from omegaconf import OmegaConf
 
 from resnet.checkpoint import load_checkpoint
+from resnet.checkpoint.training_state import TrainingState
 from resnet.config import ConfigError
 from resnet.engine.resume import check_resumable
 from resnet.engine.resume_rules import RULES, compare, flatten, rule
 from resnet.engine.run import build_run_model
-from resnet.engine.training_state import TrainingState
 from tests.helpers.compose import compose_config
 from tests.helpers.training import REPO, run_in_process, tiny_overrides
 

@@ -25,8 +25,8 @@ from resnet.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
+from resnet.checkpoint.training_state import TrainingState
 from resnet.engine.state import rng_state
-from resnet.engine.training_state import TrainingState
 from resnet.evaluation.run import evaluate_weights
 from resnet.weights import WeightsError, parse_weights
 from resnet.weights import load_weights as load_published

@@ -2,18 +2,21 @@
 file of :mod:`resnet.checkpoint` has: one definition of its keys, written by
 :class:`~resnet.engine.checkpointer.Checkpointer`, read back and checked once by
 :meth:`TrainingState.read`, and used as attributes by the resume, the finished-run check and the
-latest-run lookup."""
+latest-run lookup. Evaluation reads the few keys it uses of a file that may hold weights only
+through :meth:`TrainingState.ema_of`, :meth:`TrainingState.validated_at` and
+:func:`resnet.checkpoint.recorded_grid`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError, load_checkpoint, recorded_grid, save_checkpoint
-from ..checkpoint.errors import describe
+from . import CheckpointError, load_checkpoint, recorded_grid, save_checkpoint
+from .errors import describe
 
 # the keys without which a file holds weights only; each with the type it must have
 REQUIRED = {"optimizer": dict, "scheduler": dict, "epoch": int, "step": int}
@@ -97,3 +100,18 @@ class TrainingState:
         """The grid presets its weights were trained for, and their BatchNorm layout, read from the
         weights (:func:`resnet.checkpoint.recorded_grid`)."""
         return recorded_grid({"grid": self.grid, "model": self.model})
+
+    @staticmethod
+    def ema_of(checkpoint: Mapping) -> dict | None:
+        """The EMA weights train.py keeps beside the weights (``ema_decay`` > 0); None where the file
+        has none (weights only, or a run without EMA)."""
+        ema = checkpoint.get("ema")
+        return ema if isinstance(ema, dict) else None
+
+    @staticmethod
+    def validated_at(checkpoint: Mapping) -> dict:
+        """The ``crop`` (px), ``crop_pct`` and ``interpolation`` the run validated at, from the config
+        it recorded; each None where the file has none (weights only: a re-gridded file, an import)."""
+        data = (checkpoint.get("config") or {}).get("data") or {}
+        return {"crop": data.get("val_size") or data.get("image_size"), "crop_pct": data.get("crop_pct"),
+                "interpolation": data.get("interpolation")}

@@ -1,4 +1,4 @@
-"""The training checkpoint's one definition (resnet/engine/training_state.py): what it writes is
+"""The training checkpoint's one definition (resnet/checkpoint/training_state.py): what it writes is
 what it reads back, and the optional keys appear only when they hold something. (train.py's
 Checkpointer writes through TrainingState.save; tests/engine/test_faults.py resumes its files.)"""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import resnet
-from resnet.checkpoint import CheckpointError
+from resnet.checkpoint import CheckpointError, save_checkpoint
+from resnet.checkpoint.training_state import TrainingState
 from resnet.engine.state import rng_state
-from resnet.engine.training_state import TrainingState
 
 WEIGHTS_FILE_KEYS = {"format", "model", "meta"}  # what resnet.checkpoint writes for any weights file
 
@@ -62,3 +62,16 @@ def test_a_weights_file_is_not_a_training_state(tmp_path):
     path = resnet.checkpoint.save_checkpoint(tmp_path / "w.pt", resnet.build_model("resnet_tiny", num_classes=3))
     with pytest.raises(CheckpointError, match="not a training checkpoint"):
         TrainingState.read(path)
+
+
+def test_evaluation_reads_the_ema_and_the_validation_protocol_of_a_training_file_or_none(tmp_path):
+    ema = resnet.build_model("resnet_tiny", num_classes=3).state_dict()
+    model, state = a_state(ema=ema)
+    state.config = {"data": {"image_size": 40, "val_size": None, "crop_pct": 0.95, "interpolation": "bicubic"}}
+    written = torch.load(state.save(tmp_path / "last.pt", model), weights_only=True)
+    assert TrainingState.validated_at(written) == {"crop": 40, "crop_pct": 0.95, "interpolation": "bicubic"}
+    assert TrainingState.ema_of(written).keys() == ema.keys()
+    save_checkpoint(tmp_path / "weights.pt", model)  # weights only: a re-gridded file, an import
+    bare = torch.load(tmp_path / "weights.pt", weights_only=True)
+    assert TrainingState.validated_at(bare) == dict.fromkeys(("crop", "crop_pct", "interpolation"))
+    assert TrainingState.ema_of(bare) is None

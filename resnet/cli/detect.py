@@ -53,7 +53,7 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
         device = pick_device(cfg.device)
     except (ValueError, RuntimeError) as err:  # device=cuda without a GPU
         raise ConfigError(str(err)) from None
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
+    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
     meta = loaded.model.meta
     protocol = single_crop_protocol(cfg, meta, loaded.origin)
     try:

@@ -50,7 +50,7 @@ def run(cfg) -> dict:
         device = pick_device(cfg.device)
     except (ValueError, RuntimeError) as err:
         raise ConfigError(str(err)) from None
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download)
+    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
     source = loaded.model
     try:
         target = resolve_padding(padding_from_config(cfg), native=source.meta.padding)

@@ -168,6 +168,20 @@ def test_the_evaluation_protocol_is_written_once_and_read_by_each_command():
                                                                                                None, None)  # fmt: skip
 
 
+def test_the_weights_a_command_reads_are_configured_once():
+    # configs/input/weights.yaml: weights=, ema=, download= and the optional model=<arch>, for each
+    # command that reads one set of weights; no command writes those keys again itself
+    shared = OmegaConf.load(CONFIGS / "input" / "weights.yaml")
+    keys = set(shared) - {"defaults"}
+    assert keys == {"weights", "ema", "download"}
+    for name, required in (("eval", []), ("detect", []), ("regrid", ["out=o.pt"]), ("export", ["out=o.onnx"])):
+        assert not keys & set(OmegaConf.load(CONFIGS / f"{name}.yaml")), f"{name}.yaml repeats the weights keys"
+        cfg = compose_config(name, "weights=w", *required)
+        assert (cfg.weights, cfg.ema, cfg.download, cfg.get("model")) == ("w", False, False, None)
+        chosen = compose_config(name, "weights=w", *required, "model=resnet50", "ema=true", "download=true")
+        assert (chosen.model.arch, chosen.ema, chosen.download) == ("resnet50", True, True)
+
+
 def test_the_commands_that_write_only_out_share_one_hydra_block():
     # configs/command/writes_only_out.yaml: no run folder, no .hydra/ copy, for each command that
     # includes it, and no command writes the block again itself

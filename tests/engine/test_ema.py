@@ -64,3 +64,17 @@ def test_ema_true_without_ema_weights_is_one_line(tiny_folder, tmp_path):
     with pytest.raises((WeightsError, ConfigError), match="have none: drop ema=true"):
         evaluate_weights(compose_config("eval", "weights=torchvision:ResNet18_Weights.IMAGENET1K_V1", "ema=true",
                                         "data=fashion_mnist"))
+
+
+def test_detect_reads_the_ema_as_eval_does(tiny_folder, run):
+    # configs/input/weights.yaml gives every command that reads weights ema=; each loads the same
+    # EMA weights eval.py ema=true scores
+    from resnet.cli.detect import read_inputs
+
+    ema = load_checkpoint(run / "last.pt")["ema"]
+    for extra, expect in (([], "model"), (["ema=true"], "ema")):
+        cfg = compose_config("detect", f"weights={run / 'last.pt'}", "data=imagefolder", f"data.root={tiny_folder}",
+                             "data.num_classes=3", "data.workers=0", "images=4", "device=cpu", *extra)  # fmt: skip
+        loaded = read_inputs(cfg).model.state_dict()
+        wanted = ema if expect == "ema" else load_checkpoint(run / "last.pt")["model"]
+        assert all(torch.equal(loaded[k], wanted[k]) for k in ("conv1.weight", "fc.weight")), extra

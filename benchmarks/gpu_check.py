@@ -1,4 +1,4 @@
-"""The GPU check (issue 25): everything this project claims about a GPU, run on one, in one command.
+"""The GPU check: everything this project claims about a GPU, run on one, in one command.
 
     bash scripts/gpu_check.sh                           # one CUDA device (its expected time: docs/benchmarks.md)
     python -m benchmarks.gpu_check --out DIR            # the same, with this interpreter

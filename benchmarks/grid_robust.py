@@ -1,4 +1,4 @@
-"""Grid-robust training at the demo's budget: which remedy closes the grid gap (issue 26).
+"""Grid-robust training at the demo's budget: which remedy closes the grid gap.
 
 ``python -m benchmarks.grid_robust [--candidates a,b,...] [--seeds 0 1] [--epochs 5] [overrides]``
 trains the demo's model (``+experiment=demo``: resnet_small, Fashion-MNIST, ``--epochs``, seed per

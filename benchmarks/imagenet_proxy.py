@@ -1,4 +1,4 @@
-"""The demo's padding question on the ImageNet shape: ResNet-18 on RGB JPEG folders at 64 px (issue 26).
+"""The demo's padding question on the ImageNet shape: ResNet-18 on RGB JPEG folders at 64 px.
 
     python -m benchmarks.imagenet_proxy                      # write the folders once, then the demo on them
     python -m benchmarks.imagenet_proxy --epochs 4 amp=none  # the rest goes to resnet-demo

@@ -1,4 +1,4 @@
-"""Re-gridding methods on the demo's asymmetric model, moved to symmetric (issue 26).
+"""Re-gridding methods on the demo's asymmetric model, moved to symmetric.
 
 ``python -m benchmarks.regrid_methods --weights <run>/last.pt [--only a,b] [--images 1000 5000 15000]``
 re-grids the weights (the demo's: ``python train.py +experiment=demo +padding=asymmetric``, or

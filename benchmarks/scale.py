@@ -47,7 +47,7 @@ from benchmarks.input_pipeline import write_jpegs
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IMAGENET_TRAIN = 1_281_167
 LINKS_PER_FILE = 30_000  # ext4 allows 65,000 hard links to one file
-GOALS = {  # figure at the largest size -> goal (issue 37)
+GOALS = {  # figure at the largest size -> goal
     "launch to first batch, index rebuilt s": "<= 60",
     "train.py: launch to first step s": "<= 60",
     "resume at 80%: set_epoch to first batch s": "<= 5",

@@ -78,7 +78,7 @@ INTERPOLATIONS: dict[str, tuple[InterpolationMode, Image.Resampling]] = {
 # refused. Lower it here to lower it everywhere; above it PIL refuses to open files of its own accord.
 MAX_PIXELS = 178_956_970
 
-DCT_REDUCTIONS = (4, 8)  # no 1/2: through PIL it saves nothing at 112 px, 5% at 64 (module docstring)
+DCT_REDUCTIONS = (4, 8)  # no 1/2: through PIL it saved too little to keep (docs/benchmarks.md, "Input pipeline")
 
 # Where ATen's uint8 antialiased resize is vectorised, torchvision calls it on uint8 as is;
 # elsewhere it resizes in float32 (torchvision.transforms.v2.functional._geometry,

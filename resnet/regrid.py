@@ -2,7 +2,7 @@
 
 A stride-2 layer's padding fixes the grid its outputs sample (docs/padding.md). Weights run
 under another grid see every later feature map shifted by a pixel: the BatchNorm statistics
-no longer match, and the error grows (the built-in demo: 7.7% -> 18.7% top-1 error). Two
+no longer match, and the error grows (the demo's figures: docs/benchmarks.md, "Re-gridding by method"). Two
 remedies, each on a small sample of images and little compute:
 
 * :func:`reestimate_bn` (``method=bn``): the same weights under the new grid, their BatchNorm

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 25), one command: the GPU benchmark, a short tv_v1 training on generated
+# The GPU check, one command: the GPU benchmark, a short tv_v1 training on generated
 # ImageNet-sized JPEGs (bf16, channels_last, compile, data.decode=gpu) and an eval.py of its
 # checkpoint, nvJPEG crops against the CPU path, the decode under a concurrent backward
 # (docs/gpu.md); one report.json and a summary.md in one folder. The steps are

@@ -1,4 +1,4 @@
-"""Image indexes at ImageNet's size, pinned at a small one (issue 37; issue 34 item 6).
+"""Image indexes at ImageNet's size, pinned at a small one.
 
 * the index holds no Python object per image: pickling a dataset for a loader worker is the
   same handful of objects for 10 images as for 400, so a worker never copies it
@@ -206,7 +206,7 @@ def test_under_ddp_rank_zero_lists_and_the_others_wait(monkeypatch):
     assert events[-1] == "barrier"  # the others are released to fail the same way
 
 
-# --- symlink loops (issue 34 item 6) ----------------------------------------------------
+# --- symlink loops ----------------------------------------------------------------------
 
 
 def test_a_directory_link_loop_is_named_and_skipped(tmp_path, capsys):
@@ -227,7 +227,7 @@ def test_a_directory_link_loop_is_named_and_skipped(tmp_path, capsys):
     assert len(lines) == 2 and "skipped 2 directory link(s)" in lines[1]
 
 
-# --- exactly-once evaluation of the flat val -------------------------------------------
+# --- exactly-once evaluation of the flat val --------------------------------------------
 
 
 @pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (2, 2), (3, 0)])

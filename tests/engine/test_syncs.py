@@ -1,5 +1,4 @@
-"""Host-device synchronisations and collectives of the training loop, counted (issue 27, item 4;
-docs/gpu.md).
+"""Host-device synchronisations and collectives of the training loop, counted (docs/gpu.md).
 
 Every read of a device tensor on the host (``.item()``, ``.tolist()``, ``bool()``, ``.cpu()``...)
 waits for the device to finish all the work queued before it. The loop reads losses once per

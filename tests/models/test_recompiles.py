@@ -1,5 +1,5 @@
 """torch.compile under grid switching, short batches and progressive resizing: a bounded number of
-graphs (issue 27, item 6; docs/gpu.md).
+graphs (docs/gpu.md).
 
 Dynamo caches at most ``torch._dynamo.config.recompile_limit`` graphs (8) per frame and runs the
 frame eagerly past it, with one warning. A grid preset is a guard (GridConv2d's pads are Python

@@ -1,7 +1,7 @@
 """What a new user meets in the first hour, from the README alone: user commands need no test tools
 (export names its extra in one line, the seed-table recipe runs without pytest), one naming rule for
 the commands, lint that a folder in the working tree cannot change, and the README's facts; what a
-training run says (issue 35): a validation subset named as one wherever its numbers are shown,
+training run says: a validation subset named as one wherever its numbers are shown,
 train.log holding the run's lines, and the last line the eval.py command of its last.pt."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The test suite's own layout: shared helpers live in tests/helpers/, and no test module imports
-another test module or conftest (issue 24, item 6)."""
+another test module or conftest."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def anchors(path: Path) -> set[str]:
 
 
 def test_the_readme_fits_on_about_200_lines():
-    assert len((REPO / "README.md").read_text().splitlines()) <= 220
+    assert len((REPO / "README.md").read_text().splitlines()) < 220
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)

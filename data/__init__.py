@@ -9,7 +9,8 @@ layouts), :mod:`.decode` and :mod:`.roi` (decode only a crop's window of a JPEG)
 :mod:`.gpu_decode` (``data.decode=gpu``: nvJPEG), :mod:`.transforms`, :mod:`.augment`,
 :mod:`.samplers`, :mod:`.batch`, :mod:`.in_memory`, :mod:`.dataloader` (a dead worker: one error),
 :mod:`.normalize` (on the device), :mod:`.shards` (``python -m data.shards``),
-:mod:`.registry` (the in-memory datasets: :mod:`.fashion_mnist`, :mod:`.synthetic`), and
+:mod:`.registry` (every dataset by name: the in-memory ones, :mod:`.fashion_mnist` and
+:mod:`.synthetic`, and those of image files, :mod:`.on_disk`), and
 :mod:`.loader`, which builds the loaders.
 
 The trainer's contract is in :mod:`data.loader`'s docstring. The built-in dataset's own

@@ -4,8 +4,8 @@ Two kinds, told apart by their type, never by their name:
 
 * :class:`Folders`: ``root/<split>/<class>/*`` (``imagenet`` and ``imagefolder``). An ImageNet
   entry (``wnid_folders``) words its errors for ImageNet's wnid folders, and a ``val/`` of it
-  with no ``train/`` beside it keeps ImageNet's 1,000 class indices; its ``val/`` may also be
-  the raw, flat ILSVRC2012 one (:mod:`data.ilsvrc`).
+  with no ``train/`` beside it keeps ImageNet's 1,000 class indices. Either one's ``val/`` may
+  also be the raw, flat ILSVRC2012 one, images with no class folders (:mod:`data.ilsvrc`).
 * :class:`Shards`: ``root/<split>/index.json`` and its tar shards (``python -m data.shards``).
 
 Each opens a split for training (:mod:`data.loader`) and for evaluation
@@ -35,12 +35,16 @@ class OnDisk:
     def layout(self, split: str) -> str:
         raise NotImplementedError
 
+    def holding(self, *splits: str) -> str:
+        """What ``root`` must hold for ``splits``, as an error names it."""
+        return " and ".join(self.layout(split) for split in splits)
+
     def split_dirs(self, root: str | None, *splits: str, purpose: str = "") -> list[Path]:
-        """``root/<split>`` for each of ``splits``, or one line naming the root and layout to pass."""
+        """``root/<split>`` for each of ``splits``, or one line naming the root and layout to pass
+        (``purpose``: what needs them, after the name: " evaluation")."""
         if root is None or not all((Path(root) / split).is_dir() for split in splits):
-            layout = " and ".join(self.layout(split) for split in splits)
-            raise FileNotFoundError(f"{self.name}{purpose} needs data.root=/path/to/{self.name} holding {layout}"
-                                    f"{self.hint}; got root={root}")
+            raise FileNotFoundError(f"{self.name}{purpose} needs data.root=/path/to/{self.name} holding "
+                                    f"{self.holding(*splits)}{self.hint}; got root={root}")
         return [Path(root) / split for split in splits]
 
 
@@ -104,9 +108,14 @@ class Shards(OnDisk):
     def layout(self, split: str) -> str:
         return f"{split}/index.json and {split}/*.tar"
 
+    def holding(self, *splits: str) -> str:
+        if len(splits) == 1:
+            return self.layout(splits[0])
+        return f"{' and '.join(f'{split}/' for split in splits)}, each with index.json and its .tar shards"
+
     def open(self, root: str | None, split: str, transform: Transform, batch_size: int, rank: int = 0,
-             world_size: int = 1, seed: int = 0, **kwargs) -> ShardBatches:
-        """``split``'s shards, this rank's share in batches; ``kwargs``: ``train``, ``collate_fn`` and
-        ``limit`` of :class:`data.shards.read.ShardBatches`."""
-        (folder,) = self.split_dirs(root, split)
+             world_size: int = 1, seed: int = 0, purpose: str = "", **kwargs) -> ShardBatches:
+        """``split``'s shards, this rank's share in batches; ``purpose`` as :meth:`split_dirs`'s;
+        ``kwargs``: ``train``, ``collate_fn`` and ``limit`` of :class:`data.shards.read.ShardBatches`."""
+        (folder,) = self.split_dirs(root, split, purpose=purpose)
         return ShardBatches.open(folder, transform, batch_size, rank, world_size, seed, **kwargs)

@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.config import ConfigError as ConfigError  # re-exported: the library raises it from here
-from data.registry import in_memory
+from data.registry import find, in_memory
 
 from .archs import ARCHS, canonical_name
 from .cpus import affinity_cpus
@@ -101,7 +101,8 @@ def check_data_config(data_cfg: DictConfig) -> None:
         from data.testsets import LAYOUTS  # imported late: check_data_package runs first
 
         what = "a file" if root is not None and Path(root).exists() else "not a directory"
-        holding = LAYOUTS.get(data_cfg.name, "train/<class>/* and val/<class>/*")
+        entry = find(data_cfg.name)
+        holding = LAYOUTS.get(data_cfg.name) or (entry.holding("train", "val") + entry.hint if entry else "its images")
         raise ConfigError(f"data.root={root} is {what}; {data_cfg.name} needs a directory holding {holding}")
 
 

@@ -13,8 +13,10 @@ pickled code, a newer format, malformed meta, another architecture's weights) ra
 State-dict keys never depend on the padding (``resnet.blocks``), so weights trained
 under one scheme run under another: ``resnet.with_padding(load_model(path), "symmetric")``.
 
-This package holds the checkpoint code here, and in :mod:`.errors` the one-line messages
-that say why a file cannot be used (:class:`CheckpointError`'s, and the weights loaders').
+This package holds the checkpoint code here; in :mod:`.training_state` what a train.py
+checkpoint holds beyond the weights (:class:`~.training_state.TrainingState`); and in
+:mod:`.errors` the one-line messages that say why a file cannot be used
+(:class:`CheckpointError`'s, and the weights loaders').
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
 from ..evaluation.sample import read_images
 from ..model import ModelMeta
 from ..out_files import out_file, write_json
+from ..report.rows import weights_label
 from ..weights import load_weights
 from ..workers import data_workers
 from .hydra_app import hydra_command
@@ -65,7 +66,8 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
         raise ConfigError(str(err)) from None
     _check_fit(meta, data, cfg.data.name)
 
-    print(f"{spec.text}: a {meta.arch} declared {meta.padding_name}; scoring every preset on up to {cfg.images} "
+    label = weights_label({"weights": spec.text, "ema": cfg.ema})
+    print(f"{label}: a {meta.arch} declared {meta.padding_name}; scoring every preset on up to {cfg.images} "
           f"images of {cfg.data.name} (resize {protocol.resize} -> crop {protocol.crop}, {protocol.interpolation}, "
           f"{protocol.preprocessing} preprocessing)", flush=True)
     batches, skipped = read_images(data, protocol, cfg.images, cfg.batch_size)
@@ -113,7 +115,8 @@ def run(cfg: DictConfig) -> DetectionReport:
     print(f"\n{report}\ndeclared by the weights: {declared}, {agrees}", flush=True)
     if inputs.out is not None:
         protocol_keys = {key: getattr(protocol, key) for key in ("resize", "crop", "interpolation", "preprocessing")}
-        record = {"weights": cfg.weights, "declared_padding": declared, "dataset": cfg.data.name, **protocol_keys}
+        record = {"weights": cfg.weights, "ema": bool(cfg.ema), "declared_padding": declared,
+                  "dataset": cfg.data.name, **protocol_keys}
         write_json(inputs.out, record | report.as_dict())
         print(f"ranking written to {inputs.out}", flush=True)
     return report

@@ -28,6 +28,7 @@ def run(cfg) -> dict:
     from ..out_files import out_file
     from ..padding import PRESETS, resolve_padding
     from ..report.console import format_table
+    from ..report.rows import weights_label
     from ..weights import load_weights
     from ..workers import data_workers
 
@@ -71,7 +72,8 @@ def run(cfg) -> dict:
         raise ConfigError(str(err)) from None
     check_fit(source.meta, data)
     trained = loaded.trained_for or source.meta.padding_name  # grid[a,b]: trained under each of those
-    print(f"{spec.text}: a {source.meta.arch} trained under {trained}; re-gridding to "
+    label = weights_label({"weights": spec.text, "ema": cfg.ema})
+    print(f"{label}: a {source.meta.arch} trained under {trained}; re-gridding to "
           f"{target.name} by {cfg.method} on up to {cfg.images} training images of {cfg.data.name}", flush=True)
     batches, skipped = read_images(data, protocol, cfg.images, cfg.batch_size)
     images = [x.to(device) for x, _ in batches]
@@ -79,11 +81,11 @@ def run(cfg) -> dict:
     start = time.perf_counter()
     model, report = regrid(source.to(device), target, cfg.method, images, normalize, epochs=cfg.epochs, lr=cfg.lr,
                            features=cfg.features)
-    report |= {"from_padding": trained, "from": spec.text, "images": sum(x.shape[0] for x in images),
-               "skipped_images": skipped, "seconds": round(time.perf_counter() - start, 2), "dataset": cfg.data.name,
-               "split": "train"}  # fmt: skip
+    report |= {"from_padding": trained, "from": spec.text, "ema": bool(cfg.ema),
+               "images": sum(x.shape[0] for x in images), "skipped_images": skipped,
+               "seconds": round(time.perf_counter() - start, 2), "dataset": cfg.data.name, "split": "train"}
     save_checkpoint(out, model.cpu(), regrid=report)
-    summary = {"weights": spec.text, "grid": f"{report['from_padding']} -> {report['to_padding']}",
+    summary = {"weights": label, "grid": f"{report['from_padding']} -> {report['to_padding']}",
                "method": cfg.method, "images": report["images"], "seconds": report["seconds"], "written": str(out)}
     print("\n" + format_table([summary]), flush=True)
     return report

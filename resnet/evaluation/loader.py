@@ -1,8 +1,9 @@
 """The evaluation data: one split, sharded over processes, each image decoded and resized once.
 
-Datasets are those of :mod:`data` (``imagenet``, ``imagefolder``: ``root/val/<class>/*``, or
-for ``imagenet`` the raw flat ILSVRC2012 ``val/`` with its labels file; ``imagenet_shards``:
-``root/val`` tar shards; an in-memory dataset (:mod:`data.registry`): its val split). Every image
+Datasets are those of :mod:`data.registry`, each opening its own split (``imagenet``,
+``imagefolder``: ``root/val/<class>/*``, or the raw flat ILSVRC2012 ``val/`` with its labels file;
+``imagenet_shards``: ``root/val`` tar shards; an in-memory dataset: its val split), and the
+ImageNet test sets (:mod:`data.testsets`). Every image
 goes to exactly one process (:class:`data.ShardSampler`, :class:`data.shards.ShardBatches`), so
 all-reduced sums count the split exactly once.
 
@@ -156,7 +157,7 @@ that many of the split's images, spread over it (shards: the first that many); N
         transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
     if isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards
         shards = entry.open(root, split, transform, batch_size, rank, world_size, train=False,
-                            collate_fn=collate_fn, limit=take)
+                            collate_fn=collate_fn, limit=take, purpose=" evaluation" if split == "val" else "")
         loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
                             pin_memory=torch.cuda.is_available())
         whole = int(shards.counts.sum())

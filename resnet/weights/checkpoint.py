@@ -32,7 +32,7 @@ def load(spec: WeightsSpec, arch: str | None, download: bool, ema: bool = False)
         weights = TrainingState.ema_of(checkpoint)
         if weights is None:
             raise WeightsUnavailable(
-                f"{spec.path} holds no EMA weights (its run had ema_decay=0): drop ema=true to evaluate its weights"
+                f"{spec.path} holds no EMA weights (its run had ema_decay=0): drop ema=true to use its weights"
             )
         checkpoint = {**checkpoint, "model": weights}
     model = model_from_checkpoint(checkpoint, where=f"{spec.path} (its EMA weights)" if ema else spec.path)

@@ -67,8 +67,8 @@ def test_train_and_eval_run_on_a_dataset_added_as_one_module_and_one_yaml(tmp_pa
 @pytest.mark.parametrize("name, says", [
     ("imagenet", "imagenet needs data.root=/path/to/imagenet holding train/<wnid>/*.JPEG and val/<wnid>/*.JPEG"),
     ("imagefolder", "imagefolder needs data.root=/path/to/imagefolder holding train/<class>/* and val/<class>/*"),
-    ("imagenet_shards", "imagenet_shards needs data.root=/path/to/imagenet_shards holding train/index.json and "
-                        "train/*.tar and val/index.json and val/*.tar (python -m data.shards imagenet RAW_ROOT"),
+    ("imagenet_shards", "imagenet_shards needs data.root=/path/to/imagenet_shards holding train/ and val/, each "
+                        "with index.json and its .tar shards (python -m data.shards imagenet RAW_ROOT OUT_ROOT"),
 ])  # fmt: skip
 def test_an_image_file_entry_names_its_layout_when_the_root_lacks_a_split(tmp_path, name, says):
     (tmp_path / "train").mkdir()  # val/ missing: neither split is opened
@@ -81,3 +81,18 @@ def test_an_in_memory_entry_opens_a_split_for_training_and_for_evaluation():
     train, val = dataset.open("train", crop_padding=4), dataset.open("val")
     assert (len(train), len(val), train.crop_padding, val.crop_padding) == (640, 160, 4, 0)
     assert torch.equal(val.images, dataset.load("val")[0])
+
+
+def test_eval_and_the_config_check_name_the_entrys_own_layout(tmp_path):
+    from resnet.config import ConfigError, check_data_config
+    from resnet.evaluation.loader import EvalProtocol, build_eval_loader
+
+    protocol = EvalProtocol(crops=1, crop=32, resize=36, interpolation="bilinear", preprocessing="torch")
+    with pytest.raises(FileNotFoundError, match=re.escape("imagenet_shards evaluation needs data.root=/path/to/"
+                                                          "imagenet_shards holding val/index.json and val/*.tar")):
+        build_eval_loader("imagenet_shards", str(tmp_path), protocol, batch_size=4, workers=0)
+    for name, layout in (("imagenet", "train/<wnid>/*.JPEG and val/<wnid>/*.JPEG"),
+                         ("imagenet_shards", "train/ and val/, each with index.json and its .tar shards")):
+        cfg = compose_config("train", f"data={name}", f"data.root={tmp_path / 'absent'}")
+        with pytest.raises(ConfigError, match=re.escape(f"{name} needs a directory holding {layout}")):
+            check_data_config(cfg.data)

@@ -129,7 +129,7 @@ def test_the_loaders_send_encoded_training_batches_and_decoded_val_batches(tmp_p
         build_loaders(DataConfig("imagefolder", str(tmp_path), decode="gpu", auto_augment="ta_wide"), batch_size=4)
 
 
-# --- how a batch crosses from a worker ------------------------------------
+# --- how a batch crosses from a worker (docs/gpu.md, item 3) ------------------------------------
 
 
 class _Files(Dataset):
@@ -195,7 +195,7 @@ def test_the_pin_memory_thread_pins_a_batch_as_two_tensors(monkeypatch):
     assert torch.equal(moved.images.decode("cpu"), batch.images.decode("cpu"))
 
 
-# --- the CUDA decode's streams, with fakes --------------------------------
+# --- the CUDA decode's streams (docs/gpu.md, item 2), with fakes --------------------------------
 
 
 def test_the_cuda_decode_runs_on_a_side_stream_ordered_both_ways_with_the_training_stream(monkeypatch):
@@ -256,7 +256,7 @@ def test_the_cuda_decode_runs_on_a_side_stream_ordered_both_ways_with_the_traini
     assert torch.equal(out, batch.images.decode(torch.device("cpu")))
 
 
-# --- the crop/resize/flip of a batch --------------------------------------
+# --- the crop/resize/flip of a batch (docs/gpu.md, item 7) --------------------------------------
 
 
 def _one_image_at_a_time(images, crops):

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def png_bomb(side: int = 30000) -> bytes:
-    """A black 1-bit ``side`` x ``side`` PNG: 0.5 MB on disk, 2.7 GB decoded to RGB (the issue's
-    875 kB one is 8-bit). Written in a third of a second: its rows are compressed, never held."""
+    """A black 1-bit ``side`` x ``side`` PNG: 0.5 MB on disk, 2.7 GB decoded to RGB (an 8-bit
+    one is 875 kB). Written in a third of a second: its rows are compressed, never held."""
     row = b"\0" * (1 + (side + 7) // 8)  # filter byte, then the packed bits
     deflate = zlib.compressobj(1)
     block = row * 1000

@@ -78,3 +78,16 @@ def test_detect_reads_the_ema_as_eval_does(tiny_folder, run):
         loaded = read_inputs(cfg).model.state_dict()
         wanted = ema if expect == "ema" else load_checkpoint(run / "last.pt")["model"]
         assert all(torch.equal(loaded[k], wanted[k]) for k in ("conv1.weight", "fc.weight")), extra
+
+
+def test_regrid_reads_the_ema_and_records_that_it_did(tiny_folder, run, tmp_path):
+    from resnet.cli.regrid import run as regrid
+
+    out = tmp_path / "regridded.pt"
+    report = regrid(compose_config("regrid", f"weights={run / 'last.pt'}", "ema=true", "+padding=asymmetric",
+                                   f"out={out}", "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3",
+                                   "data.workers=0", "images=8", "batch_size=4", "device=cpu"))  # fmt: skip
+    ema = load_checkpoint(run / "last.pt")["ema"]
+    written = load_checkpoint(out)
+    assert report["ema"] is True and written["regrid"]["ema"] is True
+    assert torch.equal(written["model"]["conv1.weight"], ema["conv1.weight"])  # bn: only BN statistics change

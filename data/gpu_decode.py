@@ -108,9 +108,7 @@ class EncodedBatch:
         device = torch.device(device)
         if not self.boxes:
             return self.pixels.to(device, non_blocking=True)
-        views = [self.data[a:b] for a, b in zip(self.offsets, self.offsets[1:])]  # no copies
-        images = _decode_jpegs(views, device)
-        resized = crop_resize_flip(images, self.boxes, self.flips, self.size, self.interpolation)
+        resized = crop_resize_flip(self.decode_whole(device), self.boxes, self.flips, self.size, self.interpolation)
         if not self.decoded:
             return resized  # every image was encoded: the stacked tensor is the batch
         # Mixed: put the worker-decoded images in their places with one cat of slices. Indexing
@@ -128,6 +126,13 @@ class EncodedBatch:
                 taken += 1
             start = position + 1
         return torch.cat(pieces)
+
+
+    def decode_whole(self, device: torch.device | str) -> list[torch.Tensor]:
+        """The encoded images decoded whole, uncropped, each uint8 [3, H, W] on ``device`` (nvJPEG on
+        CUDA): what :meth:`decode` crops, resizes and flips."""
+        views = [self.data[a:b] for a, b in zip(self.offsets, self.offsets[1:])]  # no copies
+        return _decode_jpegs(views, torch.device(device))
 
 
 def _shared_uint8(numel: int) -> torch.Tensor:

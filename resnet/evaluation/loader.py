@@ -27,7 +27,7 @@ from data import ShardSampler, collate
 from data.batch import BadImage, pass_batch
 from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
-from data.registry import Folders, InMemory, Shards, find, names
+from data.registry import Folders, InMemory, OnDisk, Shards, find, names
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
 CROP_COUNTS = (1, 2, 10)  # the crops= protocols: centre; centre and its flip; corners + centre and flips
@@ -143,8 +143,9 @@ def build_eval_loader(
     ``val_labels`` / ``devkit``: for a flat ILSVRC2012 ``val/`` (no class folders), its labels
     (:func:`data.ilsvrc.read_val_labels`); found under ``root`` when not given. ``real_labels``:
     ImageNet-ReaL's ``real.json`` (None: timm's copy). ``split="train"``: the training split
-    through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`). ``take``: score
-that many of the split's images, spread over it (shards: the first that many); None: all."""
+    through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`).
+    ``take``: score that many of the split's images, spread over it (shards: the first that
+    many); None: all."""
     entry = _entry(name, split)
     if isinstance(entry, InMemory):
         dataset = entry.open(split)
@@ -199,5 +200,5 @@ def check_root(name: str, root: str | None) -> None:
     entry = find(name)
     if entry is None and name in TEST_SETS:
         images_root(name, root)
-    elif isinstance(entry, Folders | Shards):
+    elif isinstance(entry, OnDisk):
         entry.split_dirs(root, "val", purpose=" evaluation")

@@ -148,6 +148,9 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
+    have = store.repo.get("model", {}), store.repo.get("padding", {})
+    if all(f"{arch}.yaml" in have[0] for arch in ARCHS) and all(f"{p}.yaml" in have[1] for p in PRESETS):
+        return  # stored already: storing again would rebuild every node on every compose
     for arch in ARCHS:
         store.store(group="model", name=arch, node={"defaults": ["resnet", "_self_"], "arch": arch})
     for preset in PRESETS:

@@ -76,12 +76,14 @@ def export_onnx(
     input_size: int | tuple[int, int],
     opset: int = DEFAULT_OPSET,
     batch_size: int | None = None,
+    props: dict[str, str] | None = None,
 ) -> Path:
     """Export ``model`` in eval mode for inputs of ``input_size`` (int or (h, w)).
 
     ``model`` itself is not changed: a copy is frozen (:func:`freeze_padding`) and
     exported. The model's ``meta`` (arch, padding per site, preprocessing) and the
-    input size are written into the ONNX metadata. ``batch_size``: None leaves the batch
+    input size are written into the ONNX metadata, and ``props`` beside them (where the
+    weights came from, say). ``batch_size``: None leaves the batch
     dimension dynamic (named ``batch``), a number fixes it. The file is written to a
     temporary name beside ``path``, then renamed. Raises ``ValueError`` if the graph
     computes a pad at run time.
@@ -108,11 +110,11 @@ def export_onnx(
     )
     proto = program.model_proto
     static_pads(proto)  # raises if a pad is not a constant
-    props = {"input_size": f"{h}x{w}"}
+    extra, props = props, {"input_size": f"{h}x{w}"}
     meta = getattr(model, "meta", None)
     if meta is not None:
         props |= {"padding": meta.padding_name, "resnet_meta": json.dumps(meta.as_dict())}
-    onnx.helper.set_model_props(proto, props)
+    onnx.helper.set_model_props(proto, props | (extra or {}))
     onnx.checker.check_model(proto)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,14 +217,15 @@ def export_checked(
     input_size: int | tuple[int, int],
     opset: int = DEFAULT_OPSET,
     tolerance: float = CHECK_TOLERANCE,
+    props: dict[str, str] | None = None,
 ) -> list[tuple[int, float, float]]:
-    """:func:`export_onnx` with a dynamic batch, then :func:`check_onnx` on batches of
-    :data:`CHECK_BATCHES`; ``path`` appears only once the check has passed, and nothing is
-    left behind when it fails. Returns the check's rows."""
+    """:func:`export_onnx` with a dynamic batch (and ``props`` in its metadata), then
+    :func:`check_onnx` on batches of :data:`CHECK_BATCHES`; ``path`` appears only once the check
+    has passed, and nothing is left behind when it fails. Returns the check's rows."""
     path = Path(path)
     tmp = _temporary(path)
     try:
-        export_onnx(model, tmp, input_size, opset)
+        export_onnx(model, tmp, input_size, opset, props=props)
         checks = check_onnx(tmp, model, CHECK_BATCHES, tolerance)
         os.replace(tmp, path)
     finally:

@@ -45,7 +45,8 @@ def run(cfg: DictConfig) -> Path:
     model = padded_as_configured(cfg, loaded.model, loaded.preset_norms)
     size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
     try:
-        checks = export_checked(model, out, size, cfg.opset, cfg.tolerance)
+        checks = export_checked(model, out, size, cfg.opset, cfg.tolerance,
+                                props={"weights": spec.text, "ema": str(bool(cfg.ema)).lower()})
     except OSError as err:  # the folder checked above went away, or the disk is full
         raise ConfigError(f"cannot write {out}: {err.strerror or err}; choose another out=...onnx") from None
     meta = model.meta

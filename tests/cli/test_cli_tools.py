@@ -152,7 +152,9 @@ def test_export_writes_a_file_that_onnxruntime_runs_as_pytorch_does(tiny, export
     proto = onnx.load(path)
     batch = proto.graph.input[0].type.tensor_type.shape.dim[0]
     assert batch.dim_param == "batch"  # dynamic
-    assert {p.key: p.value for p in proto.metadata_props}["input_size"] == "28x28"  # the weights' eval size
+    props = {p.key: p.value for p in proto.metadata_props}
+    assert props["input_size"] == "28x28"  # the weights' eval size
+    assert (props["weights"], props["ema"]) == (str(tiny[1]), "false")  # where the weights came from
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for n in (2, 5):
         x = torch.randn(n, 1, 28, 28, generator=torch.Generator().manual_seed(n))
@@ -163,7 +165,7 @@ def test_export_writes_a_file_that_onnxruntime_runs_as_pytorch_does(tiny, export
 
 
 def test_export_that_onnxruntime_disagrees_with_fails_and_leaves_nothing(tiny, exported, tmp_path, capsys, monkeypatch):
-    def corrupted_export(model, path, *args):  # the real file, with the head's bias shifted by 1
+    def corrupted_export(model, path, *args, **kwargs):  # the real file, with the head's bias shifted by 1
         proto = onnx.load(exported[0])
         bias = next(init for init in proto.graph.initializer if init.name == "fc.bias")
         bias.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(bias) + 1, bias.name))

@@ -30,21 +30,24 @@ class OnDisk:
     """What both kinds share: a name, a layout to name in errors, and the check of ``data.root``."""
 
     name: str  # the YAML's data.name
-    hint = ""  # after the layout in an error: what makes it
+    hint = ""  # after the layouts in an error: what makes them
 
     def layout(self, split: str) -> str:
         raise NotImplementedError
 
-    def holding(self, *splits: str) -> str:
-        """What ``root`` must hold for ``splits``, as an error names it."""
+    def layouts(self, *splits: str) -> str:
         return " and ".join(self.layout(split) for split in splits)
+
+    def holding(self, *splits: str) -> str:
+        """What ``root`` must hold for ``splits``, as an error names it (and what makes it)."""
+        return self.layouts(*splits) + self.hint
 
     def split_dirs(self, root: str | None, *splits: str, purpose: str = "") -> list[Path]:
         """``root/<split>`` for each of ``splits``, or one line naming the root and layout to pass
         (``purpose``: what needs them, after the name: " evaluation")."""
         if root is None or not all((Path(root) / split).is_dir() for split in splits):
             raise FileNotFoundError(f"{self.name}{purpose} needs data.root=/path/to/{self.name} holding "
-                                    f"{self.holding(*splits)}{self.hint}; got root={root}")
+                                    f"{self.holding(*splits)}; got root={root}")
         return [Path(root) / split for split in splits]
 
 
@@ -78,14 +81,13 @@ class Folders(OnDisk):
         ImageNet's 1,000 classes, each keeping its class index; a flat one is the raw ILSVRC2012
         val/, labelled by ``val_labels`` (and ``devkit``), found under ``root`` when not given."""
         (folder,) = self.split_dirs(root, split, purpose=" evaluation" if split == "val" else "")
-        train_dir = Path(root) / "train"
         if split == "train":
             return ImageFolder(folder, transform), None
         from .ilsvrc import is_flat_val, open_flat_val
 
         if is_flat_val(folder):
             return open_flat_val(root, folder, transform, val_labels, devkit), None
-        if train_dir.is_dir():
+        if (train_dir := Path(root) / "train").is_dir():
             return ImageFolder(folder, transform, classes=find_classes(train_dir)), None
         if not self.wnid_folders:
             return ImageFolder(folder, transform), None
@@ -108,7 +110,7 @@ class Shards(OnDisk):
     def layout(self, split: str) -> str:
         return f"{split}/index.json and {split}/*.tar"
 
-    def holding(self, *splits: str) -> str:
+    def layouts(self, *splits: str) -> str:
         if len(splits) == 1:
             return self.layout(splits[0])
         return f"{' and '.join(f'{split}/' for split in splits)}, each with index.json and its .tar shards"

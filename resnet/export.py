@@ -110,11 +110,11 @@ def export_onnx(
     )
     proto = program.model_proto
     static_pads(proto)  # raises if a pad is not a constant
-    extra, props = props, {"input_size": f"{h}x{w}"}
+    written = {"input_size": f"{h}x{w}"}
     meta = getattr(model, "meta", None)
     if meta is not None:
-        props |= {"padding": meta.padding_name, "resnet_meta": json.dumps(meta.as_dict())}
-    onnx.helper.set_model_props(proto, props | (extra or {}))
+        written |= {"padding": meta.padding_name, "resnet_meta": json.dumps(meta.as_dict())}
+    onnx.helper.set_model_props(proto, written | (props or {}))
     onnx.checker.check_model(proto)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ def main(cfg: DictConfig) -> float | None:
     from resnet.engine.run import train
 
     # a bad config or data: status 2; the run failed: 1; stopped by a signal: saved, 0 when requeued,
-    # else 143 (TERM), 130 (INT) or 3 (USR1)
+    # else 143 (TERM), 130 (INT), 129 (HUP) or 3 (USR1); another process of the job lost: 75 (requeue it)
     with one_line_errors("train.py", training=True):
         results = train(cfg)
     return results["top1_err"]  # what a Hydra sweeper would minimise

@@ -139,6 +139,7 @@ def register_configs() -> None:
 
     * ``model=<arch>`` for every architecture of :data:`resnet.archs.ARCHS`: the one model
       config, ``configs/model/resnet.yaml``, with that ``arch``;
+    * the ``launch_time`` resolver (:func:`resnet.distributed.launch_time`), in the run dir's name;
     * ``padding=<preset>`` for every preset of :data:`resnet.padding.PRESETS`: the preset's
       name, and a null override slot per scheme site (``padding.stem_pool=same`` fills one).
       The blur sites get no slot, so that a recipe's ``padding.block_conv_blur: true`` survives
@@ -147,6 +148,10 @@ def register_configs() -> None:
     """
     from hydra.core.config_store import ConfigStore
 
+    from .distributed import launch_time
+
+    # ${launch_time:%H-%M-%S}: train.yaml's run dir, the same in every process of a torchrun launch
+    OmegaConf.register_new_resolver("launch_time", lambda pattern: launch_time().strftime(pattern), replace=True)
     store = ConfigStore.instance()
     have = store.repo.get("model", {}), store.repo.get("padding", {})
     if all(f"{arch}.yaml" in have[0] for arch in ARCHS) and all(f"{p}.yaml" in have[1] for p in PRESETS):

@@ -12,7 +12,12 @@ Four launchers, read in this order (the first that applies wins):
 * plain ``python``: one process.
 
 Each process uses ``cuda:<local rank>`` (or ``cuda:0`` where SLURM bound one GPU per task), NCCL on
-GPU, gloo on CPU. Nothing here mutates configs, the environment or builtins.
+GPU, gloo on CPU. Every collective waits at most ``timeout`` seconds (the run config's
+``dist_timeout``) for the other processes: past it gloo raises, and :mod:`resnet.engine.peers`
+says which process it waited for. On GPU the host-side gloo group (every step's agreement) gets
+that timeout and NCCL's own a minute more, so that a stalled peer is reported from Python before
+NCCL's watchdog ends the process (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, set unless the user set
+it: the one variable this module sets). Nothing here mutates configs or builtins.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import torch
 import torch.distributed as dist
 
 DEVICES = ("auto", "cpu", "cuda")  # the values of a run config's `device`
 LAUNCHERS = ("single", "torchrun", "submitit", "srun")
+NCCL_MARGIN = 60.0  # seconds NCCL's watchdog waits beyond the gloo groups' timeout
+JOIN_TIMEOUT = 300.0  # seconds the rendezvous waits for every process to start (at least)
 
 
 class LaunchError(RuntimeError):
@@ -59,6 +67,11 @@ class DistEnv:
     # gloo group for small decisions taken on the host every step (resnet.engine.loop): over NCCL
     # they would wait behind the GPU's queue. None: the default group is gloo already (CPU runs).
     host_group: dist.ProcessGroup | None = field(default=None, compare=False, repr=False)
+    # the job's key-value store (the rendezvous'), and every rank's (host, pid): who to name when a
+    # peer stalls or dies (resnet.engine.peers)
+    store: dist.Store | None = field(default=None, compare=False, repr=False)
+    peers: tuple[tuple[str, int], ...] = ()
+    timeout: float | None = None  # seconds a collective waits for the others (dist_timeout)
 
     @property
     def is_main(self) -> bool:
@@ -150,6 +163,30 @@ def _srun_launch(env: Mapping[str, str]) -> Launch:
     )
 
 
+_launched_at: list[datetime] = []
+
+
+def launch_time() -> datetime:
+    """When this launch started: now, at the first call in this process; under torchrun, the time of
+    whichever worker asked first, read from torchrun's store by every worker, so that every process
+    names the same run dir (``${launch_time:...}`` in train.yaml), across ``--max-restarts`` too.
+    Hydra's ``${now:...}`` is each process's own clock: a worker a second late made a folder of its own."""
+    if _launched_at:
+        return _launched_at[0]
+    now = datetime.now()
+    env = os.environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        try:
+            store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
+                                  timeout=timedelta(seconds=30))
+            first = store.compare_set("resnet_padding/launch_time", "", now.isoformat())
+            now = datetime.fromisoformat(first.decode())
+        except (RuntimeError, ValueError, OSError):  # no store to ask: this process's own time
+            pass
+    _launched_at.append(now)
+    return now
+
+
 def port_for_job(job_id: str) -> int:
     """A port in [20000, 40000) that every task of a job computes alike (and again after a requeue)."""
     digits = re.sub(r"\D", "", str(job_id)) or "0"
@@ -211,28 +248,38 @@ def cuda_index(local_rank: int, local_world_size: int, visible: int) -> int:
     )
 
 
-def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = None) -> DistEnv:
-    """Join the job's process group (or run alone when launched by plain python)."""
+def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = None,
+                     timeout: float | None = None) -> DistEnv:
+    """Join the job's process group (or run alone when launched by plain python); ``timeout``:
+    the seconds a collective waits for the others (None: torch's default)."""
     launch = detect_launch(environ)
     dev = pick_device(device, launch.local_rank, launch.local_world_size)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    if launch.world_size > 1 and not dist.is_initialized():
+    if launch.world_size == 1:
+        return DistEnv(rank=0, world_size=1, local_rank=launch.local_rank, device=dev, launch=launch)
+    wait = {"timeout": timedelta(seconds=timeout)} if timeout else {}
+    store = None
+    if not dist.is_initialized():
         check_gloo_interface(launch)
         backend = "nccl" if dev.type == "cuda" else "gloo"
-        kwargs = {"device_id": dev} if dev.type == "cuda" else {}
-        if launch.launcher == "torchrun":  # its variables are env://'s own
-            store = _restart_safe_store(launch)
-        else:  # srun / submitit: rank 0 hosts the rendezvous store on the master node
-            store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=launch.rank == 0)
-        if store is not None:
-            kwargs.update(store=store, rank=launch.rank, world_size=launch.world_size)
-        dist.init_process_group(backend=backend, **kwargs)
+        kwargs: dict = {"device_id": dev} if dev.type == "cuda" else {}
+        if dev.type == "cuda" and timeout:
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")  # a timed-out collective ends the process
+            kwargs["timeout"] = timedelta(seconds=timeout + NCCL_MARGIN)
+        else:
+            kwargs.update(wait)
+        store = job_store(launch, timeout)
+        dist.init_process_group(backend=backend, store=store, rank=launch.rank, world_size=launch.world_size,
+                                **kwargs)
     host_group = None
-    if launch.world_size > 1 and dist.get_backend() == "nccl":
-        host_group = dist.new_group(backend="gloo")  # collective: every rank creates it, in the same order
+    if dist.get_backend() == "nccl":
+        host_group = dist.new_group(backend="gloo", **wait)  # collective: every rank creates it, in the same order
+    peers: list = [None] * launch.world_size
+    dist.all_gather_object(peers, (socket.gethostname(), os.getpid()), group=host_group)
     return DistEnv(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank, device=dev,
-                   launch=launch, host_group=host_group)
+                   launch=launch, host_group=host_group, store=store, peers=tuple(tuple(p) for p in peers),
+                   timeout=timeout)
 
 
 def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = None) -> None:
@@ -258,14 +305,23 @@ def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = Non
         )
 
 
-def _restart_safe_store(launch: Launch) -> dist.Store | None:
-    """torchrun's agent keeps one TCPStore across ``--max-restarts``; workers of a restarted
-    attempt would read the dead attempt's addresses from it and fail to connect
-    (pytorch/pytorch#135712). A prefix per restart gives each attempt its own keys."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return None
-    agent_store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=False)
-    return dist.PrefixStore(f"resnet_padding/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", agent_store)
+def job_store(launch: Launch, timeout: float | None = None) -> dist.Store:
+    """The job's key-value store, which the process group rendezvous through and which stays
+    reachable when a peer dies (:mod:`resnet.engine.peers` asks it who is still there).
+
+    torchrun: its agent's store where the agent offers it, else a store on ``MASTER_ADDR`` hosted by
+    rank 0 (what ``env://`` would make). The agent keeps one store across ``--max-restarts``;
+    workers of a restarted attempt would read the dead attempt's addresses from it and fail to
+    connect (pytorch/pytorch#135712), so each attempt gets a prefix of its own. srun and submitit:
+    rank 0 hosts it on the master node."""
+    wait = timedelta(seconds=max(timeout or 0.0, JOIN_TIMEOUT))
+    if launch.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        agent_store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=False,
+                                    timeout=wait)
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"resnet_padding/attempt_{attempt}", agent_store)
+    return dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=launch.rank == 0,
+                         timeout=wait)
 
 
 def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:

@@ -59,7 +59,7 @@ def join_job(cfg: DictConfig) -> DistEnv:
     of the CPUs (:func:`resnet.workers.share_cpus`: intra-op threads beside the loader workers); a
     launch that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
     try:
-        env = init_distributed(cfg.device)
+        env = init_distributed(cfg.device, timeout=cfg.get("dist_timeout"))
     except LaunchError as err:
         raise ConfigError(str(err)) from None
     said = share_cpus(data_workers(cfg.data, env.local_world_size), env.local_world_size) if "data" in cfg else None

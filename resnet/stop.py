@@ -2,8 +2,16 @@
 
 Clusters and people stop a training with a signal: SLURM's ``--signal=USR1@120`` before a time
 limit; SIGTERM on a preemption (``PreemptMode=REQUEUE``, then SIGKILL after ``GraceTime``), from
-``docker stop``, Kubernetes and systemd; submitit's USR2; SIGINT from Ctrl-C. Python's defaults
-end the process on the spot (USR1, USR2, TERM) or wherever it is (INT), and the epoch is lost.
+``docker stop``, Kubernetes and systemd; submitit's USR2; SIGINT from Ctrl-C; SIGHUP when the
+terminal or ssh session a run was started from closes. Python's defaults end the process on the
+spot (USR1, USR2, TERM, HUP) or wherever it is (INT), and the epoch is lost.
+
+SIGHUP that is ignored when this process starts (``nohup python train.py``) stays ignored: the
+user asked for that. Under torchrun it is caught whatever it inherited, because torchrun's agent
+catches it itself and passes it on to its workers, then kills them 30 s later (so ``nohup
+torchrun`` does not protect a run: docs/faults.md says what does). Once a SIGHUP has come, this
+process's standard streams that were a terminal point at ``/dev/null``: the terminal is gone, and
+a write to it would fail (EIO) in the middle of the save; train.log still gets every line.
 
 :func:`catch` puts a recorder in their place: the first signal is kept (:func:`pending`) for the
 training loop to act on at its next step boundary (:mod:`resnet.engine.preempt`); a second
@@ -22,7 +30,10 @@ import signal
 import threading
 from collections.abc import Callable
 
-STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Where processes of a job received different signals, the one they all report (and exit with):
+# the first of these that any of them received.
+PRECEDENCE = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR2, signal.SIGUSR1)
 SUBMITIT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # submitit's own variable: the name of its signal, USR2 by default
 
 
@@ -31,6 +42,7 @@ class _Record:
     interrupts = 0  # SIGINTs seen: the second ends the process
     previous: dict[int, Callable | int | None] = {}  # the handlers catch() replaced (submitit's, for one)
     at_exit = False  # whether _ignore_from_now_on is registered
+    terminals: tuple[int, ...] = ()  # the standard streams that were a terminal at catch() (a hung-up one is not a tty)
 
 
 _record = _Record()
@@ -52,11 +64,12 @@ def catch(*extra: int) -> tuple[int, ...]:
     if not _record.at_exit:
         atexit.register(_ignore_from_now_on)
         _record.at_exit = True
+        _record.terminals = tuple(fd for fd in (0, 1, 2) if _is_terminal(fd))
     placed = []
     for signum in dict.fromkeys((*STOP_SIGNALS, *submitit_signal(), *extra)):
         current = signal.getsignal(signum)
-        if current is _handler:
-            continue
+        if current is _handler or (signum == signal.SIGHUP and current == signal.SIG_IGN and not _under_torchrun()):
+            continue  # caught already; nohup's ignored SIGHUP
         _record.previous[signum] = current
         signal.signal(signum, _handler)
         placed.append(signum)
@@ -101,7 +114,31 @@ def _ignore_from_now_on() -> None:
             signal.signal(signum, signal.SIG_IGN)
 
 
+def _under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or "TORCHELASTIC_RESTART_COUNT" in os.environ
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _detach_from_terminal() -> None:
+    """Point the standard streams that were a terminal at /dev/null (after SIGHUP: it is gone)."""
+    for fd in _record.terminals:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, fd)
+            os.close(null)
+        except OSError:
+            pass
+
+
 def _handler(signum: int, frame) -> None:
+    if signum == signal.SIGHUP:
+        _detach_from_terminal()
     if signum == signal.SIGINT:
         _record.interrupts += 1
         if _record.interrupts > 1:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
@@ -18,9 +20,10 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
     exit with ``<program>: ...``; a dead loader worker (:mod:`data.dataloader`) says what to lower,
     while an exception a live worker raised keeps its traceback, which ends with the worker's own.
     ``training`` (train.py): a run that failed (:class:`resnet.engine.loop.NonFiniteLoss`,
-    :class:`resnet.engine.run.RunFailed`) prints ``error: ...`` and exits with status 1; a
+    :class:`resnet.engine.run.RunFailed`) prints ``error: ...`` and exits with status 1 (75 where
+    another process of the job stalled or died: :class:`resnet.engine.peers.PeerLost`); a
     stop signal (:class:`resnet.engine.preempt.Stopped`, saved) prints its line and exits with 0
-    when the requeued job goes on, else 143 (TERM), 130 (INT) or 3 (USR1); a second Ctrl-C, which
+    when the requeued job goes on, else 143 (TERM), 130 (INT), 129 (HUP) or 3 (USR1); a second Ctrl-C, which
     stops at once, 130. Under submitit, :func:`leave` raises instead of exiting. Anything else is a
     bug and keeps its traceback."""
     from ..config import ConfigError
@@ -59,12 +62,25 @@ def _training_error(err: RuntimeError) -> None:
     from ..engine.run import RunFailed
     from ..engine.runlog import ending_line  # the same words as the run's train.log ends with
 
-    if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed
-        leave(ending_line(err), 1)
-    if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130 or 3
+    if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed (a peer lost: 75)
+        leave(ending_line(err), getattr(err, "status", 1))
+    if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130, 129 or 3
         from .config_exit import launched_rank
 
         leave(ending_line(err), err.status, show=launched_rank() == 0)  # every rank stopped at one step: one line
+
+
+def tell_torchrun(line: str) -> None:
+    """Under torchrun: ``line`` into this worker's error file, which torchrun's closing report then
+    shows as the worker's reason (in place of its "To enable traceback see: ..." link)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as file:
+            json.dump({"message": line, "timestamp": int(time.time())}, file)
+    except OSError:
+        pass
 
 
 class JobEnded(CompactHydraException):
@@ -77,6 +93,8 @@ def leave(line: str, status: int, show: bool = True) -> NoReturn:
     the sweep that launched it would wait for that file forever."""
     if show:
         print(line, file=sys.stderr, flush=True)
+    if status:
+        tell_torchrun(line)
     if status and "SUBMITIT_FOLDER" in os.environ:
         raise JobEnded(line) from None
     raise SystemExit(status) from None

@@ -19,6 +19,7 @@ from data.dataloader import raised_in_worker
 from ..config import ConfigError
 from ..distributed import DistEnv, gather_objects
 from .checkpointer import Checkpointer, RunFailed
+from .peers import PeerLost, first_survivor, lost_peer, restarts_left
 from .preempt import Stopped, StopRequest
 from .resume import refusal
 from .resume_rules import compare
@@ -67,6 +68,9 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     try:
         yield fit
     except RuntimeError as err:
+        lost = lost_peer(err, env)
+        if lost is not None:  # another process stalled or died: one line, requeue, exit REQUEUE_STATUS
+            raise peer_lost_ending(lost, stop, saver.kept, run_dir, env) from None
         stop.restore()
         # torch's words for a dead worker (data.dataloader); an exception a live worker raised is its own
         if "DataLoader worker" not in str(err) or raised_in_worker(err) is not None:
@@ -92,6 +96,21 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     saved = f"saved {saver.path}" if saver.writes else f"before its first step, nothing new to save ({saver.kept})"
     resume = "" if done.requeued else f"; to go on: {resume_command(run_dir, env)}"
     raise Stopped(f"stopped by {name}: {saved}; {done.text}{resume}", requeued=done.requeued, status=status)
+
+
+def peer_lost_ending(lost: PeerLost, stop: StopRequest, kept: str, run_dir: Path, env: DistEnv) -> PeerLost:
+    """``lost``'s line completed: what is kept, and the requeue (by the lowest surviving rank), the
+    restart torchrun will make, or the command that goes on."""
+    restart = restarts_left()
+    if restart is not None:
+        stop.restore()
+        then = f"torchrun starts the workers again ({restart}), and resume=true goes on from it"
+    else:
+        done = stop.hand_over_alone(first_survivor(env, lost.missing))
+        then = done.text if done.requeued else f"{done.text}; to go on: {resume_command(run_dir, env)}"
+    ending = PeerLost(f"{lost}; {kept}; {then}")
+    ending.missing = lost.missing
+    return ending
 
 
 def resume_command(run_dir: Path, env: DistEnv) -> str:

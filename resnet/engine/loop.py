@@ -21,6 +21,7 @@ from data.progress import Progress
 
 from ..distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objects
 from ..runtime import Runtime
+from . import peers
 from .preempt import StopRequest
 
 # the bar's loss: the mean over the epoch so far (the epoch line's is the whole epoch's: "train loss (epoch mean)")
@@ -240,6 +241,7 @@ class _Epoch:
         if stats.batches >= self.end:
             return False
         images, labels, skipped, paths = _split(batch)
+        peers.at_step(self.steps_before + stats.steps)  # where a peer that stalls or dies is reported
         everyone_has_data, stop = _agree_before_step(images.shape[0] > 0, ctx)
         if stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
             stats.interrupted = True
@@ -370,12 +372,11 @@ def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool]:
     host-side all-reduce before the forward pass. Every process must take the same branch: a
     process that skipped its step would leave the others waiting in DDP's collectives forever.
     A process cannot know that another read no image without it, so it runs every step; the stop
-    request rides along (over gloo on the host: no wait for the GPU, tens of microseconds)."""
-    stop = ctx.stop is not None and ctx.stop.requested
-    without_data, stops = all_reduce_host([float(not has_data), float(stop)], ctx.env)
-    stop = stops > 0
-    if ctx.stop is not None:
-        ctx.stop.agree(stop)
+    request rides along, as a count per signal, so that every process stops under the signal that
+    arrived (over gloo on the host: no wait for the GPU, tens of microseconds)."""
+    votes = ctx.stop.votes() if ctx.stop is not None else []
+    without_data, *summed = all_reduce_host([float(not has_data), *votes], ctx.env)
+    stop = ctx.stop.agree(summed) if ctx.stop is not None else False
     return without_data == 0, stop
 
 

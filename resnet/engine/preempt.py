@@ -13,7 +13,7 @@ statistics, RNG states) and calls :meth:`StopRequest.hand_over`:
 * otherwise, inside a SLURM job: rank 0 runs ``scontrol requeue $SLURM_JOB_ID``, whatever the
   signal: a preempted job that ended by itself within its grace time would not be requeued;
 * outside SLURM: nothing; the message says how to resume, and train.py exits 143 after SIGTERM,
-  130 after SIGINT (the shell's codes for them) and 3 after USR1.
+  130 after SIGINT, 129 after SIGHUP (the shell's codes for them) and 3 after USR1.
 
 With ``resume=true`` and a run dir that does not change across requeues (``hydra.run.dir=...$SLURM_JOB_ID``)
 the requeued job resumes to the weights an uninterrupted run would have had.
@@ -34,8 +34,8 @@ import torch
 from .. import stop as signals
 from ..distributed import DistEnv, all_reduce_sum, gather_objects
 
-# exit status of a stop that nothing requeues: the shell's 128 + n for TERM and INT; 3 for the warnings
-NOT_REQUEUED_STATUS = {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: 128 + signal.SIGINT}
+# exit status of a stop that nothing requeues: the shell's 128 + n for TERM, INT and HUP; 3 for the warnings
+NOT_REQUEUED_STATUS = {sig: 128 + sig for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
 
 
 class Stopped(RuntimeError):
@@ -87,18 +87,30 @@ class StopRequest:
         signals.release(self._placed)
         self._placed = ()
 
-    def agree(self, anyone: bool) -> bool:
-        """Take the all-reduced decision: a rank that saw no signal stops with the others."""
-        if anyone and not self.requested:
-            self.signum = signal.SIGUSR1  # another process's signal: SLURM's warning stands for them all
-        return anyone
+    def votes(self) -> list[float]:
+        """This process's signal as one count per signal of :data:`resnet.stop.PRECEDENCE`, to be summed
+        over processes (:meth:`agree` reads the sum)."""
+        mine = self.signum if self.requested else None
+        other = mine is not None and mine not in signals.PRECEDENCE  # another signal caught on request
+        return [float(mine == signum) for signum in signals.PRECEDENCE] + [float(other)]
+
+    def agree(self, votes: list[float]) -> bool:
+        """Take the all-reduced :meth:`votes`: every process stops, under the signal of highest
+        precedence that any of them received (its name and exit status, on every rank)."""
+        arrived = [signum for signum, count in zip(signals.PRECEDENCE, votes) if count > 0]
+        if arrived:
+            self.signum = arrived[0]
+        elif votes[-1] > 0 and not self.requested:  # another process's signal outside PRECEDENCE
+            self.signum = signal.SIGUSR1
+        return bool(arrived) or votes[-1] > 0
 
     def agreed(self) -> bool:
         """Whether any process was asked to stop (a collective: every process calls it)."""
+        votes = self.votes()
         if not self.env.distributed:
-            return self.agree(self.requested)
-        flag = torch.tensor([float(self.requested)], device=self.env.device)
-        return self.agree(bool(all_reduce_sum(flag, self.env).item() > 0))
+            return self.agree(votes)
+        summed = all_reduce_sum(torch.tensor(votes, device=self.env.device), self.env)
+        return self.agree(summed.tolist())
 
     def _submitit_signal(self) -> tuple[int, ...]:
         launch = self.env.launch
@@ -130,19 +142,39 @@ class StopRequest:
         wait for it forever)."""
         outcome = Handover("rank 0 hands the job to submitit", requeued=True)
         if self.env.is_main:
-            if not callable(handler):
-                outcome = Handover("not requeued: submitit's handler is not in place")
-            else:
-                try:
-                    handler(signum, None)
-                    outcome = Handover("not requeued: submitit's handler returned without requeueing")
-                except SystemExit:  # submitit requeued the job, then exits
-                    outcome = Handover("requeued by submitit", requeued=True)
-                except Exception as err:  # noqa: BLE001 (submitit's UncompletedJobError: its reason)
-                    reason = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
-                    outcome = Handover(f"submitit will not requeue it ({reason}); submit the sweep again with the "
-                                       "same hydra.sweep.dir and resume=true, or raise hydra.launcher.max_num_timeout")
+            outcome = submitit_requeue(handler, signum)
         return gather_objects(outcome, self.env)[0]
+
+    def hand_over_alone(self, first: bool) -> Handover:
+        """:meth:`hand_over` without a collective, for a job that lost a process: ``first``, the
+        lowest surviving rank, requeues the SLURM job (or calls submitit's handler)."""
+        launch = self.env.launch
+        submitit = self._submitit_signal()
+        handler = signals.previous_handler(submitit[0]) if submitit else None
+        self.restore()
+        job_id = launch.job_id if launch is not None else os.environ.get("SLURM_JOB_ID")
+        if not submitit and not job_id:
+            return Handover("not requeued (not a SLURM job)")
+        if not first:
+            return Handover("the lowest surviving rank requeues the job", requeued=True)
+        if submitit:
+            return submitit_requeue(handler if handler is not None else signal.getsignal(submitit[0]), submitit[0])
+        return requeue(job_id)
+
+
+def submitit_requeue(handler: Callable | int | None, signum: int) -> Handover:
+    """Call submitit's handler for its signal, which requeues the job and exits, or raises saying why not."""
+    if not callable(handler):
+        return Handover("not requeued: submitit's handler is not in place")
+    try:
+        handler(signum, None)
+        return Handover("not requeued: submitit's handler returned without requeueing")
+    except SystemExit:  # submitit requeued the job, then exits
+        return Handover("requeued by submitit", requeued=True)
+    except Exception as err:  # noqa: BLE001 (submitit's UncompletedJobError: its reason)
+        reason = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
+        return Handover(f"submitit will not requeue it ({reason}); submit the sweep again with the same "
+                        "hydra.sweep.dir and resume=true, or raise hydra.launcher.max_num_timeout")
 
 
 def requeue(job_id: str) -> Handover:

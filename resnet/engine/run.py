@@ -26,19 +26,20 @@ from ..runtime import Runtime, join_job, runtime_for
 from ..workers import data_workers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
 from .checks import check_train_config, grid_bn
-from .ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over
+from .ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
 from .latest_run import pick_run_dir
 from .lock import own_run_dir
 from .loop import EpochStats, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
 from .optim import build_optimizer, build_scheduler
+from .peers import PeerLost, lost_peer
 from .preempt import StopRequest
 from .resume import ResumePoint, resume
 from .runlog import RunLogger, run_log
 from .state import epoch_seed, seed_everything, set_rng_state
 from .sync_bn import convert_sync_batchnorm
 
-__all__ = ["CheckpointWriteError", "LoaderWorkerDied", "RunFailed", "train"]
+__all__ = ["CheckpointWriteError", "LoaderWorkerDied", "PeerLost", "RunFailed", "train"]
 
 
 def build_run_model(cfg: DictConfig) -> nn.Module:
@@ -78,6 +79,7 @@ def train(cfg: DictConfig) -> dict:
     that holds the finished run of this config is left as it is: its results are returned."""
     check_train_config(cfg)
     env = join_job(cfg)
+    lost = None
     try:
         run_dir, note = shared_run_dir(cfg, env)
         if str(run_dir) != str(cfg.run_dir):
@@ -92,8 +94,15 @@ def train(cfg: DictConfig) -> dict:
             if note and env.is_main:
                 print(note, flush=True)
             return _train(cfg, env, run_dir, cleanup)
+    except RuntimeError as err:  # a peer lost outside the epochs (start-up, the results): no requeue of its own
+        lost = err if isinstance(err, PeerLost) else lost_peer(err, env)
+        if lost is None or lost is err:
+            raise
+        raise PeerLost(f"{lost}; the last last.pt of {cfg.run_dir} is intact; to go on: "
+                       f"{resume_command(Path(cfg.run_dir), env)}") from None
     finally:
-        shutdown(env)
+        if lost is None:  # a process group that lost a member can hang in its destructor
+            shutdown(env)
 
 
 def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int, cache_dir: Path | None = None,

@@ -8,13 +8,19 @@ chosen call. Production code has no hooks for this.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import pty
 import re
+import select
 import shlex
 import shutil
 import signal
 import subprocess
+import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -183,8 +189,8 @@ def untimed_results(run_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, status", [("term", 143), ("int", 130)])
-def test_sigterm_and_sigint_save_mid_epoch_print_the_resume_command_and_it_resumes_exactly(
+@pytest.mark.parametrize("kind, status", [("term", 143), ("int", 130), ("hup", 129)])
+def test_sigterm_sigint_and_sighup_save_mid_epoch_print_the_resume_command_and_it_resumes_exactly(
     tiny_folder, straight, wrapper, tmp_path, kind, status
 ):
     run_dir = tmp_path / "run"
@@ -193,7 +199,7 @@ def test_sigterm_and_sigint_save_mid_epoch_print_the_resume_command_and_it_resum
     assert_status(proc, status)
     assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr[-2000:]
     [line] = [x for x in proc.stderr.splitlines() if x.startswith("stopped by")]
-    name = {"term": "SIGTERM", "int": "SIGINT"}[kind]
+    name = {"term": "SIGTERM", "int": "SIGINT", "hup": "SIGHUP"}[kind]
     saved_line = f"stopped by {name}: saved {run_dir / 'last.pt'}; not requeued (not a SLURM job); to go on: "
     assert line.startswith(saved_line), line
     saved = load_checkpoint(run_dir / "last.pt")
@@ -205,6 +211,44 @@ def test_sigterm_and_sigint_save_mid_epoch_print_the_resume_command_and_it_resum
     assert "resumed from" in resumed.stdout and "after epoch 1, batch 2 (step 8)" in resumed.stdout
     assert_same_training(load_checkpoint(straight / "last.pt"), load_checkpoint(run_dir / "last.pt"))
     assert untimed_results(run_dir) == untimed_results(straight)
+
+
+@pytest.mark.slow
+def test_a_closed_terminal_saves_and_train_log_says_how_to_go_on(tiny_folder, wrapper, tmp_path):
+    # train.py on a terminal (a pty it controls); the terminal closes mid-epoch: the kernel sends
+    # SIGHUP, and every later write to the terminal fails. The run saves, writes its line to
+    # train.log and exits 129; nothing of it is lost but the screen.
+    run_dir, marker = tmp_path / "run", tmp_path / "paused"
+    master, terminal = pty.openpty()
+
+    def control_the_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    env = procs.command_env({"FAULT": "pause:8", "FAULT_MARKER": str(marker), "SLURM_JOB_ID": ""})
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "seed=3")]
+    proc = subprocess.Popen(args, stdin=terminal, stdout=terminal, stderr=terminal, cwd=REPO, env=env,
+                            preexec_fn=control_the_terminal)  # fmt: skip
+    os.close(terminal)
+    screen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            if select.select([master], [], [], 0.1)[0]:
+                with contextlib.suppress(OSError):
+                    screen += os.read(master, 65536)
+        assert marker.exists(), screen.decode(errors="replace")[-3000:]
+    finally:
+        os.close(master)  # the terminal is gone
+    try:
+        status = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert status == 129, (run_dir / "train.log").read_text()[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert f"stopped by SIGHUP: saved {run_dir / 'last.pt'}; not requeued (not a SLURM job); to go on: python " in log
+    saved = load_checkpoint(run_dir / "last.pt")
+    assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (1, 8, 2)
 
 
 def test_a_second_ctrl_c_stops_at_once_in_one_line(tiny_folder, wrapper, tmp_path):

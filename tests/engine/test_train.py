@@ -12,10 +12,11 @@ import torch
 from resnet.checkpoint import load_checkpoint, load_model
 from tests.helpers import procs, submitit_tasks
 from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, launch
-from tests.helpers.imagegen import make_folder, make_tiny_folder
+from tests.helpers.imagegen import make_folder
 from tests.helpers.training import (
     PY,
     REPO,
+    launcher_overrides,
     read_csv,
     run_in_process,
     tiny_overrides,
@@ -94,30 +95,6 @@ def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path):
     assert "empty.JPEG" in rows[0]["skipped_examples"] or "junk.JPEG" in rows[0]["skipped_examples"]
 
 
-SAME_MATHS = ["sync_bn=true", "data.augment=false", "epochs=2", "seed=1"]  # global-batch BN, no augmentation
-
-
-def launcher_overrides(root: Path, run_dir: Path, batch_size: int) -> list[str]:
-    args = tiny_overrides(root, run_dir, *SAME_MATHS, f"batch_size={batch_size}", f"hydra.run.dir={run_dir}")
-    return [o for o in args if not o.startswith("run_dir")]
-
-
-@pytest.fixture(scope="session")
-def tiny_folder(tmp_path_factory) -> Path:
-    """tests/conftest.py's tiny_folder, once per worker for this module: the reference runs below
-    keep their results while slow-first ordering interleaves this module's tests with others'."""
-    return make_tiny_folder(tmp_path_factory.mktemp("tiny_train"))
-
-
-@pytest.fixture(scope="session")
-def one_process(tiny_folder, tmp_path_factory) -> Path:
-    """The reference the multi-process launches must reproduce: one process, global batch 4 (run
-    in this process: a train.py start costs ~5 CPU-seconds of imports)."""
-    run_dir = tmp_path_factory.mktemp("one")
-    run_in_process(tiny_folder, run_dir, *SAME_MATHS, "batch_size=4")
-    return run_dir
-
-
 def assert_same_as_one_process(one: Path, two: Path) -> None:
     r1, r2 = json.loads((one / "results.json").read_text()), json.loads((two / "results.json").read_text())
     assert r1["n_val_images"] == r2["n_val_images"] == 7  # every val image once, none twice
@@ -129,15 +106,6 @@ def assert_same_as_one_process(one: Path, two: Path) -> None:
     assert len(b["rng"]) == 2  # one RNG snapshot per rank
 
 
-@pytest.fixture(scope="session")
-def two_processes(tiny_folder, tmp_path_factory) -> Path:
-    """The same run under torchrun, 2 processes x batch 2, uninterrupted."""
-    run_dir = tmp_path_factory.mktemp("two")
-    two = launcher_overrides(tiny_folder, run_dir, 2)
-    run_script([*procs.torchrun_here(), "train.py", *two], env={"OMP_NUM_THREADS": "1"})
-    return run_dir
-
-
 @pytest.mark.xdist_group("one_process")  # its reference runs are computed once
 @pytest.mark.slow
 def test_torchrun_two_processes_equal_one(one_process, two_processes):
@@ -146,7 +114,7 @@ def test_torchrun_two_processes_equal_one(one_process, two_processes):
 
 @pytest.mark.xdist_group("one_process")
 @pytest.mark.slow
-def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder, two_processes, tmp_path):
+def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(launch_folder, two_processes, tmp_path):
     # 2 processes x batch 2: 6 steps per epoch; rank 1 is SIGKILLed before its 9th step (epoch 1),
     # once; torchrun restarts both, and resume=true picks up epoch 1's checkpoint. The run must end
     # bit for bit where the uninterrupted one (two_processes) ended.
@@ -154,7 +122,7 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tiny_folder,
     wrapper.write_text(WRAPPER)
     killed, marker = tmp_path / "killed", tmp_path / "killed_once"
     args = [*procs.torchrun_here(), "--max-restarts=1", str(wrapper),
-            str(REPO / "train.py"), *launcher_overrides(tiny_folder, killed, 2), "resume=true"]
+            str(REPO / "train.py"), *launcher_overrides(launch_folder, killed, 2), "resume=true"]
     # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
     # resnet.distributed gives each attempt its own prefix.
     proc = launch(args, "step:9", FAULT_RANK="1", FAULT_ONCE=str(marker))

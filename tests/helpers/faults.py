@@ -16,6 +16,9 @@ from tests.helpers import procs
 WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault from $FAULT.
 
 FAULT=step:N  SIGKILL before the N-th training step (loss) of this process
+FAULT=stall:N  SIGSTOP before the N-th training step (a hung read, GPU or deadlock, from outside)
+FAULT=hup:N  SIGHUP (a closed terminal or ssh session) at the N-th loss
+FAULT=pause:N  at the N-th loss, create the file $FAULT_MARKER, then wait (60 s at most) for a stop signal
 FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
 FAULT=usr1:N  SIGUSR1 (SLURM's warning before a time limit or preemption) at the N-th loss
@@ -62,9 +65,9 @@ def die():
 
 
 SIGNALS = {"usr1": [signal.SIGUSR1], "term": [signal.SIGTERM], "int": [signal.SIGINT],
-           "int2": [signal.SIGINT, signal.SIGINT]}
+           "int2": [signal.SIGINT, signal.SIGINT], "hup": [signal.SIGHUP], "stall": [signal.SIGSTOP]}
 
-if KIND == "step" or KIND in SIGNALS:
+if KIND in ("step", "pause") or KIND in SIGNALS:
     real_loss_and_augment = engine_run.loss_and_augment
 
     def loss_and_augment(cfg, num_classes, device):
@@ -75,7 +78,16 @@ if KIND == "step" or KIND in SIGNALS:
                 return loss_fn(logits, labels)
             if KIND == "step":
                 die()
-            for signum in SIGNALS[KIND]:
+            if KIND == "pause":
+                import time
+
+                from resnet import stop
+
+                Path(os.environ["FAULT_MARKER"]).touch()
+                deadline = time.monotonic() + 60
+                while stop.pending() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            for signum in SIGNALS.get(KIND, []):
                 os.kill(os.getpid(), signum)
             return loss_fn(logits, labels)
 

@@ -32,6 +32,16 @@ def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+SAME_MATHS = ["sync_bn=true", "data.augment=false", "epochs=2", "seed=1"]  # global-batch BN, no augmentation
+
+
+def launcher_overrides(root: Path, run_dir: Path, batch_size: int) -> list[str]:
+    """:data:`SAME_MATHS` at ``batch_size`` per process, into ``run_dir``: what a launch of N
+    processes trains to (within rounding) where one process trains with N times the batch."""
+    args = tiny_overrides(root, run_dir, *SAME_MATHS, f"batch_size={batch_size}", f"hydra.run.dir={run_dir}")
+    return [o for o in args if not o.startswith("run_dir")]
+
+
 def run_in_process(root: Path, run_dir: Path, *extra: str) -> dict:
     return train(compose_config("train", *tiny_overrides(root, run_dir, *extra)))
 

@@ -1,0 +1,135 @@
+"""One process of a 2-process torchrun job (gloo) stalls, dies or is signalled alone; the launch
+itself, where it makes folders and how torchrun reports a refusal. Each ends in one line that
+names the process and the step, keeps the last checkpoint, and goes on exactly from it.
+
+Faults come from the test-only wrapper (:data:`tests.helpers.faults.WRAPPER`): SIGSTOP or SIGKILL
+of one rank before a chosen step, a signal to one rank, a pause until a signal arrives.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from resnet.checkpoint import load_checkpoint
+from tests.helpers import procs
+from tests.helpers.faults import WRAPPER, assert_same_training, launch
+from tests.helpers.training import REPO, launcher_overrides
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("one_process")]
+
+# 2 processes x batch 2 of 24 images: 6 steps an epoch; the 9th loss is epoch 2's 3rd step, and with
+# checkpoint_every=2 the last save before it is after epoch 1, batch 2 (step 8)
+SAVED_BEFORE_STEP_9 = "last.pt saved after epoch 1, batch 2 (step 8) is intact"
+
+
+@pytest.fixture(scope="module")
+def wrapper(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("wrapper") / "faulty_train.py"
+    path.write_text(WRAPPER)
+    return path
+
+
+def faulty(wrapper: Path, root: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [*procs.torchrun_here(), str(wrapper), str(REPO / "train.py"), *launcher_overrides(root, run_dir, 2),
+            "resume=true", "checkpoint_every=2", *extra]  # fmt: skip
+
+
+def errors(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+
+
+def worker_exits(proc) -> list[int]:
+    """The exit status of each worker, from torchrun's closing report."""
+    return [int(code) for code in re.findall(r"^\s*exitcode\s*:\s*(-?\d+)", proc.stderr, re.MULTILINE)]
+
+
+def assert_no_traceback_of_ours(proc) -> None:
+    """torchrun ends a failed launch with its own traceback; no worker prints one (gloo's, ours)."""
+    ours = (str(REPO / "resnet"), str(REPO / "data"), "train.py\", line", "distributed_c10d.py")
+    frames = [line for line in proc.stderr.splitlines()
+              if line.strip().startswith('File "') and any(o in line for o in ours)]
+    assert not frames, proc.stderr[-4000:]
+    assert "GLHF" not in proc.stderr and "Connection reset" not in proc.stderr
+
+
+def test_a_dead_rank_is_named_in_one_line_and_the_printed_command_resumes_exactly(
+    launch_folder, two_processes, wrapper, tmp_path
+):
+    run_dir = tmp_path / "run"
+    proc = launch(faulty(wrapper, launch_folder, run_dir, "dist_timeout=60"), "step:9", FAULT_RANK="1")
+    [line] = errors(proc)
+    assert re.match(rf"error: rank 1 \(\S+, pid \d+\) died \(after step 8\); {re.escape(SAVED_BEFORE_STEP_9)}; "
+                    r"not requeued \(not a SLURM job\); to go on: torchrun ", line), line  # fmt: skip
+    assert 75 in worker_exits(proc)  # the survivor: EX_TEMPFAIL, which a requeue or a restart reads
+    assert_no_traceback_of_ours(proc)
+    assert f"traceback : {line}" in proc.stderr  # torchrun's report names the reason, not its docs link
+
+    command = shlex.split(line.split("; to go on: ")[1])
+    assert command[:3] == ["torchrun", "--nproc_per_node=2", "train.py"] and f"hydra.run.dir={run_dir}" in command
+    resumed = procs.run([*procs.torchrun_here(), *command[2:]], timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "after epoch 1, batch 2 (step 8)" in resumed.stdout
+    assert_same_training(load_checkpoint(two_processes / "last.pt"), load_checkpoint(run_dir / "last.pt"))
+
+
+def test_a_stalled_rank_is_named_within_dist_timeout_and_the_checkpoint_is_kept(launch_folder, wrapper, tmp_path):
+    # SIGSTOP: what a hung read, GPU or deadlock looks like from outside. torchrun kills the stopped
+    # worker 30 s after the other has ended (its own grace period).
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = launch(faulty(wrapper, launch_folder, run_dir, "dist_timeout=3"), "stall:9", FAULT_RANK="1")
+    [line] = errors(proc)
+    assert re.match(r"error: rank 1 \(\S+, pid \d+\) is stopped \(SIGSTOP or a debugger\): rank 0 waited "
+                    rf"dist_timeout=3 s \(after step 8\); {re.escape(SAVED_BEFORE_STEP_9)}; not requeued", line), line
+    assert 75 in worker_exits(proc)
+    assert_no_traceback_of_ours(proc)
+    saved = load_checkpoint(run_dir / "last.pt")
+    assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (1, 8, 2)
+    assert time.monotonic() - started < 100
+
+
+def test_a_signal_to_one_rank_stops_every_rank_under_its_name_in_one_run_folder(launch_folder, wrapper, tmp_path):
+    # SIGTERM to rank 1 alone; no hydra.run.dir: the run folder is the launch's, one for both workers.
+    args = [a for a in faulty(wrapper, launch_folder, tmp_path) if not a.startswith(("hydra.run.dir=", "resume="))]
+    proc = procs.run(args, {"FAULT": "term:9", "FAULT_RANK": "1", "SLURM_JOB_ID": ""}, timeout=180, cwd=tmp_path)
+    [run_dir] = [p.parent for p in (tmp_path / "outputs").glob("*/*/.hydra")]  # one folder for the launch
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("stopped by")]
+    assert lines == [f"stopped by SIGTERM: saved {run_dir / 'last.pt'}; not requeued (not a SLURM job); to go on: "
+                     + lines[0].split("; to go on: ")[1]], proc.stderr[-3000:]  # fmt: skip
+    assert worker_exits(proc) == [143, 143]  # every rank: the signal that arrived, and its status
+    assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 3
+
+
+def test_sighup_to_torchrun_itself_saves_and_every_worker_says_so(launch_folder, wrapper, tmp_path):
+    # A closed terminal: torchrun's own SIGHUP handler runs first and passes SIGHUP on to its workers.
+    run_dir, marker = tmp_path / "run", tmp_path / "paused"
+    started = procs.start(faulty(wrapper, launch_folder, run_dir),
+                          {"FAULT": "pause:9", "FAULT_MARKER": str(marker), "SLURM_JOB_ID": ""})  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline and started.poll() is None:
+        time.sleep(0.1)
+    assert marker.exists(), "the run never reached its 9th step"
+    os.kill(started.pid, signal.SIGHUP)
+    [proc] = procs.wait_all([started], 120)
+    assert f"stopped by SIGHUP: saved {run_dir / 'last.pt'}; not requeued (not a SLURM job); to go on: " in proc.stderr
+    assert proc.stderr.count("stopped by SIGHUP") == 1, proc.stderr[-3000:]  # rank 0's line; torchrun ends on its own
+    saved = load_checkpoint(run_dir / "last.pt")
+    assert (saved["epoch"], saved["epoch_partial"]["batches"]) == (1, 3)
+
+
+def test_a_refusal_under_torchrun_is_the_reason_in_torchruns_report_and_no_stray_folder(tmp_path):
+    args = [*procs.torchrun_here(), str(REPO / "train.py"), "model=resnet_tiny", "data=imagefolder",
+            f"data.root={tmp_path / 'missing'}", "data.num_classes=3"]  # fmt: skip
+    proc = procs.run(args, timeout=120, cwd=tmp_path)
+    [line] = errors(proc)
+    assert line.startswith(f"error: data.root={tmp_path / 'missing'} is not a directory")
+    assert worker_exits(proc) == [2, 2] and proc.stderr.count(f"traceback : {line}") == 2
+    assert_no_traceback_of_ours(proc)
+    assert len(list((tmp_path / "outputs").glob("*/*"))) == 1  # one folder for the launch, not one per worker

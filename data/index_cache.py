@@ -20,11 +20,13 @@ walking the file system at once.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
 import zipfile
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -146,15 +148,39 @@ def _read(path: Path, root: Path) -> FolderScan | str:
     return FolderScan(root, classes, samples, folders, unpack(arrays["links_names"], arrays["links_starts"]))
 
 
+BUILD_WAIT = timedelta(hours=3)  # how long the other ranks wait for rank 0's listing (a cold ImageNet on NFS)
+_builds = itertools.count()  # this process's calls of rank_zero_first: the same sequence on every rank
+
+
 def rank_zero_first(build: Callable[[], T]) -> T:
     """``build()`` on rank 0, then on the other ranks, which find what it cached (one listing
-    of the file system, not one per rank). Alone, or without a process group: ``build()``."""
+    of the file system, not one per rank). Alone, or without a process group: ``build()``.
+
+    The others wait on a key of the job's store, up to :data:`BUILD_WAIT`, not at a barrier: a
+    collective waits at most the run's ``dist_timeout`` (minutes), and a first listing of a large
+    folder on a network file system can take longer."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return build()
+    key = f"data/index_built/{next(_builds)}"
+    store = _job_store()
     if dist.get_rank() == 0:
         try:
             return build()
         finally:  # also when it failed: the others then fail the same way, rather than wait for ever
-            dist.barrier()
-    dist.barrier()
+            if store is not None:
+                store.set(key, "1")
+            else:
+                dist.barrier()
+    if store is not None:
+        store.wait([key], BUILD_WAIT)
+    else:
+        dist.barrier()
     return build()
+
+
+def _job_store():
+    """The default process group's store (torch has no public accessor); None where it cannot be had."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return None

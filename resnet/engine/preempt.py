@@ -185,7 +185,9 @@ def requeue(job_id: str) -> Handover:
     if scontrol is None:
         return Handover(f"not requeued: scontrol is not on PATH; run `scontrol requeue {job_id}` yourself")
     state, restarts = job_state(scontrol, job_id)
-    if state in REQUEUED_STATES:  # a stock preemption: slurmctld requeues the job itself
+    # a stock preemption, or an admin's `scontrol requeue`: slurmctld requeues the job itself, and
+    # counts the next start already (this one's count: SLURM_RESTART_COUNT)
+    if state in REQUEUED_STATES or restarts > int(os.environ.get("SLURM_RESTART_COUNT") or 0):
         return Handover(f"requeued SLURM job {job_id} (by SLURM)", requeued=True)
     if state is not None and state not in ("RUNNING", "SUSPENDED"):
         return Handover(f"not requeued: SLURM job {job_id} is {state} (cancelled, or ending)")

@@ -41,6 +41,8 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if state is None:
+        if env.is_main and str(cfg.resume).lower() == "true":  # a run killed before its first save, or a new one
+            print(f"resume=true: no last.pt in {run_dir} yet; starting from step 0", flush=True)
         if cfg.get("init"):
             init_weights(cfg.init, training, env)
         return ResumePoint()

@@ -224,7 +224,7 @@ SCONTROL = """#!/bin/sh
 # a scripted scontrol: `show job` answers the first state until a requeue was tried, the second after
 if [ "$1" = show ]; then
     if [ -e {tried} ]; then echo "JobId=$4 JobState={after} Restarts={restarts}"
-    else echo "JobId=$4 JobState={before} Restarts=0"; fi
+    else echo "JobId=$4 JobState={before} Restarts={before_restarts}"; fi
     exit 0
 fi
 touch {tried}
@@ -241,6 +241,9 @@ exit {status}
         ("RUNNING", 0, "PENDING", 1, "requeued SLURM job 9"),
         ("RUNNING", 1, "RUNNING", 0, "not requeued: scontrol requeue 9 failed (no message); submit with --requeue"),
         ("COMPLETING", 0, "COMPLETING", 0, "not requeued: SLURM job 9 is COMPLETING (cancelled, or ending)"),
+        # `scontrol requeue` by an admin: this start (SLURM_RESTART_COUNT 0) is ending, and slurmctld
+        # already counts the next one
+        ("COMPLETING 1", 0, "COMPLETING", 1, "requeued SLURM job 9 (by SLURM)"),
     ],
 )
 def test_a_requeue_that_slurm_made_itself_is_a_requeue(tmp_path, monkeypatch, before, status, after, restarts, said):
@@ -249,9 +252,11 @@ def test_a_requeue_that_slurm_made_itself_is_a_requeue(tmp_path, monkeypatch, be
     from resnet.engine.preempt import requeue
 
     script = tmp_path / "scontrol"
+    before, _, before_restarts = before.partition(" ")
     script.write_text(SCONTROL.format(tried=tmp_path / "tried", before=before, after=after, restarts=restarts,
-                                      status=status))  # fmt: skip
+                                      status=status, before_restarts=before_restarts or 0))  # fmt: skip
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
     outcome = requeue("9")
     assert (outcome.text, outcome.requeued) == (said, said.startswith("requeued"))

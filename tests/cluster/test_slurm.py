@@ -35,6 +35,7 @@ import torch
 from resnet.engine.run import train
 from tests.helpers import procs, submitit_tasks
 from tests.helpers.compose import compose_config
+from tests.helpers.faults import WRAPPER
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -322,6 +323,76 @@ def test_a_stop_signal_at_any_moment_ends_completed_with_the_uninterrupted_weigh
         assert {path.name: path.read_bytes() for path in run_dir.iterdir() if path.is_file()} == files
     finally:
         shutil.rmtree(default_dir, ignore_errors=True)
+
+
+def test_a_dead_task_an_admin_requeue_a_full_scancel_and_a_reused_job_id_each_go_on_exactly(
+    cluster, tiny_folder, torchrun_reference, one_task_reference, tmp_path
+):
+    # Four jobs at once, each ending COMPLETED with the uninterrupted run's weights:
+    # - dead: 2 tasks on 2 nodes; task 1 is SIGKILLed before its 9th step (once). Task 0 names it,
+    #   says what is kept and requeues the job; the requeued job resumes from the epoch's checkpoint.
+    # - admin: 1 task paused mid-epoch; an admin's `scontrol requeue`. The task saves and says the job
+    #   was requeued by SLURM (not "not requeued ... COMPLETING"). It runs in the script's default run
+    #   dir, where a folder of an earlier job with its id (a controller reset) waits: it writes beside
+    #   it, and its requeued start finds its own folder again.
+    # - full: 1 task paused mid-epoch; `scancel --signal=TERM --full` (srun gets the TERM too and
+    #   kills its task at once). The batch script requeues the job, which goes on from the last save.
+    wrapper = tmp_path / "faulty_train.py"
+    wrapper.write_text(WRAPPER)
+    fork = procs.forking_python() or PY
+    faulty = tmp_path / "python-faulty"
+    faulty.write_text(f'#!/bin/sh\nexec {fork} {wrapper} "$@"\n')
+    faulty.chmod(0o755)
+    common = ("--gpus-per-node=0", "--cpus-per-task=1", "scripts/slurm.sbatch", *config(tiny_folder))
+    dead_env = {**cluster, "PYTHON": str(faulty), "RUN_DIR": str(tmp_path / "dead"), "FAULT": "step:9",
+                "FAULT_RANK": "1", "FAULT_ONCE": str(tmp_path / "killed_once")}  # fmt: skip
+    dead = sbatch(dead_env, "--nodes=2", "--ntasks-per-node=1", f"--output={tmp_path / 'dead.out'}", *common)
+    envs, jobs = {"dead": dead_env}, {"dead": dead}
+    for name in ("admin", "full"):
+        envs[name] = {**cluster, "PYTHON": task_python(tmp_path), **pausing(tmp_path, tmp_path / f"{name}.paused")}
+        if name == "full":
+            envs[name]["RUN_DIR"] = str(tmp_path / name)
+        jobs[name] = sbatch(envs[name], "--hold", "--nodes=1", "--ntasks-per-node=1", f"--job-name=reused-{name}",
+                            f"--output={tmp_path / name}.out", *common)  # fmt: skip
+    earlier = REPO / "outputs" / "slurm" / "resnet-test" / f"reused-admin-{jobs['admin']}"
+    earlier.mkdir(parents=True)
+    (earlier / "results.json").write_text('{"epochs": 2, "top1_err": 1.0}')  # an earlier job's finished run
+    try:
+        for name in ("admin", "full"):
+            released = subprocess.run(["scontrol", "release", jobs[name]], capture_output=True, text=True, timeout=30,
+                                      env={**os.environ, **cluster})  # fmt: skip
+            assert released.returncode == 0, released.stderr
+        for name, command in (("admin", ["scontrol", "requeue"]), ("full", ["scancel", "--signal=TERM", "--full"])):
+            wait_for_marker(cluster, jobs[name], tmp_path / f"{name}.paused", tmp_path / f"{name}.out")
+            sent = subprocess.run([*command, jobs[name]], capture_output=True, text=True, timeout=30,
+                                  env={**os.environ, **cluster})  # fmt: skip
+            assert sent.returncode == 0, sent.stderr
+        outs = {}
+        for name, job in jobs.items():
+            fields = wait_for_end(cluster, job, tmp_path / f"{name}.out")
+            outs[name] = read(tmp_path / f"{name}.out")
+            assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), outs[name][-3000:]
+
+        dead_dir = tmp_path / "dead"
+        assert re.search(rf"error: rank 1 \(\S+, pid \d+\) died \(after step 8\); last\.pt saved after epoch 1 "
+                         rf"\(step 6\) is intact; requeued SLURM job {dead}\n", outs["dead"]), outs["dead"][-3000:]
+        assert "Traceback" not in outs["dead"] and "GLHF" not in outs["dead"]
+        assert f"resumed from {dead_dir / 'last.pt'} after epoch 1 (step 6)" in outs["dead"]
+        assert_same_weights(torchrun_reference, torch.load(dead_dir / "last.pt", weights_only=True))
+
+        [admin_dir] = [p for p in earlier.parent.glob(f"{earlier.name}.*")]  # beside the earlier job's folder
+        assert f"note: outputs/slurm/resnet-test/{earlier.name} is an earlier job's" in outs["admin"]
+        assert f"stopped by SIGTERM: saved {admin_dir / 'last.pt'}; requeued SLURM job " \
+               f"{jobs['admin']} (by SLURM)" in outs["admin"], outs["admin"][-3000:]  # fmt: skip
+        assert "after epoch 0, batch 8 (step 8)" in outs["admin"]
+        assert_same_weights(one_task_reference, torch.load(admin_dir / "last.pt", weights_only=True))
+        assert sorted(p.name for p in earlier.iterdir()) == ["results.json"]  # the earlier job's, untouched
+
+        assert f"srun ended with status 137; requeued SLURM job {jobs['full']}" in outs["full"], outs["full"][-3000:]
+        assert_same_weights(one_task_reference, torch.load(tmp_path / "full" / "last.pt", weights_only=True))
+    finally:
+        for folder in earlier.parent.glob(f"{earlier.name}*"):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_time_limit_no_longer_than_the_warnings_lead_is_one_line_not_a_requeue_loop(cluster, tiny_folder, tmp_path):

@@ -95,6 +95,7 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
     proc = launch(args, "save:2")
     assert_status(proc, KILLED)
     assert "resumed from" not in proc.stdout and assert_readable(run_dir) == 1
+    assert f"resume=true: no last.pt in {run_dir} yet; starting from step 0" in proc.stdout  # said, not silent
     assert "note: took over" in proc.stdout  # the killed run's run-dir lock, left behind
     partial = list(run_dir.glob(".last.pt.*.tmp"))
     assert len(partial) == 1 and partial[0].stat().st_size > 0  # the kill did land inside the write

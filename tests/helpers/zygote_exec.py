@@ -76,7 +76,8 @@ def line(sock: socket.socket) -> str | None:
 def end(code: int) -> None:
     sys.stdout.flush()
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to put back
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code)
 

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
+import signal
+import sys
 import time
 from pathlib import Path
 
 from ..config import compose, padding_overrides
+from ..engine.preempt import Stopped
 from ..grid import grid_name, grid_paddings
 from ..padding import resolve_padding
 from ..report.charts import plot_regrid
@@ -30,7 +34,7 @@ from ..report.console import format_table
 from ..report.rows import read_rows
 from ..report.table_files import write_tables
 from ..report.tables import to_markdown, write_csv
-from .errors import one_line_errors
+from .errors import leave, one_line_errors
 
 # Each re-gridding method the demo runs, as resnet-regrid overrides. bn: the BatchNorm
 # statistics of 5,000 training images; distill: then two passes over 15,000 of them
@@ -47,8 +51,9 @@ def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
     or its grid (``grid=[...]``)."""
     from ..engine.run import train
 
-    return train(compose("train", "+experiment=demo", *native_bf16(overrides), *padding, f"run_dir={run_dir}",
-                         *overrides))
+    # resume=true: a demo run again goes on where a stop left a model, and keeps the models it finished
+    return train(compose("train", "+experiment=demo", *native_bf16(overrides), *padding, "resume=true",
+                         f"run_dir={run_dir}", *overrides))
 
 
 def native_bf16(overrides: list[str]) -> list[str]:
@@ -172,8 +177,35 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:
             parser.error(f"{err}; or pass --no-grid")
     with_regrid = args.regrid and len(args.schemes) > 1
-    with one_line_errors("resnet-demo"):
-        run(args, with_grid, with_regrid)
+    again = shlex.join(["resnet-demo", *(sys.argv[1:] if argv is None else argv)])
+    # outside training (which saves on them): stop in one line
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with one_line_errors("resnet-demo"):
+            run(args, with_grid, with_regrid)
+    except Stopped as stopped:  # a signal while a model trained: saved; the demo itself is what goes on
+        saved = str(stopped).split("; not requeued")[0].split("; to go on")[0]
+        leave(f"{saved}; to go on: run the demo again ({again}): it resumes that model and keeps the finished ones",
+              stopped.status)
+    except (KeyboardInterrupt, Interrupted) as err:
+        name = signal.Signals(getattr(err, "signum", signal.SIGINT)).name
+        leave(f"resnet-demo: stopped by {name} between trainings (what was trained is kept); to go on: run the demo "
+              f"again ({again})", 128 + getattr(err, "signum", signal.SIGINT))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGHUP while the demo evaluates or re-grids (training saves on them instead)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame) -> None:
+    raise Interrupted(signum)
 
 
 def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shlex
+import signal
 
 import pytest
 
 from resnet.checkpoint import load_checkpoint
 from resnet.cli.demo import data_overrides, main, merged, native_bf16
+from resnet.engine import run as engine_run
 from tests.helpers.builtin_data import require_fashion_mnist
 
 
@@ -44,6 +48,46 @@ def test_demo_trains_three_models_evaluates_each_under_both_schemes_regrids_and_
     out = capsys.readouterr().out
     assert "trained with \\ evaluated with" in out and "top-5 err % (asymmetric)" in out
     assert "grid[symmetric,asymmetric]" in out and "re-gridded to symmetric" in out
+
+
+@pytest.mark.slow
+def test_a_demo_stopped_mid_training_says_so_in_one_line_and_run_again_goes_on_where_it_stopped(
+    tmp_path, capsys, monkeypatch
+):
+    require_fashion_mnist()
+    args = ["--out", str(tmp_path), "--no-grid", "--no-regrid", "epochs=1", "max_steps_per_epoch=6", "batch_size=32",
+            "model=resnet_tiny", "val_images=200", "checkpoint_every=2"]  # fmt: skip
+    real = engine_run.loss_and_augment
+
+    def loss_and_augment(cfg, num_classes, device):  # SIGTERM (docker stop, a preemption) at the 3rd step
+        loss_fn, augment = real(cfg, num_classes, device)
+        calls = [0]
+
+        def loss(logits, labels):
+            calls[0] += 1
+            if calls[0] == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return loss_fn(logits, labels)
+
+        return loss, augment
+
+    monkeypatch.setattr(engine_run, "loss_and_augment", loss_and_augment)
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [x for x in err.splitlines() if x.startswith("stopped by")]
+    run_dir = tmp_path / "train_symmetric"
+    assert line == (f"stopped by SIGTERM: saved {run_dir / 'last.pt'}; to go on: run the demo again "
+                    f"({shlex.join(['resnet-demo', *args])}): it resumes that model and keeps the finished ones")
+    assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 3
+
+    monkeypatch.setattr(engine_run, "loss_and_augment", real)
+    main(args)  # the same command again
+    out = capsys.readouterr().out
+    assert f"resumed from {run_dir / 'last.pt'} after epoch 0, batch 3 (step 3)" in out
+    assert len((tmp_path / "eval.jsonl").read_text().splitlines()) == 4  # both models, under both schemes
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,8 @@ def goals(script: str, result: dict) -> list[dict]:
     elif script == "checkpoint_save":  # what a stop needs of its GraceTime, beside the step it finishes
         rows.append({"ratio": f"{result['arch']} save s", "value": result["save_s"], "goal": "<= 20",
                      "met": result["save_s"] <= 20})
+        rows.append({"ratio": f"share of the run saving every {result['checkpoint_minutes']:g} min",
+                     "value": result["save_share"], "goal": "<= 0.01", "met": result["save_share"] <= 0.01})
     elif script == "model_step":
         for mode, figures in result["modes"].items():
             for label, value in figures["ratios"].items():

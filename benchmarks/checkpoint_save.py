@@ -8,6 +8,10 @@ time it finishes its step, saves ``last.pt`` the way training does (:class:`resn
 weights, the optimizer's state, the EMA's weights, RNG states, history; a temporary file, fsync,
 rename) and requeues. This measures the save, in ``--dir`` (its file system is the one that
 matters: a shared one is slower than a local disk), and loading it back.
+
+It also sets the save against train.yaml's ``checkpoint_minutes`` (the most a dead process, a
+kill -9 or a lost node can cost): the share of a run's time that saving that often takes, every
+process waiting for rank 0's write.
 """
 
 from __future__ import annotations
@@ -58,6 +62,15 @@ def training_state(arch: str) -> tuple[torch.nn.Module, TrainingState]:
     return model, state
 
 
+def default_checkpoint_minutes() -> float:
+    """train.yaml's ``checkpoint_minutes``."""
+    from omegaconf import OmegaConf
+
+    from resnet.config import config_dir
+
+    return float(OmegaConf.load(config_dir() / "train.yaml").checkpoint_minutes)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     model, state = training_state(args.arch)
@@ -72,10 +85,14 @@ def main(argv: list[str] | None = None) -> dict:
             TrainingState.read(path)
             loads.append(time.perf_counter() - start)
         size = path.stat().st_size
-    result = {"arch": args.arch, "bytes": size, "save_s": statistics.median(saves), "load_s": statistics.median(loads),
-              "repeats": args.repeats, "dir": str(args.dir or tempfile.gettempdir())}  # fmt: skip
+    minutes = default_checkpoint_minutes()
+    save_s = statistics.median(saves)
+    result = {"arch": args.arch, "bytes": size, "save_s": save_s, "load_s": statistics.median(loads),
+              "repeats": args.repeats, "dir": str(args.dir or tempfile.gettempdir()),
+              "checkpoint_minutes": minutes, "save_share": save_s / (60 * minutes + save_s)}  # fmt: skip
     print(f"{args.arch} last.pt ({size / 2**20:.0f} MiB: weights, SGD momentum, EMA) in {result['dir']}: "
-          f"save {result['save_s']:.2f} s, load {result['load_s']:.2f} s (median of {args.repeats})")
+          f"save {result['save_s']:.2f} s, load {result['load_s']:.2f} s (median of {args.repeats}); "
+          f"saved every checkpoint_minutes={minutes:g}, the saves take {result['save_share']:.2%} of the run")
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2))
     return result

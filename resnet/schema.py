@@ -99,6 +99,7 @@ SCHEMA: dict[str, Field] = {
     "grad_clip": Field(float, low=0, example="grad_clip=1.0"),
     "checkpoint_every": Field(int),
     "dist_timeout": Field(float, low=0, open_low=True, example="dist_timeout=600"),
+    "checkpoint_minutes": Field(float, low=0, example="checkpoint_minutes=10"),
     "max_skipped": FRACTION,
     "stop_after": Field(int, low=1, nullable=True, example="stop_after=2"),
     "eval_every": Field(int, low=1, example="eval_every=1"),

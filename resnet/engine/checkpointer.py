@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -37,6 +38,7 @@ class Checkpointer:
         self.config, self.layout, self.history = config, layout, history  # history: the run's list, appended to
         self.kept = "the previous last.pt is intact" if path.exists() else "no last.pt was written before"
         self.writes = 0  # saves of this run that worked
+        self.saved_at = time.monotonic()  # the last save that worked (or the run's start)
 
     def save(self, epoch_done: int, step: int, epoch_partial: dict | None = None) -> None:
         """The state after ``epoch_done`` epochs and ``step`` optimizer steps; ``epoch_partial``:
@@ -67,6 +69,14 @@ class Checkpointer:
             raise CheckpointWriteError(failed)
         if not self.env.is_main:
             self.writes += 1
+        self.saved_at = time.monotonic()
+
+    def due_every(self, minutes: float):
+        """A ``save_due`` for :class:`resnet.engine.loop.StepContext`: whether ``minutes`` have passed
+        since the last save; None for 0 (by the clock: never)."""
+        if not minutes:
+            return None
+        return lambda: time.monotonic() - self.saved_at >= 60 * minutes
 
     def _write(self, epoch_done: int, step: int, rng: list, partials: list | None) -> None:
         t = self.training

@@ -49,6 +49,8 @@ class StepContext:
     log_every: int = 50
     max_steps: int | None = None  # cap on the loader batches of an epoch (smoke tests)
     checkpoint_every: int = 0  # batches between mid-epoch checkpoints (0: epoch ends only)
+    # whether a mid-epoch checkpoint is due by the clock (checkpoint_minutes), asked on rank 0 before each step
+    save_due: Callable[[], bool] | None = None
     stop: StopRequest | None = None  # set by a preemption signal (resnet.engine.preempt)
     progress: bool = True
     before_step: Callable[[int], None] | None = None  # called with the optimizer step about to be taken (grid=)
@@ -116,7 +118,8 @@ def train_one_epoch(
 
     ``resume``: this epoch's totals from a mid-epoch checkpoint (``loader`` then starts after
     ``resume.batches``). ``checkpoint(global_step, stats)`` is called with this process's running totals every
-    ``ctx.checkpoint_every`` batches, and when a stop was requested (``ctx.stop``): before the next
+    ``ctx.checkpoint_every`` batches, after a step where rank 0 found one due by the clock
+    (``ctx.save_due``: ``checkpoint_minutes``), and when a stop was requested (``ctx.stop``): before the next
     batch is counted, after which the epoch ends early with ``interrupted`` set. Every process calls
     it at the same batch.
 
@@ -242,7 +245,7 @@ class _Epoch:
             return False
         images, labels, skipped, paths = _split(batch)
         peers.at_step(self.steps_before + stats.steps)  # where a peer that stalls or dies is reported
-        everyone_has_data, stop = _agree_before_step(images.shape[0] > 0, ctx)
+        everyone_has_data, stop, due = _agree_before_step(images.shape[0] > 0, ctx)
         if stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
             stats.interrupted = True
             self.save()
@@ -257,8 +260,8 @@ class _Epoch:
             stats.unused_images += images.shape[0]
         else:
             self.step(images, labels, index)
-        if self.checkpoint is not None and ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0 \
-                and stats.batches < self.end:
+        every = ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0
+        if self.checkpoint is not None and (every or due) and stats.batches < self.end:
             self.save()
         return True
 
@@ -367,17 +370,19 @@ def _step(model: nn.Module, optimizer, scheduler, ctx: StepContext, step: int) -
     return lr
 
 
-def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool]:
-    """(every process has at least one readable image, some process was asked to stop), in one
-    host-side all-reduce before the forward pass. Every process must take the same branch: a
-    process that skipped its step would leave the others waiting in DDP's collectives forever.
+def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool, bool]:
+    """(every process has at least one readable image, some process was asked to stop, rank 0 finds
+    a checkpoint due by its clock), in one host-side all-reduce before the forward pass. Every
+    process must take the same branch: a process that skipped its step would leave the others
+    waiting in DDP's collectives forever.
     A process cannot know that another read no image without it, so it runs every step; the stop
     request rides along, as a count per signal, so that every process stops under the signal that
     arrived (over gloo on the host: no wait for the GPU, tens of microseconds)."""
     votes = ctx.stop.votes() if ctx.stop is not None else []
-    without_data, *summed = all_reduce_host([float(not has_data), *votes], ctx.env)
+    due = ctx.env.is_main and ctx.save_due is not None and ctx.save_due()  # one clock decides, for every rank
+    without_data, due, *summed = all_reduce_host([float(not has_data), float(due), *votes], ctx.env)
     stop = ctx.stop.agree(summed) if ctx.stop is not None else False
-    return without_data == 0, stop
+    return without_data == 0, stop, due > 0
 
 
 class _ToHost:

@@ -55,6 +55,7 @@ RULES: dict[str, tuple[str, str]] = {
     "init": (CHANGES, "the weights a fine-tune starts from (read only when there is nothing to resume)"),
     "run_dir": (CHANGES, "where the run is written"),
     "checkpoint_every": (CHANGES, "how often last.pt is saved"),
+    "checkpoint_minutes": (CHANGES, "how often last.pt is saved, by the clock"),
     "dist_timeout": (CHANGES, "how long a collective waits for a stalled process"),
     "eval_every": (CHANGES, "how often the run validates"),
     "val_images": (CHANGES, "how many val images a validation scores"),

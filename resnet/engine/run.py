@@ -232,6 +232,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     )
     config = OmegaConf.to_container(cfg, resolve=True)
     saver = Checkpointer(run_dir / "last.pt", t, env, config, layout, start.history)
+    ctx.save_due = saver.due_every(cfg.get("checkpoint_minutes") or 0)
     logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=run_group(t.meta, t.grid),
                        resumed_epoch=start.epoch)
     with handing_over(stop, saver, run_dir, env) as fit:

@@ -141,7 +141,7 @@ def test_the_readme_submitit_sweep_composes():
     cfg = compose_config("train", *overrides, hydra=True)
     launcher = cfg.hydra.launcher
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 8, 8)
-    assert launcher.max_num_timeout > 0 and cfg.resume is True and cfg.checkpoint_every > 0  # requeued, resumed
+    assert launcher.max_num_timeout > 0 and cfg.resume is True and cfg.checkpoint_minutes > 0  # requeued, resumed
 
 
 @pytest.mark.parametrize(

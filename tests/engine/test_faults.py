@@ -134,6 +134,17 @@ def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wr
     assert [r["train_loss"] for r in resumed] == [r["train_loss"] for r in straight]  # the partial epoch's sums too
 
 
+def test_checkpoint_minutes_saves_mid_epoch_by_the_clock(tiny_folder, wrapper, tmp_path):
+    # A checkpoint due as soon as the last one is written (checkpoint_minutes ~ 0): a save after
+    # every step, so a kill before the 5th loses nothing but that step. At the default 10 minutes
+    # these tiny runs save at epoch ends only (the kill -9 test above).
+    run_dir = tmp_path / "killed"
+    args = [PY, str(wrapper), str(REPO / "train.py"), *overrides(tiny_folder, run_dir, "checkpoint_minutes=1e-9")]
+    assert_status(launch(args, "step:5"), KILLED)
+    saved = load_checkpoint(run_dir / "last.pt")
+    assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (0, 4, 4)
+
+
 @pytest.mark.slow
 def test_a_preemption_signal_saves_requeues_and_the_requeued_job_resumes_exactly(
     tiny_folder, wrapper, tmp_path, one_thread, monkeypatch

@@ -58,6 +58,7 @@ def test_every_benchmark_writes_its_json(tmp_path, monkeypatch):
 
     save = json.loads((tmp_path / "bench_checkpoint_save.json").read_text())
     assert save["save_s"] > 0 and save["load_s"] > 0 and save["bytes"] > 40 * 2**20  # resnet18's weights, momentum, EMA
+    assert save["save_share"] == pytest.approx(save["save_s"] / (60 * save["checkpoint_minutes"] + save["save_s"]))
 
     summary = json.loads((tmp_path / "bench_summary.json").read_text())
     # --quick measures none of end_to_end's ratios with a goal (10-crop cost is the one it has)

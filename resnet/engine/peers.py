@@ -28,9 +28,12 @@ from .checkpointer import RunFailed
 
 REQUEUE_STATUS = 75  # EX_TEMPFAIL: the job may go on from its checkpoint (requeue, restart)
 CENSUS_SECONDS = 5.0  # how long a survivor waits for the others to say where they are
-TIMED_OUT = ("Timed out waiting", "timed out", "Timeout")  # gloo's words for a peer that did not answer
+# gloo's words (and NCCL's, where a blocking wait reports them) for a peer that did not answer ...
+TIMED_OUT = ("Timed out waiting", "timed out", "Timeout", "Watchdog caught collective operation timeout")
+# ... and for one whose process or host is gone
 CLOSED = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused",
-          "Socket closed", "Connection timed out")  # ... for one whose process or host is gone
+          "Socket closed", "Connection timed out", "NCCL communicator was aborted",
+          "remote process exited or there was a network error")
 
 
 class PeerLost(RunFailed):

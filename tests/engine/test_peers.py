@@ -16,13 +16,20 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from resnet.checkpoint import load_checkpoint
+from resnet.distributed import DistEnv, Launch
+from resnet.engine.peers import describe, failure_kind, first_survivor, process_state
 from tests.helpers import procs
 from tests.helpers.faults import WRAPPER, assert_same_training, launch
 from tests.helpers.training import REPO, launcher_overrides
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("one_process")]
+
+def torchrun_launch(test):
+    """A test that launches torchrun: slow, and on the worker that holds the reference runs."""
+    return pytest.mark.slow(pytest.mark.xdist_group("one_process")(test))
+
 
 # 2 processes x batch 2 of 24 images: 6 steps an epoch; the 9th loss is epoch 2's 3rd step, and with
 # checkpoint_every=2 the last save before it is after epoch 1, batch 2 (step 8)
@@ -59,6 +66,7 @@ def assert_no_traceback_of_ours(proc) -> None:
     assert "GLHF" not in proc.stderr and "Connection reset" not in proc.stderr
 
 
+@torchrun_launch
 def test_a_dead_rank_is_named_in_one_line_and_the_printed_command_resumes_exactly(
     launch_folder, two_processes, wrapper, tmp_path
 ):
@@ -79,6 +87,7 @@ def test_a_dead_rank_is_named_in_one_line_and_the_printed_command_resumes_exactl
     assert_same_training(load_checkpoint(two_processes / "last.pt"), load_checkpoint(run_dir / "last.pt"))
 
 
+@torchrun_launch
 def test_a_stalled_rank_is_named_within_dist_timeout_and_the_checkpoint_is_kept(launch_folder, wrapper, tmp_path):
     # SIGSTOP: what a hung read, GPU or deadlock looks like from outside. torchrun kills the stopped
     # worker 30 s after the other has ended (its own grace period).
@@ -95,6 +104,7 @@ def test_a_stalled_rank_is_named_within_dist_timeout_and_the_checkpoint_is_kept(
     assert time.monotonic() - started < 100
 
 
+@torchrun_launch
 def test_a_signal_to_one_rank_stops_every_rank_under_its_name_in_one_run_folder(launch_folder, wrapper, tmp_path):
     # SIGTERM to rank 1 alone; no hydra.run.dir: the run folder is the launch's, one for both workers.
     args = [a for a in faulty(wrapper, launch_folder, tmp_path) if not a.startswith(("hydra.run.dir=", "resume="))]
@@ -107,6 +117,7 @@ def test_a_signal_to_one_rank_stops_every_rank_under_its_name_in_one_run_folder(
     assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 3
 
 
+@torchrun_launch
 def test_sighup_to_torchrun_itself_saves_and_every_worker_says_so(launch_folder, wrapper, tmp_path):
     # A closed terminal: torchrun's own SIGHUP handler runs first and passes SIGHUP on to its workers.
     run_dir, marker = tmp_path / "run", tmp_path / "paused"
@@ -124,6 +135,7 @@ def test_sighup_to_torchrun_itself_saves_and_every_worker_says_so(launch_folder,
     assert (saved["epoch"], saved["epoch_partial"]["batches"]) == (1, 3)
 
 
+@torchrun_launch
 def test_a_refusal_under_torchrun_is_the_reason_in_torchruns_report_and_no_stray_folder(tmp_path):
     args = [*procs.torchrun_here(), str(REPO / "train.py"), "model=resnet_tiny", "data=imagefolder",
             f"data.root={tmp_path / 'missing'}", "data.num_classes=3"]  # fmt: skip
@@ -133,3 +145,57 @@ def test_a_refusal_under_torchrun_is_the_reason_in_torchruns_report_and_no_stray
     assert worker_exits(proc) == [2, 2] and proc.stderr.count(f"traceback : {line}") == 2
     assert_no_traceback_of_ours(proc)
     assert len(list((tmp_path / "outputs").glob("*/*"))) == 1  # one folder for the launch, not one per worker
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation "
+         "to complete", "timeout"),
+        ("[third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:13697: Connection reset by "
+         "peer. This is typically caused by a remote worker hanging ... GLHF!", "closed"),
+        ("NCCL communicator was aborted on rank 1.", "closed"),
+        ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)", "timeout"),
+        ("CUDA out of memory. Tried to allocate 2.00 GiB", None),  # the process's own failure, not a peer's
+        ("DataLoader worker (pid 123) is killed by signal: Killed.", None),  # data.dataloader's case
+    ],
+)
+def test_a_collective_that_failed_because_of_a_peer_is_told_from_any_other_error(message, kind):
+    assert failure_kind(RuntimeError(message)) == kind
+    assert failure_kind(ValueError(message)) is None
+
+
+def test_without_the_stores_host_the_line_names_it_and_rank_1_requeues():
+    # srun: rank 0 hosts the job's store; when it dies, no census can be taken.
+    env = DistEnv(1, 3, 1, torch.device("cpu"), Launch("srun", 1, 3, job_id="7"),
+                  peers=(("gpu01", 10), ("gpu01", 11), ("gpu02", 12)), timeout=60)  # fmt: skip
+    assert describe(env, "closed", None, 42) == "rank 1 lost the job's store (rank 0 on gpu01) after step 42: its " \
+        "connection closed"  # fmt: skip
+    assert first_survivor(env, None)
+    assert not first_survivor(DistEnv(2, 3, 0, torch.device("cpu"), env.launch, peers=env.peers), None)
+    assert first_survivor(DistEnv(0, 3, 0, torch.device("cpu"), env.launch, peers=env.peers), [1])
+
+
+def test_a_process_on_this_host_is_told_dead_stopped_or_running(tmp_path):
+    import socket
+    import subprocess
+
+    here = socket.gethostname()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert process_state(here, child.pid) == "running"
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while process_state(here, child.pid) != "stopped" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_state(here, child.pid) == "stopped"
+        child.kill()
+        deadline = time.monotonic() + 10
+        while process_state(here, child.pid) != "dead" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_state(here, child.pid) == "dead"  # a zombie until reaped
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(here, child.pid) == "dead"  # gone
+    assert process_state("another-host", os.getpid()) is None

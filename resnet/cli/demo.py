@@ -29,6 +29,7 @@ from ..config import compose, padding_overrides
 from ..engine.preempt import Stopped
 from ..grid import grid_name, grid_paddings
 from ..padding import resolve_padding
+from ..quoting import override
 from ..report.charts import plot_regrid
 from ..report.console import format_table
 from ..report.rows import read_rows
@@ -53,7 +54,7 @@ def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
 
     # resume=true: a demo run again goes on where a stop left a model, and keeps the models it finished
     return train(compose("train", "+experiment=demo", *native_bf16(overrides), *padding, "resume=true",
-                         f"run_dir={run_dir}", *overrides))
+                         override("run_dir", run_dir), *overrides))
 
 
 def native_bf16(overrides: list[str]) -> list[str]:
@@ -86,14 +87,15 @@ def eval_overrides(overrides: list[str]) -> list[str]:
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, data: list[str]) -> dict:
     from ..evaluation.run import evaluate_weights
 
-    return evaluate_weights(compose("eval", f"weights={checkpoint}", *data, *padding_overrides(scheme),
-                                    f"results_file={results_file.resolve()}"))
+    return evaluate_weights(compose("eval", override("weights", checkpoint), *data, *padding_overrides(scheme),
+                                    override("results_file", results_file.resolve())))
 
 
 def regrid_to(checkpoint: Path, scheme: str, out: Path, method: list[str], data: list[str]) -> dict:
     from .regrid import run
 
-    return run(compose("regrid", f"weights={checkpoint}", *padding_overrides(scheme), f"out={out}", *data, *method))
+    return run(compose("regrid", override("weights", checkpoint), *padding_overrides(scheme), override("out", out),
+                       *data, *method))
 
 
 def merged(overrides: tuple[str, ...], extra: list[str]) -> list[str]:

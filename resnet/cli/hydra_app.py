@@ -22,6 +22,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf import DictConfig
 
 from ..config import config_dir, register_configs
+from ..quoting import unreadable_override
 from .config_exit import exit_config_error
 from .errors import JobEnded, one_line_errors
 
@@ -50,6 +51,9 @@ def run_main(main: Callable[[], object]) -> None:
 def composition_error(err: Exception, overrides: Sequence[str]) -> str:
     """One line for an error Hydra raised while composing a config from ``overrides``: the
     override as typed, what is wrong, and what to type instead."""
+    if isinstance(err, OverrideParseException) and (quoted := unreadable_override(err.override)):
+        return (f"{err.override}: Hydra cannot read this value as typed (a space, quote, parenthesis, '#', '=', ',' "
+                f"or non-ASCII letter needs quotes); type it as {quoted}")
     if isinstance(err, MissingConfigException) and err.options is not None and "/" in err.missing_cfg_file:
         group, _, name = err.missing_cfg_file.rpartition("/")
         typed = _override_of(group, overrides)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError
+from ..quoting import override
 from .ending import finished_results
 from .resume_rules import Difference, compare, flatten
 
@@ -77,7 +79,8 @@ def unfinished_run(cfg: DictConfig, root: Path, exclude: Path | None = None) -> 
                          f"{_shown(root)} ({_when(mine[0])}); hydra.run.dir=<run dir> picks another")
     if mine:
         raise ConfigError(f"resume=true: {len(mine)} unfinished runs of this config under {_shown(root)}: pass "
-                          + _listed([(f"hydra.run.dir={_shown(f)}", _when(f)) for f in reversed(mine)], " or ")
+                          + _listed([(shlex.quote(override("hydra.run.dir", _shown(f))), _when(f))
+                                     for f in reversed(mine)], " or ")
                           + " to resume one of them")
     seen = []
     if finished:

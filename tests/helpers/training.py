@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from resnet.engine.run import train
+from resnet.quoting import override
 from tests.helpers import procs
 from tests.helpers.compose import compose_config
 
@@ -20,14 +21,14 @@ def tiny_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
     return [
         "model=resnet_tiny",
         "data=imagefolder",
-        f"data.root={root}",
+        override("data.root", root),
         "data.num_classes=3",
         "data.image_size=32",
         "data.workers=0",
         "batch_size=4",
         "epochs=2",
         "log_every=2",
-        f"run_dir={run_dir}",
+        override("run_dir", run_dir),
         *extra,
     ]
 

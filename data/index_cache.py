@@ -19,6 +19,7 @@ walking the file system at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -114,7 +115,8 @@ def _write(scan: FolderScan, began_ns: int, candidates: list[Path]) -> str:
             os.replace(tmp, path)  # readers see the old file or the new, never half of one
             return f"saved to {path}"
         except OSError as err:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only file system refuses even this: try the next place
+                tmp.unlink(missing_ok=True)
             failed.append(f"{path.parent} ({err.strerror or err})")
     return f"not kept: cannot write to {', '.join(failed)}"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+import subprocess
 import time
 import zlib
 from pathlib import Path
@@ -187,15 +188,32 @@ def test_the_loaders_cache_both_splits_and_say_so(tmp_path, capsys):
     assert capsys.readouterr().out == ""  # one line per split, from rank 0 alone
 
 
-def test_under_ddp_rank_zero_lists_and_the_others_wait(monkeypatch):
+@pytest.mark.parametrize("with_store", [True, False])
+def test_under_ddp_rank_zero_lists_and_the_others_wait(monkeypatch, with_store):
+    # The others wait on a key of the job's store, for as long as a first listing takes: a barrier
+    # would time out after the run's dist_timeout. Without a store to ask: a barrier.
     events = []
+
+    class Store:
+        def set(self, key, value):
+            events.append(f"set {key}")
+
+        def wait(self, keys, timeout):
+            assert timeout == cache.BUILD_WAIT
+            events.append(f"wait {keys[0]}")
+
     monkeypatch.setattr(cache.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(cache.dist, "get_world_size", lambda: 3)
     monkeypatch.setattr(cache.dist, "barrier", lambda: events.append("barrier"))
+    monkeypatch.setattr(cache, "_job_store", lambda: Store() if with_store else None)
+    monkeypatch.setattr(cache, "_builds", iter(range(100)))
     for rank in (0, 1):
         monkeypatch.setattr(cache.dist, "get_rank", lambda rank=rank: rank)
         assert cache.rank_zero_first(lambda: events.append("build") or "built") == "built"
-    assert events == ["build", "barrier", "barrier", "build"]
+    if with_store:  # both ranks' first call: the same key (each process counts its calls alike)
+        assert events == ["build", "set data/index_built/0", "wait data/index_built/1", "build"]
+    else:
+        assert events == ["build", "barrier", "barrier", "build"]
 
     def fails():
         raise FileNotFoundError("no such folder")
@@ -203,7 +221,32 @@ def test_under_ddp_rank_zero_lists_and_the_others_wait(monkeypatch):
     monkeypatch.setattr(cache.dist, "get_rank", lambda: 0)
     with pytest.raises(FileNotFoundError):
         cache.rank_zero_first(fails)
-    assert events[-1] == "barrier"  # the others are released to fail the same way
+    assert events[-1].startswith("set ") if with_store else events[-1] == "barrier"  # the others fail alike
+
+
+def test_a_read_only_data_mount_trains_with_its_index_kept_in_the_run_dir(tmp_path, capsys):
+    # The docs' `-v /data/imagenet:/data/imagenet:ro`: a real read-only bind mount, no index beside it yet.
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    from tests.helpers.imagegen import make_tiny_folder
+    from tests.helpers.training import run_in_process
+
+    source, mounted = make_tiny_folder(tmp_path / "source"), tmp_path / "ro"
+    past = time.time() - 60  # not just written: a listing is kept only of folders that have settled
+    for folder in (source, *(p for p in source.rglob("*") if p.is_dir())):
+        os.utime(folder, (past, past))
+    mounted.mkdir()
+    subprocess.run(["mount", "--bind", str(source), str(mounted)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], check=True)
+        run_in_process(mounted, tmp_path / "run", "epochs=1")
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
+    out = capsys.readouterr().out
+    for split in ("train", "val"):
+        kept = cache.cache_paths(mounted / split, tmp_path / "run")[1]
+        assert f"saved to {kept}" in out and kept.exists(), out
+    assert not list(source.glob(".*.npz"))
 
 
 # --- symlink loops ----------------------------------------------------------------------

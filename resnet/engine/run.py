@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..config import ConfigError, padding_from_config
-from ..distributed import DistEnv, shutdown
+from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, make_grid, set_grid
@@ -24,7 +24,7 @@ from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
 from ..runtime import Runtime, join_job, runtime_for
 from ..workers import data_workers
-from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed
+from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed, write_error
 from .checks import check_train_config, grid_bn
 from .ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
 from .latest_run import pick_run_dir
@@ -278,8 +278,7 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         if epoch == fit.epochs - 1 or (epoch + 1) % cfg.eval_every == 0:
             fit.val, fit.ema_val = _validate(cfg, t, ctx, row)
         fit.history.append(row)
-        logger.log_steps(stats.history, epoch + 1)  # 1-based, as the epoch line and metrics.csv
-        logger.log_epoch(row)  # before the checkpoint; a resume drops rows past the checkpoint's epoch
+        _log_epoch(logger, stats, row, epoch, saver, env)
         if env.is_main:
             _print_epoch(row, t.loaders.val_split_size)
         saver.save(epoch + 1, global_step)
@@ -287,6 +286,23 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         if ctx.stop.agreed():
             break
     return fit
+
+
+def _log_epoch(logger: RunLogger, stats: EpochStats, row: dict, epoch: int, saver: Checkpointer,
+               env: DistEnv) -> None:
+    """steps.csv and metrics.csv (rank 0), before the epoch's checkpoint: a resume drops rows past
+    the checkpoint's epoch. A write that fails (a full disk) ends the run on every rank in one line,
+    the epoch unsaved: the resume trains it again and writes its rows then."""
+    failed = None
+    try:
+        logger.log_steps(stats.history, epoch + 1)  # 1-based, as the epoch line and metrics.csv
+        logger.log_epoch(row)
+    except OSError as err:
+        failed = (f"could not write {err.filename or 'the run logs'} ({err.strerror or write_error(err)}); "
+                  f"{saver.kept}: free space or pass another hydra.run.dir, then run again with resume=true")
+    failed = gather_objects(failed, env)[0]  # only rank 0 writes; every rank learns whether it worked
+    if failed:
+        raise RunFailed(failed)
 
 
 def _check_skipped(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkpointer) -> None:

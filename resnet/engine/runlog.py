@@ -119,11 +119,18 @@ def write_atomic(path: Path, text: str) -> None:
     """``path`` holds ``text`` or what it held before, whenever the process dies: written to a
     temporary file beside it, flushed to disk, then renamed over it."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:  # a full disk, a quota, a lost mount: no half file left beside the whole one
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not err.filename:  # fsync's and write's name no file
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
 
 
 LOG_NAME = "train.log"  # Hydra's job log of train.py has this name too: the same file where run_dir is Hydra's

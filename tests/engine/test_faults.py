@@ -9,6 +9,7 @@ chosen call. Production code has no hooks for this.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -620,6 +621,38 @@ def test_bad_dataset_layout_is_one_line(tmp_path, train, val, message):
     make_folder(tmp_path / "data" / "val", val, size=(40, 36))
     assert message in config_error(tmp_path / "data", tmp_path / "run")
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_writing_the_run_logs_is_one_line_and_the_resume_is_exact(
+    tiny_folder, straight, tmp_path, monkeypatch, one_thread
+):
+    # The disk fills as epoch 2's rows are flushed to steps.csv: one line naming the file and what is
+    # kept (epoch 1's last.pt), no steps.csv.tmp left; freed, resume=true ends as the uninterrupted run.
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("steps.csv.tmp"):
+            calls.append(fd)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(RunFailed) as failed:
+        run_in_process(tiny_folder, run_dir, "seed=3")
+    assert str(failed.value) == (f"could not write {run_dir / 'steps.csv'} (No space left on device); last.pt saved "
+                                 "after epoch 1 (step 6) is intact: free space or pass another hydra.run.dir, then "
+                                 "run again with resume=true")  # fmt: skip
+    assert sorted(p.name for p in run_dir.glob("*.tmp")) == []
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    run_in_process(tiny_folder, run_dir, "seed=3", "resume=true")
+    assert_same_training(load_checkpoint(straight / "last.pt"), load_checkpoint(run_dir / "last.pt"))
+    assert [r["epoch"] for r in read_csv(run_dir / "metrics.csv")] == ["1", "2"]
+    untimed = [[{k: v for k, v in r.items() if k != "images_per_s"} for r in read_csv(d / "steps.csv")]
+               for d in (run_dir, straight)]  # fmt: skip
+    assert untimed[0] == untimed[1]  # every step's row once, epoch 2's written by the resume
 
 
 def test_metrics_and_results_are_replaced_whole_never_left_half_written(tmp_path, monkeypatch):

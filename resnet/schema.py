@@ -101,6 +101,7 @@ SCHEMA: dict[str, Field] = {
     "dist_timeout": Field(float, low=0, open_low=True, example="dist_timeout=600"),
     "checkpoint_minutes": Field(float, low=0, example="checkpoint_minutes=10"),
     "max_skipped": FRACTION,
+    "max_unreadable": FRACTION,
     "stop_after": Field(int, low=1, nullable=True, example="stop_after=2"),
     "eval_every": Field(int, low=1, example="eval_every=1"),
     "log_every": Field(int, low=1, example="log_every=50"),

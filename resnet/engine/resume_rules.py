@@ -57,6 +57,7 @@ RULES: dict[str, tuple[str, str]] = {
     "checkpoint_every": (CHANGES, "how often last.pt is saved"),
     "checkpoint_minutes": (CHANGES, "how often last.pt is saved, by the clock"),
     "dist_timeout": (CHANGES, "how long a collective waits for a stalled process"),
+    "max_unreadable": (CHANGES, "the share of unreadable images that stops a run"),
     "eval_every": (CHANGES, "how often the run validates"),
     "val_images": (CHANGES, "how many val images a validation scores"),
     "log_every": (CHANGES, "how often the run logs"),

@@ -272,6 +272,7 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         if stats.interrupted:
             break
         _check_skipped(cfg, stats, epoch, saver)
+        _check_unreadable(cfg, stats, epoch, saver)
         global_step += stats.steps - steps_before
         fit.train_rate = stats.images_per_s
         row = _epoch_row(epoch, global_step, stats)
@@ -316,6 +317,21 @@ def _check_skipped(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkp
         f"({stats.skipped_steps / tried:.0%}, more than max_skipped={cfg.get('max_skipped', 0.05):g}): the run is not "
         f"training; {saver.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), set grad_clip=1.0, "
         "or raise max_skipped"
+    )
+
+
+def _check_unreadable(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkpointer) -> None:
+    """An epoch that could not read more than ``max_unreadable`` of its images (a class folder gone,
+    a failing disk) trained on other data than the run's: stop before it is saved."""
+    read = stats.images + stats.skipped_images + stats.unused_images
+    limit = cfg.get("max_unreadable", 0.05)
+    if not read or stats.skipped_images <= limit * read:
+        return
+    share = stats.skipped_images / read
+    raise RunFailed(
+        f"epoch {epoch + 1} could not read {stats.skipped_images:,} of its {read:,} images ({share:.0%}, more than "
+        f"max_unreadable={limit:g}), e.g. {'; '.join(stats.skipped_paths[:2])}; {saver.kept}. Restore the data and "
+        "run again with resume=true, or pass a higher max_unreadable"
     )
 
 
@@ -379,7 +395,12 @@ def _summary(results: dict, footer: str) -> str:
     if results["ema_top1_err"] is not None:
         rows.append({**shown, "weights": f"EMA {results['ema_decay']:g}", "top1_err": results["ema_top1_err"],
                      "top5_err": results["ema_top5_err"]})
-    table = [{heading: row[key] for heading, key in TRAIN_SUMMARY.items()} for row in rows]
+    columns = dict(TRAIN_SUMMARY)
+    if results.get("skipped_images") or results.get("val_skipped_images"):  # unreadable images, counted, not hidden
+        columns["skipped (train / val)"] = "skipped"
+        for row in rows:
+            row["skipped"] = f"{results.get('skipped_images') or 0:,} / {results.get('val_skipped_images') or 0:,}"
+    table = [{heading: row[key] for heading, key in columns.items()} for row in rows]
     return "\n" + format_table(table) + "\n" + footer
 
 

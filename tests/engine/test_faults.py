@@ -372,7 +372,7 @@ def test_a_rank_fed_only_corrupt_files_does_not_hang_ddp(tiny_folder, tmp_path):
         files[index].write_bytes(damage[n % 3](files[index].read_bytes()))
     run_dir = tmp_path / "run"
     args = [*procs.torchrun_here(), "train.py",
-            *overrides(root, run_dir, "epochs=1", "batch_size=2", "data.workers=1")]  # fmt: skip
+            *overrides(root, run_dir, "epochs=1", "batch_size=2", "data.workers=1", "max_unreadable=1")]  # fmt: skip
     proc = launch(args, timeout=120)
     assert_status(proc, 0)
     [row] = read_csv(run_dir / "metrics.csv")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from resnet.checkpoint import load_checkpoint, load_model
+from resnet.engine.run import RunFailed
 from tests.helpers import procs, submitit_tasks
 from tests.helpers.faults import WRAPPER, assert_same_training, assert_status, launch
 from tests.helpers.imagegen import make_folder
@@ -81,7 +82,7 @@ def test_resume_is_exact_with_loader_workers_and_augmentation(tiny_folder, tmp_p
     assert all(torch.equal(tensor, b[key]) for key, tensor in a.items())
 
 
-def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path):
+def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path, capsys):
     root = tmp_path / "data"
     make_folder(root / "train", {"a": 6, "b": 6, "c": 6}, size=(40, 36))
     make_folder(root / "val", {"a": 2, "b": 2, "c": 2}, size=(40, 36))
@@ -89,10 +90,18 @@ def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path):
     (root / "train" / "b" / "junk.JPEG").write_bytes(b"not an image at all")
     good = (root / "train" / "c" / "0.JPEG").read_bytes()
     (root / "train" / "c" / "cut.JPEG").write_bytes(good[: len(good) // 3])
-    run_in_process(root, tmp_path / "run", "epochs=1", "batch_size=3")
+    # 2 or 3 of 21 (the cut JPEG may decode partly): over the default max_unreadable=0.05, a run that
+    # trains on other data than asked (a class folder gone, a failing disk) stops in one line
+    with pytest.raises(RunFailed, match=r"^epoch 1 could not read [23] of its 21 images \(1\d%, more than "
+                                        r"max_unreadable=0.05\), e.g. .*no last.pt was written before\. Restore"):
+        run_in_process(root, tmp_path / "stopped", "epochs=1", "batch_size=3")
+    assert not (tmp_path / "stopped" / "last.pt").exists()
+    run_in_process(root, tmp_path / "run", "epochs=1", "batch_size=3", "max_unreadable=0.2")
     rows = read_csv(tmp_path / "run" / "metrics.csv")
     assert int(rows[0]["skipped_images"]) >= 2  # empty + junk always; the cut JPEG may decode partly
     assert "empty.JPEG" in rows[0]["skipped_examples"] or "junk.JPEG" in rows[0]["skipped_examples"]
+    summary = capsys.readouterr().out
+    assert "skipped (train / val)" in summary and f"{rows[0]['skipped_images']} / 0" in summary  # in the closing table
 
 
 def assert_same_as_one_process(one: Path, two: Path) -> None:

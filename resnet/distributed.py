@@ -15,9 +15,11 @@ Each process uses ``cuda:<local rank>`` (or ``cuda:0`` where SLURM bound one GPU
 GPU, gloo on CPU. Every collective waits at most ``timeout`` seconds (the run config's
 ``dist_timeout``) for the other processes: past it gloo raises, and :mod:`resnet.engine.peers`
 says which process it waited for. On GPU the host-side gloo group (every step's agreement) gets
-that timeout and NCCL's own a minute more, so that a stalled peer is reported from Python before
-NCCL's watchdog ends the process (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, set unless the user set
-it: the one variable this module sets). Nothing here mutates configs or builtins.
+that timeout and NCCL's own a minute more, so that a peer that stalls between steps is reported
+from Python first; one lost while a survivor waits on its GPU (a loss read, GradScaler's check)
+is ended by NCCL's watchdog after that minute more, with NCCL's words and no line of ours
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, set unless the user set it: the one variable this module
+sets). The GPU path is not tested here: it needs two GPUs. Nothing here mutates configs or builtins.
 """
 
 from __future__ import annotations
@@ -322,6 +324,17 @@ def job_store(launch: Launch, timeout: float | None = None) -> dist.Store:
         return dist.PrefixStore(f"resnet_padding/attempt_{attempt}", agent_store)
     return dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=launch.rank == 0,
                          timeout=wait)
+
+
+def store_client(launch: Launch, timeout: float) -> dist.Store:
+    """Another connection to the job's store (:func:`job_store`'s, its keys under the same prefix),
+    for a thread of this process that must not wait behind the main thread's requests."""
+    wait = timedelta(seconds=timeout)
+    if launch.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        agent_store = dist.TCPStore(launch.master_addr, launch.master_port, is_master=False, timeout=wait)
+        return dist.PrefixStore(f"resnet_padding/attempt_{attempt}", agent_store)
+    return dist.TCPStore(launch.master_addr, launch.master_port, is_master=False, timeout=wait)
 
 
 def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:

@@ -180,8 +180,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"{err}; or pass --no-grid")
     with_regrid = args.regrid and len(args.schemes) > 1
     again = shlex.join(["resnet-demo", *(sys.argv[1:] if argv is None else argv)])
-    # outside training (which saves on them): stop in one line
-    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    # outside training (which saves on them): stop in one line; nohup's ignored SIGHUP stays ignored
+    stops = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {signum: signal.signal(signum, _interrupt) for signum in stops}
     try:
         with one_line_errors("resnet-demo"):
             run(args, with_grid, with_regrid)
@@ -189,10 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         saved = str(stopped).split("; not requeued")[0].split("; to go on")[0]
         leave(f"{saved}; to go on: run the demo again ({again}): it resumes that model and keeps the finished ones",
               stopped.status)
-    except (KeyboardInterrupt, Interrupted) as err:
-        name = signal.Signals(getattr(err, "signum", signal.SIGINT)).name
-        leave(f"resnet-demo: stopped by {name} between trainings (what was trained is kept); to go on: run the demo "
-              f"again ({again})", 128 + getattr(err, "signum", signal.SIGINT))
+    except Interrupted as err:
+        leave(f"resnet-demo: stopped by {signal.Signals(err.signum).name} between trainings (what was trained is "
+              f"kept); to go on: run the demo again ({again})", 128 + err.signum)
+    except KeyboardInterrupt:  # Ctrl-C outside training, or a second one during it (which stops unsaved)
+        leave(f"resnet-demo: interrupted; every model goes on from its last save: run the demo again ({again})", 130)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -67,7 +67,9 @@ class Checkpointer:
         failed = gather_objects(failed, self.env)[0]  # also the barrier: nobody runs ahead of the write
         if failed:
             raise CheckpointWriteError(failed)
-        if not self.env.is_main:
+        if not self.env.is_main:  # every rank can say what is kept (a survivor of a lost rank 0 does)
+            batch = f", batch {epoch_partial['batches']}" if epoch_partial is not None else ""
+            self.kept = f"last.pt saved after epoch {epoch_done}{batch} (step {step}) is intact"
             self.writes += 1
         self.saved_at = time.monotonic()
 

@@ -70,7 +70,7 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     except RuntimeError as err:
         lost = lost_peer(err, env)
         if lost is not None:  # another process stalled or died: one line, requeue, exit REQUEUE_STATUS
-            raise peer_lost_ending(lost, stop, saver.kept, run_dir, env) from None
+            raise peer_lost_ending(lost, stop, saver.kept, saver.writes > 0, run_dir, env) from None
         stop.restore()
         # torch's words for a dead worker (data.dataloader); an exception a live worker raised is its own
         if "DataLoader worker" not in str(err) or raised_in_worker(err) is not None:
@@ -98,18 +98,29 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     raise Stopped(f"stopped by {name}: {saved}; {done.text}{resume}", requeued=done.requeued, status=status)
 
 
-def peer_lost_ending(lost: PeerLost, stop: StopRequest, kept: str, run_dir: Path, env: DistEnv) -> PeerLost:
+def peer_lost_ending(lost: PeerLost, stop: StopRequest, kept: str, saved: bool, run_dir: Path,
+                     env: DistEnv) -> PeerLost:
     """``lost``'s line completed: what is kept, and the requeue (by the lowest surviving rank), the
-    restart torchrun will make, or the command that goes on."""
+    restart torchrun will make, or the command that goes on. Not requeued: a peer that failed on an
+    error of its own (status 1), or a start that saved nothing (it would end the same way again)."""
     restart = restarts_left()
-    if restart is not None:
+    found = lost.census
+    if found is not None and found.failed:  # a process's own error: going on would meet it again
         stop.restore()
-        then = f"torchrun starts the workers again ({restart}), and resume=true goes on from it"
+        ending = PeerLost(f"{lost}; {kept}; not requeued: fix that, then go on: {resume_command(run_dir, env)}")
+        ending.status = 1
+    elif restart is not None:  # torchrun's own decision
+        stop.restore()
+        ending = PeerLost(f"{lost}; {kept}; torchrun starts the workers again ({restart}), and resume=true goes on")
+    elif not saved:  # nothing saved since this start: a requeue would meet the same end, forever
+        stop.restore()
+        ending = PeerLost(f"{lost}; {kept}; not requeued: this start saved nothing, so a requeue would repeat it; "
+                          f"to go on: {resume_command(run_dir, env)}")
     else:
-        done = stop.hand_over_alone(first_survivor(env, lost.missing))
+        done = stop.hand_over_alone(first_survivor(env, found))
         then = done.text if done.requeued else f"{done.text}; to go on: {resume_command(run_dir, env)}"
-    ending = PeerLost(f"{lost}; {kept}; {then}")
-    ending.missing = lost.missing
+        ending = PeerLost(f"{lost}; {kept}; {then}")
+    ending.census = found
     return ending
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,8 +29,10 @@ from .checkpointer import RunFailed
 
 REQUEUE_STATUS = 75  # EX_TEMPFAIL: the job may go on from its checkpoint (requeue, restart)
 CENSUS_SECONDS = 5.0  # how long a survivor waits for the others to say where they are
+HEARTBEAT_S = 1.0  # between two heartbeats: a census of 5 s sees several
 # gloo's words (and NCCL's, where a blocking wait reports them) for a peer that did not answer ...
 TIMED_OUT = ("Timed out waiting", "timed out", "Timeout", "Watchdog caught collective operation timeout")
+COLLECTIVE = ("gloo", "NCCL", "ProcessGroup", "c10d")  # the marks of a collective's error (gloo's: its source path)
 # ... and for one whose process or host is gone
 CLOSED = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused",
           "Socket closed", "Connection timed out", "NCCL communicator was aborted",
@@ -63,36 +66,115 @@ def step() -> int:
 
 
 def failure_kind(err: BaseException) -> str | None:
-    """``"timeout"`` or ``"closed"`` where ``err`` is a collective failing because of a peer, else None."""
+    """``"timeout"`` or ``"closed"`` where ``err`` is a collective failing because of a peer, else
+    None: any other error, a failure of this run's own (a checkpoint write on a lost NFS mount says
+    "Connection timed out" too), or one without gloo's or NCCL's mark."""
     text = str(err)
-    if not isinstance(err, RuntimeError) or "DataLoader worker" in text:
+    if not isinstance(err, RuntimeError) or isinstance(err, RunFailed) or "DataLoader worker" in text:
+        return None
+    if type(err).__name__ in ("NonFiniteLoss", "Stopped") or not any(mark in text for mark in COLLECTIVE):
         return None
     if any(words in text for words in CLOSED):
         return "closed"
-    if any(words in text for words in TIMED_OUT) and ("gloo" in text or "recv" in text or "send" in text
-                                                      or "Watchdog" in text or "NCCL" in text):
+    if any(words in text for words in TIMED_OUT):
         return "timeout"
     return None
 
 
-def census(env: DistEnv, at: int, seconds: float = CENSUS_SECONDS) -> list[int] | None:
-    """The ranks that did not say where they are within ``seconds`` (this one says it is at step
-    ``at``); None where the store itself does not answer (its host, rank 0 under srun, is gone)."""
+KEY = "resnet_padding/{}/{}".format  # (what, rank): lost (a survivor's step), alive (heartbeats), failed (its line)
+
+
+@dataclass
+class Census:
+    """Who answered after a collective failed: ``gone``, the ranks whose heartbeat stopped (dead or
+    stopped: nobody else is to blame); ``failed``, ranks that ended on an error of their own (its
+    line); ``steps``, the step each live rank's heartbeat last carried."""
+
+    gone: list[int]
+    failed: dict[int, str]
+    steps: dict[int, int]
+
+    @property
+    def missing(self) -> list[int]:
+        return sorted({*self.gone, *self.failed})
+
+
+class Heartbeat:
+    """A daemon thread that writes a counter and this process's step into the job's store every
+    :data:`HEARTBEAT_S` seconds, on a connection of its own, so that a survivor can tell a process
+    that is gone or stopped (its counter stands still) from one blocked in the same collective as
+    itself (which a ring all-reduce over three or more processes leaves waiting behind the dead
+    one's neighbours). No clock is compared between hosts."""
+
+    def __init__(self, env: DistEnv):
+        self.env, self.stop = env, threading.Event()
+        self.thread = None
+        if env.distributed and env.launch is not None and env.store is not None:
+            self.thread = threading.Thread(target=self._beat, name="resnet-heartbeat", daemon=True)
+            self.thread.start()
+
+    def _beat(self) -> None:
+        from ..distributed import store_client
+
+        try:
+            store = store_client(self.env.launch, HEARTBEAT_S * 5)
+            count = 0
+            while not self.stop.is_set():
+                count += 1
+                store.set(KEY("alive", self.env.rank), f"{count} {_position.step}")
+                self.stop.wait(HEARTBEAT_S)
+        except (RuntimeError, OSError):  # the store is gone (its host died): the census says so itself
+            return
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+def record_failure(env: DistEnv, err: BaseException) -> None:
+    """Before a process of a job ends on an error of its own: its line in the store, so that the
+    others say it failed (and do not requeue a job that would fail the same way), not that it died."""
+    if not env.distributed or env.store is None:
+        return
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    line = f"{type(err).__name__}: {text}" if not isinstance(err, RunFailed) else text
+    try:
+        env.store.set_timeout(timedelta(seconds=5))
+        env.store.set(KEY("failed", env.rank), line[:400])
+    except (RuntimeError, OSError):
+        pass
+
+
+def census(env: DistEnv, at: int, seconds: float = CENSUS_SECONDS) -> Census | None:
+    """Who is still there: this rank says it is at step ``at``, then reads the others for
+    ``seconds``; None where the store itself does not answer (its host, rank 0 under srun, is gone)."""
     store = env.store
     if store is None:
         return None
-    key = "resnet_padding/lost/{}".format
+
+    def read(what: str, rank: int) -> str | None:
+        return store.get(KEY(what, rank)).decode() if store.check([KEY(what, rank)]) else None
+
+    others = [r for r in range(env.world_size) if r != env.rank]
     try:
         store.set_timeout(timedelta(seconds=max(seconds, 1.0)))
-        store.set(key(env.rank), str(at))
+        store.set(KEY("lost", env.rank), str(at))
+        first = {r: read("alive", r) for r in others}
         deadline = time.monotonic() + seconds
-        missing = list(range(env.world_size))
-        while True:
-            missing = [r for r in missing if not store.check([key(r)])]
-            if not missing or time.monotonic() >= deadline:
-                return missing
+        while time.monotonic() < deadline and not all(read("lost", r) for r in others):
             time.sleep(0.1)
-    except (RuntimeError, OSError):  # DistStoreError, DistNetworkError: the store's host is unreachable
+        result = Census([], {}, {})
+        for r in others:
+            failed, beat, said = read("failed", r), read("alive", r), read("lost", r)
+            if failed is not None:
+                result.failed[r] = failed
+            elif said is not None:  # a survivor too
+                result.steps[r] = int(said)
+            elif beat is None or beat == first[r]:  # its heartbeat stood still: gone, or stopped
+                result.gone.append(r)
+            else:
+                result.steps[r] = int(beat.split()[1])
+        return result
+    except (RuntimeError, OSError, ValueError):  # DistStoreError, DistNetworkError: the store's host is unreachable
         return None
 
 
@@ -109,28 +191,35 @@ def process_state(host: str, pid: int) -> str | None:
     return {"Z": "dead", "X": "dead", "T": "stopped", "t": "stopped"}.get(state, "running")
 
 
-def describe(env: DistEnv, kind: str, missing: list[int] | None, at: int) -> str:
+def describe(env: DistEnv, kind: str, found: Census | None, at: int) -> str:
     """What happened, from this rank's side: ``rank 1 (host, pid 12) died (after step 43)``, ``at``
     the optimizer steps this rank had taken."""
     timeout = f"dist_timeout={env.timeout:g} s" if env.timeout else "the collective timeout"
-    if missing is None:  # the store is gone with its host: rank 0 under srun and submitit, torchrun's agent
+    if found is None:  # the store is gone with its host: rank 0 under srun and submitit, torchrun's agent
         holder = "torchrun's agent" if env.launch is not None and env.launch.launcher == "torchrun" else "rank 0"
         host = env.peers[0][0] if env.peers else "?"
         return (f"rank {env.rank} lost the job's store ({holder} on {host}) after step {at}: "
                 f"{'no answer within ' + timeout if kind == 'timeout' else 'its connection closed'}")
-    if not missing:  # everyone answered: a collective failed for another reason (a network fault)
-        return f"a collective failed on rank {env.rank} after step {at} though every rank still answers ({kind})"
     parts = []
-    for rank in missing:
+    for rank in found.missing:
         host, pid = env.peers[rank] if rank < len(env.peers) else ("?", 0)
         state = process_state(host, pid)
-        if state == "dead" or (state is None and kind == "closed"):
+        if rank in found.failed:
+            what = f"failed: {found.failed[rank]}"
+        elif state == "dead" or (state is None and kind == "closed"):
             what = "died"
         elif state == "stopped":
             what = f"is stopped (SIGSTOP or a debugger): rank {env.rank} waited {timeout}"
         else:
             what = f"stopped responding: rank {env.rank} waited {timeout}"
         parts.append(f"rank {rank} ({host}, pid {pid}) {what}")
+    if not parts:  # every process still beats: one is stuck behind the others (a hung read, a deadlock)
+        behind = [r for r, s in found.steps.items() if s < at]
+        if not behind:
+            return (f"a collective failed on rank {env.rank} after step {at} though every rank still answers "
+                    f"({'no answer within ' + timeout if kind == 'timeout' else 'a connection closed'})")
+        parts = [f"rank {r} ({env.peers[r][0]}, pid {env.peers[r][1]}) is stuck at step {found.steps[r]}: rank "
+                 f"{env.rank} waited {timeout}" for r in behind]  # fmt: skip
     return f"{'; '.join(parts)} (after step {at})"
 
 
@@ -143,17 +232,18 @@ def lost_peer(err: BaseException, env: DistEnv) -> PeerLost | None:
     if kind is None:
         return None
     at = step()
-    missing = census(env, at)
-    lost = PeerLost(describe(env, kind, missing, at))
-    lost.missing = missing
+    found = census(env, at)
+    lost = PeerLost(describe(env, kind, found, at))
+    lost.census = found
     return lost
 
 
-def first_survivor(env: DistEnv, missing: list[int] | None) -> bool:
-    """Whether this rank is the lowest that answered the census (it requeues the job); without a
-    census (the store's host, rank 0, is gone): rank 1."""
-    gone = missing if missing is not None else [0]
-    return env.rank == min((r for r in range(env.world_size) if r not in gone), default=env.rank)
+def first_survivor(env: DistEnv, found: Census | None) -> bool:
+    """Whether this rank is the lowest still there (it requeues the job); without a census (the
+    store's host is gone) every survivor requeues: a second request finds the job requeued."""
+    if found is None:
+        return True
+    return env.rank == min((r for r in range(env.world_size) if r not in found.missing), default=env.rank)
 
 
 def restarts_left() -> str | None:

@@ -24,6 +24,7 @@ from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
 from ..runtime import Runtime, join_job, runtime_for
 from ..workers import data_workers
+from . import peers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed, write_error
 from .checks import check_train_config, grid_bn
 from .ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
@@ -33,7 +34,7 @@ from .loop import EpochStats, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
 from .optim import build_optimizer, build_scheduler
 from .peers import PeerLost, lost_peer
-from .preempt import StopRequest
+from .preempt import Stopped, StopRequest
 from .resume import ResumePoint, resume
 from .runlog import RunLogger, run_log
 from .state import epoch_seed, seed_everything, set_rng_state
@@ -80,6 +81,7 @@ def train(cfg: DictConfig) -> dict:
     check_train_config(cfg)
     env = join_job(cfg)
     lost = None
+    heartbeat = peers.Heartbeat(env)  # so that the others can tell this process gone from blocked
     try:
         run_dir, note = shared_run_dir(cfg, env)
         if str(run_dir) != str(cfg.run_dir):
@@ -94,13 +96,20 @@ def train(cfg: DictConfig) -> dict:
             if note and env.is_main:
                 print(note, flush=True)
             return _train(cfg, env, run_dir, cleanup)
-    except RuntimeError as err:  # a peer lost outside the epochs (start-up, the results): no requeue of its own
+    except Exception as err:
         lost = err if isinstance(err, PeerLost) else lost_peer(err, env)
-        if lost is None or lost is err:
+        if lost is None:  # an error of this process's own: the others say so, and do not requeue
+            if not isinstance(err, Stopped):
+                peers.record_failure(env, err)
             raise
-        raise PeerLost(f"{lost}; the last last.pt of {cfg.run_dir} is intact; to go on: "
+        if lost is err:
+            raise
+        # a peer lost outside the epochs (start-up, the results): no requeue of its own
+        kept = "its last.pt is intact" if (Path(cfg.run_dir) / "last.pt").exists() else "no last.pt was written yet"
+        raise PeerLost(f"{lost} (starting up or finishing); {kept}; to go on: "
                        f"{resume_command(Path(cfg.run_dir), env)}") from None
     finally:
+        heartbeat.close()
         if lost is None:  # a process group that lost a member can hang in its destructor
             shutdown(env)
 

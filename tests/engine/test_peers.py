@@ -20,7 +20,8 @@ import torch
 
 from resnet.checkpoint import load_checkpoint
 from resnet.distributed import DistEnv, Launch
-from resnet.engine.peers import describe, failure_kind, first_survivor, process_state
+from resnet.engine.checkpointer import CheckpointWriteError
+from resnet.engine.peers import Census, describe, failure_kind, first_survivor, process_state
 from tests.helpers import procs
 from tests.helpers.faults import WRAPPER, assert_same_training, launch
 from tests.helpers.training import REPO, launcher_overrides
@@ -85,6 +86,32 @@ def test_a_dead_rank_is_named_in_one_line_and_the_printed_command_resumes_exactl
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "after epoch 1, batch 2 (step 8)" in resumed.stdout
     assert_same_training(load_checkpoint(two_processes / "last.pt"), load_checkpoint(run_dir / "last.pt"))
+
+
+@pytest.mark.slow
+def test_with_three_ranks_the_dead_one_is_named_by_each_survivor_and_an_own_error_is_not_requeued(
+    tiny_folder, wrapper, tmp_path
+):
+    # gloo's all-reduce is a ring: only the dead rank's neighbours see its socket close; the third
+    # waits behind them. Heartbeats tell the dead rank from the blocked one, on every survivor.
+    def three(run_dir: Path, fault: str) -> tuple:
+        args = [a if not a.startswith("--nproc_per_node") else "--nproc_per_node=3"
+                for a in faulty(wrapper, tiny_folder, run_dir, "dist_timeout=30")]  # fmt: skip
+        proc = launch(args, fault, FAULT_RANK="1")
+        return proc, errors(proc)
+
+    proc, lines = three(tmp_path / "killed", "step:7")
+    assert len(lines) == 2, proc.stderr[-4000:]  # ranks 0 and 2, each its own line
+    for line in lines:
+        assert re.match(r"error: rank 1 \(\S+, pid \d+\) died \(after step 6\); last\.pt saved after ", line), line
+    assert sorted(worker_exits(proc)) == [-signal.SIGKILL, 75, 75]
+
+    proc, lines = three(tmp_path / "raised", "raise:7")  # an error of rank 1's own: going on would meet it again
+    assert len(lines) == 2, proc.stderr[-4000:]  # rank 1 keeps its traceback (a bug's); the others one line each
+    for line in lines:
+        assert "failed: RuntimeError: out of memory on this rank (injected) (after step 6)" in line, line
+        assert "not requeued: fix that, then go on: torchrun " in line
+    assert 75 not in worker_exits(proc)
 
 
 @pytest.mark.slow
@@ -171,17 +198,24 @@ def test_a_refusal_under_torchrun_is_the_reason_in_torchruns_report_and_no_stray
 def test_a_collective_that_failed_because_of_a_peer_is_told_from_any_other_error(message, kind):
     assert failure_kind(RuntimeError(message)) == kind
     assert failure_kind(ValueError(message)) is None
+    # the run's own failure, in the same words (a checkpoint on a lost NFS mount): never a peer's
+    assert failure_kind(CheckpointWriteError(f"could not write last.pt ({message})")) is None
 
 
-def test_without_the_stores_host_the_line_names_it_and_rank_1_requeues():
-    # srun: rank 0 hosts the job's store; when it dies, no census can be taken.
+def test_without_the_stores_host_every_survivor_requeues_and_with_it_the_lowest_left():
+    # srun: rank 0 hosts the job's store; when it dies, no census can be taken, so every survivor
+    # requeues (a second request finds the job requeued already).
     env = DistEnv(1, 3, 1, torch.device("cpu"), Launch("srun", 1, 3, job_id="7"),
                   peers=(("gpu01", 10), ("gpu01", 11), ("gpu02", 12)), timeout=60)  # fmt: skip
     assert describe(env, "closed", None, 42) == "rank 1 lost the job's store (rank 0 on gpu01) after step 42: its " \
         "connection closed"  # fmt: skip
     assert first_survivor(env, None)
-    assert not first_survivor(DistEnv(2, 3, 0, torch.device("cpu"), env.launch, peers=env.peers), None)
-    assert first_survivor(DistEnv(0, 3, 0, torch.device("cpu"), env.launch, peers=env.peers), [1])
+    found = Census(gone=[1], failed={}, steps={0: 42, 2: 42})
+    assert first_survivor(DistEnv(0, 3, 0, torch.device("cpu"), env.launch, peers=env.peers), found)
+    assert not first_survivor(DistEnv(2, 3, 0, torch.device("cpu"), env.launch, peers=env.peers), found)
+    # every rank still beats, one is behind the others: it is the one waited for
+    behind = describe(env, "timeout", Census(gone=[], failed={}, steps={0: 42, 2: 40}), 42)
+    assert behind == "rank 2 (gpu02, pid 12) is stuck at step 40: rank 1 waited dist_timeout=60 s (after step 42)"
 
 
 def test_a_process_on_this_host_is_told_dead_stopped_or_running(tmp_path):

@@ -18,6 +18,7 @@ WRAPPER = '''"""Test-only: run the train.py given as argv[1], with one fault fro
 FAULT=step:N  SIGKILL before the N-th training step (loss) of this process
 FAULT=stall:N  SIGSTOP before the N-th training step (a hung read, GPU or deadlock, from outside)
 FAULT=hup:N  SIGHUP (a closed terminal or ssh session) at the N-th loss
+FAULT=raise:N  raise a RuntimeError of its own at the N-th loss (a bug, an out-of-memory error)
 FAULT=pause:N  at the N-th loss, create the file $FAULT_MARKER, then wait (60 s at most) for a stop signal
 FAULT=save:N  SIGKILL halfway through writing the N-th checkpoint (torch.save)
 FAULT=eval:N  SIGKILL at the N-th validation pass
@@ -67,7 +68,7 @@ def die():
 SIGNALS = {"usr1": [signal.SIGUSR1], "term": [signal.SIGTERM], "int": [signal.SIGINT],
            "int2": [signal.SIGINT, signal.SIGINT], "hup": [signal.SIGHUP], "stall": [signal.SIGSTOP]}
 
-if KIND in ("step", "pause") or KIND in SIGNALS:
+if KIND in ("step", "pause", "raise") or KIND in SIGNALS:
     real_loss_and_augment = engine_run.loss_and_augment
 
     def loss_and_augment(cfg, num_classes, device):
@@ -78,6 +79,8 @@ if KIND in ("step", "pause") or KIND in SIGNALS:
                 return loss_fn(logits, labels)
             if KIND == "step":
                 die()
+            if KIND == "raise":
+                raise RuntimeError("out of memory on this rank (injected)")
             if KIND == "pause":
                 import time
 

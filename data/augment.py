@@ -36,10 +36,13 @@ def auto_augment(name: str, size: int, interpolation: str = "bilinear") -> Calla
         return TrivialAugmentWide(interpolation=InterpolationMode(interpolation))
     if name.startswith("rand-"):
         from timm.data.auto_augment import rand_augment_transform
+        from timm.data.transforms import str_to_pil_interp
         from torchvision.transforms.v2.functional import pil_to_tensor, to_pil_image
 
+        # PIL's filter, as timm's create_transform passes it: PIL refuses the name ("Unknown resampling
+        # filter (bicubic)") in every rotate, shear and translate, and each such image was skipped
         hparams = {"translate_const": int(size * 0.45), "img_mean": (124, 116, 104),  # timm's, for ImageNet
-                   "interpolation": interpolation}
+                   "interpolation": str_to_pil_interp(interpolation)}
         try:
             policy = rand_augment_transform(name, hparams)
         except (AssertionError, ValueError, KeyError) as err:

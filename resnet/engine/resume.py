@@ -46,6 +46,7 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
         if cfg.get("init"):
             init_weights(cfg.init, training, env)
         return ResumePoint()
+    _check_same_data(state, path, layout)
     partial = _partial(state, path, layout, env.rank)
     changes = check_resumable(cfg, state, path, layout, training.meta)
     _load_state(training, state, path)
@@ -148,6 +149,22 @@ def _value(value) -> str:
     if isinstance(value, list):
         return "[" + ",".join(str(v) for v in value) + "]"
     return "null" if value is None else str(value)
+
+
+def _check_same_data(state: TrainingState, path: Path, layout: dict) -> None:
+    """The training set of ``state`` (:func:`data.identity.train_identity`, recorded since it exists)
+    against this run's: another set would run a schedule planned for another size."""
+    was = state.layout.get("train_images"), state.layout.get("train_fingerprint")
+    now = layout.get("train_images"), layout.get("train_fingerprint")
+    if was[0] is None or was == now:
+        return
+    what = (f"{now[0]:,} training images now, {was[0]:,} then" if was[0] != now[0] else
+            f"the same {now[0]:,} training images in count, but other names or labels")
+    raise ConfigError(
+        f"{path} was trained on another training set ({what}): restore the data it was trained on (a copy "
+        f"elsewhere must hold the same files), or fine-tune from it on this set in a new run dir: init={path} "
+        "hydra.run.dir=<new dir>"
+    )
 
 
 def _partial(state: TrainingState, path: Path, layout: dict, rank: int) -> dict | None:

@@ -218,7 +218,10 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     wall_start = time.perf_counter()
     seed_everything(cfg.seed + env.rank)
     t = build_training(cfg, env, cleanup)
-    layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **t.loaders.order_depends_on}
+    from data.identity import train_identity
+
+    layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **t.loaders.order_depends_on,
+              **train_identity(t.loaders.train.dataset)}  # the set trained on: a resume on another is refused
     start = resume(cfg, t, env, run_dir, layout)
     train_model = wrap_for_training(t.model, env, cfg.compile, compiled_graphs(t.grid))
     stop = StopRequest(env).install()

@@ -227,3 +227,28 @@ def test_train_py_resume_true_without_a_run_dir_goes_on_in_the_unfinished_run(ti
     assert f"resume=true: resuming {resumed}, the unfinished run of this config under outputs (" in proc.stdout
     assert f"resumed from {tmp_path / resumed / 'last.pt'} after epoch 1 (step 6)" in proc.stdout
     assert json.loads((root / "2026-01-01" / "10-00-00" / "results.json").read_text())["epochs"] == 2
+
+
+def test_a_resume_on_another_training_set_is_one_line_and_a_moved_copy_resumes(tmp_path, one_thread):
+    # The schedule was planned for the set's size: images added would make OneCycleLR refuse the
+    # steps past its plan mid-run, images removed would end the run before its LR anneals.
+    from resnet.config import ConfigError
+    from tests.helpers.imagegen import make_tiny_folder
+
+    data, run_dir = make_tiny_folder(tmp_path / "data"), tmp_path / "run"
+    run_in_process(data, run_dir, "stop_after=1")
+    extra = data / "train" / "a" / "extra.JPEG"
+    shutil.copy(data / "train" / "a" / "0.JPEG", extra)  # a grown copy
+    with pytest.raises(ConfigError, match=r"was trained on another training set \(25 training images now, 24 then\): "
+                                          r"restore the data it was trained on .*or fine-tune from it on this set "
+                                          r"in a new run dir: init=.*last\.pt hydra\.run\.dir=<new dir>$"):
+        run_in_process(data, run_dir, "resume=true")
+    extra.rename(data / "train" / "b" / "extra.JPEG")  # as many images, one in another class
+    (data / "train" / "a" / "1.JPEG").unlink()
+    with pytest.raises(ConfigError, match=r"the same 24 training images in count, but other names or labels"):
+        run_in_process(data, run_dir, "resume=true")
+    (data / "train" / "b" / "extra.JPEG").rename(data / "train" / "a" / "1.JPEG")  # restored, as a node-local copy:
+    moved = tmp_path / "local" / "copy"
+    shutil.copytree(data, moved, ignore=shutil.ignore_patterns(".*.npz"))
+    run_in_process(moved, run_dir, "resume=true")  # another root, the same files: it resumes
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 2

@@ -11,6 +11,7 @@ and relabels none; :meth:`FolderScan.links_line` names each link skipped, in one
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class _Walk:
     seen: dict[tuple[int, int], str] = field(default_factory=dict)  # (st_dev, st_ino) -> the path walked
     folders: list[str] = field(default_factory=list)  # every directory listed, in order
     links: list[str] = field(default_factory=list)  # "link -> target" of each directory not followed
+    special: list[str] = field(default_factory=list)  # image-named entries that are not regular files
 
     def enter(self, path: str) -> bool:
         """Whether to walk the directory ``path``: not when it was walked already, or when it is a
@@ -66,13 +68,17 @@ class _Walk:
             folder = stack.pop()
             try:
                 with os.scandir(folder) as listing:
-                    entries = [(entry.name, _is_dir(entry)) for entry in listing]
+                    entries = [(entry.name, _kind(entry)) for entry in listing]
             except OSError:
                 continue  # a folder that cannot be listed is passed over, as os.walk does
             self.folders.append(folder)
-            files = sorted(name for name, is_dir in entries if not is_dir)
-            found += [os.path.join(folder, name) for name in files if name.lower().endswith(IMAGE_EXTENSIONS)]
-            subfolders = [os.path.join(folder, name) for name in sorted(n for n, is_dir in entries if is_dir)]
+            named = sorted((name, kind) for name, kind in entries
+                           if kind != "dir" and name.lower().endswith(IMAGE_EXTENSIONS))
+            found += [os.path.join(folder, name) for name, kind in named if kind == "file"]
+            # a FIFO would block the read for ever, a device (a /dev/zero) never end it, a socket or a
+            # dangling link fail it: none is an image, each is named and counted
+            self.special += [f"{os.path.join(folder, name)} ({kind})" for name, kind in named if kind != "file"]
+            subfolders = [os.path.join(folder, name) for name in sorted(n for n, kind in entries if kind == "dir")]
             stack += reversed([path for path in subfolders if self.enter(path)])
         return found
 
@@ -82,11 +88,22 @@ def _key(path: str | Path) -> tuple[int, int]:
     return stat.st_dev, stat.st_ino
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
+def _kind(entry: os.DirEntry) -> str:
+    """``dir``, ``file`` (a regular file, or a link to one), or what else the entry is."""
     try:
-        return entry.is_dir()  # follows links, as os.walk's listing does
+        if entry.is_dir():  # follows links, as os.walk's listing does
+            return "dir"
+        if entry.is_file():
+            return "file"
+        mode = os.stat(entry.path).st_mode
     except OSError:
-        return False
+        return "a dangling link"
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    for test, kind in kinds:
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 @dataclass(frozen=True)
@@ -98,10 +115,23 @@ class FolderScan:
     samples: FileIndex  # every image; its label is a position in ``classes``
     folders: list[str]  # every directory listed, the root first (the cache checks their mtimes)
     links: list[str] = field(default_factory=list)  # "link -> target" of each directory link not followed
+    special: list[str] = field(default_factory=list)  # "path (a FIFO)" of each image-named entry skipped
 
     def links_line(self) -> str | None:
         """One line naming the directory links skipped; None when there were none."""
         return links_line(self.root, self.links)
+
+    def special_line(self) -> str | None:
+        """One line counting and naming the entries skipped as not regular files; None when none were."""
+        return special_line(self.root, self.special)
+
+
+def special_line(root: Path, special: list[str]) -> str | None:
+    if not special:
+        return None
+    more = f" and {len(special) - 3} more" if len(special) > 3 else ""
+    return (f"{root}: skipped {len(special)} image-named entries that are not regular files: "
+            f"{', '.join(special[:3])}{more}")
 
 
 def links_line(root: Path, links: list[str]) -> str | None:
@@ -148,7 +178,7 @@ def scan_folder(root: str | Path, classes: list[str] | None = None) -> FolderSca
         counts.append(len(found))
     labels = np.repeat(np.arange(len(classes), dtype=np.int32), counts)
     samples = FileIndex.from_paths(paths, labels, folder_prefix(root))
-    return FolderScan(root, list(classes), samples, walk.folders, walk.links)
+    return FolderScan(root, list(classes), samples, walk.folders, walk.links, walk.special)
 
 
 def folder_prefix(root: Path) -> str:
@@ -160,6 +190,7 @@ def find_images(root: Path, classes: list[str]) -> FileIndex:
     """(path, class index) for every image file of ``classes``, in a deterministic order; the
     directory links skipped are named in one printed line (:func:`scan_folder`)."""
     scan = scan_folder(root, classes)
-    if scan.links:
-        print(scan.links_line(), flush=True)
+    for line in (scan.links_line(), scan.special_line()):
+        if line:
+            print(line, flush=True)
     return scan.samples

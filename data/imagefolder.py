@@ -23,6 +23,7 @@ from torch.utils.data import Dataset
 from .batch import BadImage
 from .decode import DECODE_ERRORS
 from .file_index import FileIndex
+from .files import read_file
 from .folder_scan import IMAGE_EXTENSIONS, FolderScan, find_classes, find_images, scan_folder
 from .samplers import seeded
 
@@ -84,9 +85,7 @@ class ImageFiles(Dataset):
     def _load(self, index: int) -> tuple[torch.Tensor, int] | BadImage:
         path, label = self.samples[index]
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-            return self.transform(data), label
+            return self.transform(read_file(path)), label
         except DECODE_ERRORS as err:  # a bad file (or a failed read): report it, keep training
             return BadImage(path, f"{type(err).__name__}: {err}")
 
@@ -103,8 +102,9 @@ class ImageFolder(ImageFiles):
         self.root = Path(root)
         if scan is None:
             scan = scan_folder(self.root)
-            if scan.links:
-                print(scan.links_line(), flush=True)
+            for line in (scan.links_line(), scan.special_line()):
+                if line:
+                    print(line, flush=True)
         self.present = scan.classes
         if classes is None:
             classes = self.present

@@ -38,7 +38,7 @@ from .file_index import FileIndex, pack, unpack
 from .folder_scan import IMAGE_EXTENSIONS, FolderScan, folder_prefix, scan_folder
 
 FORMAT = "resnet-padding-folder-index"
-VERSION = 1  # of the listing rules and the file's layout: a change makes every cache stale
+VERSION = 2  # of the listing rules and the file's layout: a change makes every cache stale
 RACY_S = 2.0  # a directory modified this soon before its listing is not trusted to show a later change
 T = TypeVar("T")
 
@@ -80,8 +80,9 @@ def _say(log: Callable[[str], None] | None, scan: FolderScan, what: str) -> None
     if log is None:
         return
     log(f"index of {scan.root}: {len(scan.samples):,} images in {len(scan.classes):,} classes, {what}")
-    if scan.links:
-        log(scan.links_line())
+    for line in (scan.links_line(), scan.special_line()):
+        if line:
+            log(line)
 
 
 def _relative(scan: FolderScan, folder: str) -> str:
@@ -103,7 +104,7 @@ def _write(scan: FolderScan, began_ns: int, candidates: list[Path]) -> str:
         "mtimes": mtimes,
     }
     for table, values in (("classes", scan.classes), ("folders", [_relative(scan, f) for f in scan.folders]),
-                          ("links", scan.links)):
+                          ("links", scan.links), ("special", scan.special)):
         arrays[f"{table}_names"], arrays[f"{table}_starts"] = pack(values)
     failed = []
     for path in candidates:
@@ -147,7 +148,8 @@ def _read(path: Path, root: Path) -> FolderScan | str:
             return f"{folder} changed since"
     samples = FileIndex(prefix, arrays["names"], arrays["starts"], arrays["labels"])
     classes = unpack(arrays["classes_names"], arrays["classes_starts"])
-    return FolderScan(root, classes, samples, folders, unpack(arrays["links_names"], arrays["links_starts"]))
+    return FolderScan(root, classes, samples, folders, unpack(arrays["links_names"], arrays["links_starts"]),
+                      unpack(arrays["special_names"], arrays["special_starts"]))
 
 
 BUILD_WAIT = timedelta(hours=3)  # how long the other ranks wait for rank 0's listing (a cold ImageNet on NFS)

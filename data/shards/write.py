@@ -44,6 +44,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from ..files import read_file
 from ..progress import Progress
 from .index import (
     DEFAULT_SHARD_SIZE,
@@ -82,9 +83,7 @@ class Sample:
 
 def read_bytes(sample: Sample) -> bytes:
     """The encoded image, exactly as stored."""
-    with open(sample.path, "rb") as f:
-        f.seek(sample.offset)
-        data = f.read(sample.size)
+    data = read_file(sample.path, sample.offset, sample.size)  # bounded: no FIFO or device read for ever
     if sample.size >= 0 and len(data) != sample.size:
         raise OSError(f"short read: {len(data)} of {sample.size} bytes at offset {sample.offset}")
     return data

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+import stat
 import subprocess
 import time
 import zlib
@@ -292,3 +293,42 @@ def test_the_flat_val_is_evaluated_exactly_once(tmp_path, world_size, workers):
         seen += [(int(c), int(label)) for crc, labels in loader for c, label in zip(crc, labels)]
     expected = [(zlib.crc32(f"image {i}".encode()), classes.index(f"n0{i % 3}")) for i in range(1, 26)]
     assert sorted(seen) == sorted(expected)
+
+
+def test_fifos_devices_sockets_and_dangling_links_are_skipped_counted_and_never_read(tmp_path, capsys):
+    # `tar -x` of a hostile class tar, as root, makes these; an open() of the FIFO would block for
+    # ever (SIGTERM could not end it), a read of the device would never end.
+    import socket
+
+    from data.files import read_file
+    from data.shards.write import Sample, read_bytes
+
+    root = tmp_path / "data" / "train"
+    make_tree(root, {"a": 2, "b": 2})
+    a = root / "a"
+    (a / "linked.JPEG").symlink_to(next(p for p in sorted(a.rglob("*")) if p.is_file()))  # a link to a file: an image
+    os.mkfifo(a / "fifo.JPEG")
+    (a / "dangling.JPEG").symlink_to(tmp_path / "nowhere.JPEG")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(a / "socket.JPEG"))
+    expected = {"fifo.JPEG (a FIFO)", "dangling.JPEG (a dangling link)", "socket.JPEG (a socket)"}
+    if os.geteuid() == 0:
+        os.mknod(a / "zero.JPEG", 0o666 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero
+        expected.add("zero.JPEG (a character device)")
+    try:
+        scan = cache.load_scan(root, tmp_path / "run")
+        names = {Path(p).name for p, _ in scan.samples}
+        assert "linked.JPEG" in names and not {e.split()[0] for e in expected} & names
+        assert {Path(s).name for s in scan.special} == expected
+        line = capsys.readouterr().out.splitlines()[-1]
+        assert line.startswith(f"{root}: skipped {len(expected)} image-named entries that are not regular files: ")
+        assert cache.load_scan(root, tmp_path / "run").special == scan.special  # kept in the cached index too
+        for name in ("fifo.JPEG", "socket.JPEG", *(["zero.JPEG"] if os.geteuid() == 0 else [])):
+            started = time.monotonic()
+            with pytest.raises(OSError):
+                read_file(a / name)  # the loader's read, and the shard converter's
+            with pytest.raises(OSError):
+                read_bytes(Sample("key", 0, str(a / name)))
+            assert time.monotonic() - started < 5
+    finally:
+        listener.close()

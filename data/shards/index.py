@@ -20,6 +20,7 @@ Shards are written by ``python -m data.shards`` (:mod:`data.shards.write`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import string
@@ -114,6 +115,9 @@ def read_index(root: str | Path) -> ShardIndex:
         meta = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ShardError(f"cannot read {path} ({err}); {REWRITE}") from None
+    if isinstance(meta, dict) and "checksum" in meta and meta["checksum"] != index_checksum(meta):
+        raise ShardError(f"{path} was changed since the conversion wrote it (its checksum does not match: a class "
+                         f"name, a count, a shard's checksums); {REWRITE}")
     if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (FORMAT, VERSION):
         found = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else type(meta).__name__
         raise ShardError(
@@ -140,6 +144,14 @@ def read_index(root: str | Path) -> ShardIndex:
     return index
 
 
+def index_checksum(meta: dict) -> str:
+    """The SHA-256 of an index's entries but its own ``checksum``, as canonical JSON: the class
+    list, the counts and the samples' checksums, so that none changes unseen. (An index written
+    before it has none and still reads.)"""
+    body = {key: value for key, value in meta.items() if key != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _checksums(shard: dict) -> str | None:
     """A shard entry's ``crc32``: absent (an older index), or 8 hex digits per sample; else ValueError."""
     digits = shard.get("crc32")
@@ -153,7 +165,7 @@ def _checksums(shard: dict) -> str | None:
 
 def write_index(index: ShardIndex) -> None:
     """Write ``index.json`` atomically: a reader sees the old index or the new, never half."""
-    meta = {
+    meta: dict = {
         "format": FORMAT,
         "version": VERSION,
         "split": index.split,
@@ -165,6 +177,7 @@ def write_index(index: ShardIndex) -> None:
         "seed": index.seed,
         "skipped": list(index.skipped),
     }
+    meta["checksum"] = index_checksum(meta)
     path = index.root / INDEX_NAME
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1) + "\n")

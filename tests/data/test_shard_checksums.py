@@ -85,6 +85,40 @@ def test_a_sample_changed_at_the_same_size_is_named_by_shard_and_key(folder, tmp
     assert f"{index.shards[1].name}: {record.key};" in line and "re-run the conversion" in line
 
 
+@pytest.mark.parametrize("member", ["image", "label"])
+def test_training_and_evaluation_skip_and_count_a_changed_sample_as_they_read_it(folder, tmp_path, member):
+    # A flipped byte in a .jpg, or a .cls that names another class: caught on every read, not only by `check`.
+    for split in ("train", "val"):
+        convert_split(folder / split, tmp_path / split, split)
+    index = read_index(tmp_path / "train")
+    record, data = sample_at(index, 1, 2)
+    path = index.path(index.shards[1])
+    shard = bytearray(path.read_bytes())
+    if member == "image":
+        shard[record.offset + len(data) // 2] ^= 0x10
+    else:
+        label_at = record.offset + -(-record.size // 512) * 512 + 512
+        shard[label_at] = ord("1") if shard[label_at] == ord("0") else ord("0")
+    path.write_bytes(bytes(shard))
+    with build_loaders(DataConfig("imagenet_shards", str(tmp_path), image_size=16), batch_size=7) as loaders:
+        loaders.set_epoch(0)
+        [batch] = list(loaders.train)
+    assert len(batch.labels) == 6 and batch.skipped == 1
+    [why] = batch.skipped_paths
+    assert why.startswith(f"{index.shards[1].name}:{record.key} (") and "checksum mismatch" in why
+
+
+def test_an_index_changed_after_the_conversion_is_refused_when_opened(folder, tmp_path):
+    from data.shards import ShardError
+
+    convert_split(folder / "train", tmp_path)
+    meta = json.loads((tmp_path / "index.json").read_text())
+    meta["classes"][1] = "c"  # a class renamed: check's sample checksums cannot see it
+    (tmp_path / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(ShardError, match=r"index.json was changed since the conversion wrote it"):
+        read_index(tmp_path)
+
+
 def test_a_rerun_rewrites_a_changed_shard_and_keeps_the_others(folder, tmp_path, capsys):
     index = convert_split(folder / "train", tmp_path)
     record, data = sample_at(index, 0, 0)
@@ -106,6 +140,7 @@ def test_an_index_without_checksums_still_reads_and_check_says_they_are_absent(f
         meta = json.loads((tmp_path / split / "index.json").read_text())
         for shard in meta["shards"]:
             del shard["crc32"]  # as written before checksums
+        del meta["checksum"]  # ... and before the index's own
         (tmp_path / split / "index.json").write_text(json.dumps(meta))
     assert all(shard.crc32 is None for shard in read_index(tmp_path / "train").shards)
     status, report = check(capsys, tmp_path / "train")

@@ -49,7 +49,8 @@ def test_every_benchmark_writes_its_json(tmp_path, monkeypatch):
     assert set(step["modes"]) == {f"{mode} {clock}" for mode in ("train", "infer") for clock in model_step.CLOCKS}
 
     shards = json.loads((tmp_path / "bench_shards.json").read_text())
-    assert set(shards["ratios"]) == {"shards / folders train", "shards / folders read only"}
+    assert set(shards["ratios"]) == {"shards / folders train", "shards / folders read only",
+                                     "shards verified / unverified train"}
     assert all(rate > 0 for rate in shards["images_per_s_per_worker"].values())
 
     alternatives = json.loads((tmp_path / "bench_decode_alternatives.json").read_text())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import tarfile
 from pathlib import Path, PurePosixPath
 
@@ -203,8 +204,10 @@ def open_flat_val(root: str | Path, val_dir: Path, transform, val_labels: str | 
     return ImageFiles(samples, classes, transform)
 
 
-def train_samples(src: str | Path) -> tuple[list[str], list[Sample]]:
-    """(sorted wnids, samples) of the ILSVRC2012 train set in any of its three forms."""
+def train_samples(src: str | Path) -> tuple[list[str], list[Sample], list[str]]:
+    """(sorted wnids, samples, skipped) of the ILSVRC2012 train set in any of its three forms;
+    ``skipped``: "<where> (<what>)" of each image-named tar member that is not a regular file (a
+    link, a FIFO, a device: never read, counted in the index and the converter's summary)."""
     src = Path(src)
     if src.is_file():
         return _outer_tar_samples(src)
@@ -223,57 +226,89 @@ def train_samples(src: str | Path) -> tuple[list[str], list[Sample]]:
     if not folders:
         raise FileNotFoundError(f"{src} holds no class tars or class folders; {TRAIN_HINT}")
     classes = find_classes(src)
-    return classes, file_samples(src, find_images(src, classes))
+    return classes, file_samples(src, find_images(src, classes)), []
 
 
-def _outer_tar_samples(path: Path) -> tuple[list[str], list[Sample]]:
-    """ILSVRC2012_img_train.tar itself: each member is a class tar, read in place."""
+WNID = re.compile(r"n\d{8}")  # an ImageNet class: WordNet's noun id
+
+
+def _outer_tar_samples(path: Path) -> tuple[list[str], list[Sample], list[str]]:
+    """ILSVRC2012_img_train.tar itself: each member is a class tar, read in place; the classes in
+    wnid order (as the class tars' and folders' forms), whatever order or folder the members have."""
     try:
         with tarfile.open(path, "r:") as outer:
-            members = sorted((m for m in outer.getmembers() if m.isreg()), key=lambda m: m.name)
+            members = [m for m in outer.getmembers() if m.isreg()]
     except tarfile.TarError as err:
         raise ValueError(f"{path} is not an uncompressed tar ({err}); {TRAIN_HINT}") from None
     for member in members:
-        if not member.name.endswith(".tar"):
+        name = PurePosixPath(member.name)
+        if name.is_absolute() or ".." in name.parts:  # a hostile archive: no member may name a place outside
+            raise ValueError(f"{path} holds a member named {member.name!r}, a path out of the archive: refused; "
+                             f"its members are <wnid>.tar files; {TRAIN_HINT}")
+        if name.suffix != ".tar":
             raise ValueError(
                 f"{path} holds {member.name}, not a <wnid>.tar of one class; {TRAIN_HINT} "
                 "(the val tar's images convert with ilsvrc-val, once extracted)"
             )
+        if not WNID.fullmatch(name.stem):
+            raise ValueError(f"{path} holds {member.name}: {name.stem!r} is not an ImageNet class (n and 8 digits, "
+                             f"e.g. n01440764.tar); {TRAIN_HINT}")
+    members.sort(key=lambda m: PurePosixPath(m.name).stem)
     classes = [PurePosixPath(m.name).stem for m in members]
     if len(set(classes)) < len(classes):
         raise ValueError(f"{path} holds a class tar twice (appended to?); {TRAIN_HINT}")
-    found = []
+    found, skipped = [], []
     with open(path, "rb") as f:
         for label, member in enumerate(members):
             # A TarFile opened on f starts where f is, so its members' offsets are positions in the outer file.
             f.seek(member.offset_data)
-            found += _tar_images(f, f"{path}:{member.name}", str(path), label, member.offset_data + member.size)
-    return classes, _keyed(classes, found)
+            images, odd = _tar_images(f, f"{path}:{member.name}", str(path), label, member.offset_data + member.size)
+            found += images
+            skipped += odd
+    return classes, _keyed(classes, found), skipped
 
 
-def _class_tar_samples(tars: list[Path]) -> tuple[list[str], list[Sample]]:
+def _class_tar_samples(tars: list[Path]) -> tuple[list[str], list[Sample], list[str]]:
     """A folder of the per-class ``<wnid>.tar`` files."""
-    found = []
+    found, skipped = [], []
     for label, path in enumerate(tars):
         with open(path, "rb") as f:
-            found += _tar_images(f, str(path), str(path), label, path.stat().st_size)
+            images, odd = _tar_images(f, str(path), str(path), label, path.stat().st_size)
+            found += images
+            skipped += odd
     classes = [path.stem for path in tars]
-    return classes, _keyed(classes, found)
+    return classes, _keyed(classes, found), skipped
 
 
-def _tar_images(f, where: str, path: str, label: int, end: int) -> list[tuple[str, int, str, int, int]]:
-    """(member name, label, path, offset, size) of each image in the tar that starts at
-    ``f``'s position and must end by byte ``end``."""
+def _tar_images(f, where: str, path: str, label: int, end: int) -> tuple[list[tuple[str, int, str, int, int]],
+                                                                         list[str]]:
+    """(member name, label, path, offset, size) of each image in the tar that starts at ``f``'s
+    position and must end by byte ``end``; and "<where>:<member> (<what>)" of each image-named
+    member that is not a regular file (a symlink, a hard link, a FIFO, a device), never read."""
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
-            members = [m for m in tar.getmembers() if m.isreg() and m.name.lower().endswith(IMAGE_EXTENSIONS)]
+            named = [m for m in tar.getmembers() if m.name.lower().endswith(IMAGE_EXTENSIONS)]
     except tarfile.TarError as err:
         raise ValueError(f"{where} cannot be read as an uncompressed tar ({err}); {TRAIN_HINT}") from None
+    members = [m for m in named if m.isreg()]
+    skipped = [f"{where}:{m.name} ({_member_kind(m)})" for m in named if not m.isreg()]
     if not members:
         raise ValueError(f"{where} holds no images (extensions {', '.join(IMAGE_EXTENSIONS)}); {TRAIN_HINT}")
     if members[-1].offset_data + members[-1].size > end:
         raise ValueError(f"{where} is truncated: {members[-1].name} runs past its end; download it again")
-    return [(m.name, label, path, m.offset_data, m.size) for m in members]
+    return [(m.name, label, path, m.offset_data, m.size) for m in members], skipped
+
+
+def _member_kind(member: tarfile.TarInfo) -> str:
+    if member.issym():
+        return f"a symbolic link to {member.linkname}"
+    if member.islnk():
+        return f"a hard link to {member.linkname}"
+    if member.isfifo():
+        return "a FIFO"
+    if member.isdev():
+        return "a device"
+    return "not a regular file"
 
 
 def _keyed(classes: list[str], found: list[tuple[str, int, str, int, int]]) -> list[Sample]:

@@ -113,8 +113,9 @@ def cmd_folder(args: argparse.Namespace) -> None:
 
 
 def cmd_ilsvrc_train(args: argparse.Namespace) -> None:
-    classes, samples = train_samples(args.src)
-    convert(samples, classes, args.out, args.split, args.shard_size, args.seed, f"ilsvrc-train {args.src.resolve()}")
+    classes, samples, not_images = train_samples(args.src)
+    convert(samples, classes, args.out, args.split, args.shard_size, args.seed, f"ilsvrc-train {args.src.resolve()}",
+            not_images=not_images)
 
 
 def cmd_ilsvrc_val(args: argparse.Namespace) -> None:
@@ -142,7 +143,7 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
             devkit = root / "ILSVRC2012_devkit_t12"
         val_classes, val_files = val_samples(val, labels, devkit)
         val_source = f"ilsvrc-val {val.resolve()} --labels {labels.resolve()}"
-    classes, train_list = train_samples(train)
+    classes, train_list, not_images = train_samples(train)
     check_same_classes(classes, val_classes)
     val_list = file_samples(val, val_files)
     convert(
@@ -153,6 +154,7 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
         args.shard_size,
         args.seed,
         f"ilsvrc-train {train.resolve()}",
+        not_images=not_images,
     )
     convert(val_list, classes, args.out_root / "val", "val", args.shard_size, args.seed, val_source)
 

@@ -177,11 +177,13 @@ def convert(
     seed: int = 0,
     source: str = "",
     progress: bool = True,
+    not_images: Sequence[str] = (),
 ) -> ShardIndex:
     """Write ``samples`` as ``<out_dir>/<split>-NNNNNN.tar`` shards and their ``index.json``,
     keeping the shards a previous run completed (module docstring). ``progress``: show progress
     over the images (a bar on a terminal, else a line every 1%: :mod:`data.progress`)
-    and print a summary line."""
+    and print a summary line. ``not_images``: "<where> (<what>)" of the source's entries skipped as
+    not regular files, listed with the unreadable ones in the index and the summary."""
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1 image, not {shard_size}")
     if not SPLIT_NAME.fullmatch(split):
@@ -229,7 +231,7 @@ def convert(
                 f"is another conversion writing to {out_dir}?"
             )
         shards.append(ShardInfo(name, len(expected), (out_dir / name).stat().st_size, "".join(checksums[name])))
-    skipped = tuple(f"{key}: {where}" for key, where in failed.items())
+    skipped = (*(f"{key}: {where}" for key, where in failed.items()), *not_images)
     index = ShardIndex(out_dir, split, list(classes), shards, source, shard_size, seed, skipped)
     write_index(index)
     if progress:
@@ -284,7 +286,7 @@ def summary(index: ShardIndex, resumed: int) -> str:
     if index.skipped:
         shown = "; ".join(index.skipped[:3]) + (f" and {len(index.skipped) - 3} more" if len(index.skipped) > 3 else "")
         line += (
-            f"; skipped {len(index.skipped):,} unreadable image(s), listed in {INDEX_NAME} (a re-run retries them): "
-            f"{shown}"
+            f"; skipped {len(index.skipped):,} source image(s), unreadable or not regular files, listed in "
+            f"{INDEX_NAME} (a re-run retries the unreadable): {shown}"
         )
     return line

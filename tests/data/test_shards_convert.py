@@ -241,7 +241,7 @@ def test_unreadable_image_is_named_and_retried(tmp_path, capsys):
     victim.rename(victim.with_suffix(".moved"))  # vanishes between listing and reading
     index = convert(samples, classes, tmp_path / "out", "train", shard_size=4)
     line = capsys.readouterr().out.strip()
-    assert index.count == 5 and "skipped 1 unreadable image(s)" in line and str(victim) in line
+    assert index.count == 5 and "skipped 1 source image(s), unreadable or not regular files" in line and str(victim) in line
     assert read_index(tmp_path / "out").skipped == index.skipped
     assert index.skipped[0].startswith(f"{samples[4].key}: {victim} (FileNotFoundError")
     assert samples[4].key not in contents(index)
@@ -338,7 +338,8 @@ def test_one_folder_holds_one_split(folder, tmp_path):
 def test_ilsvrc_train_forms_agree(raw, tmp_path):
     forms = {name: train_samples(raw / name) for name in ("train", "class_tars", "ILSVRC2012_img_train.tar")}
     indexes = []
-    for name, (classes, samples) in forms.items():
+    for name, (classes, samples, skipped) in forms.items():
+        assert skipped == []
         assert classes == WNIDS
         # For the outer tar, the bytes of each image come from its absolute offset in the outer
         # file: a TarFile opened at a member's data offset reports its members' offsets that way.
@@ -347,6 +348,50 @@ def test_ilsvrc_train_forms_agree(raw, tmp_path):
         indexes.append(convert(samples, classes, tmp_path / name, "train", shard_size=4, progress=False))
     assert all(s.path == str(raw / "ILSVRC2012_img_train.tar") for s in forms["ILSVRC2012_img_train.tar"][1])
     assert shard_bytes(indexes[0]) == shard_bytes(indexes[1]) == shard_bytes(indexes[2])
+
+
+def outer_tar(path: Path, members: dict[str, Path]) -> Path:
+    """A tar of ``members`` under exactly the names given (``tar.add`` would strip a leading /)."""
+    with tarfile.open(path, "w") as tar:
+        for arcname, source in members.items():
+            info = tar.gettarinfo(source, arcname="x")
+            info.name = arcname
+            with open(source, "rb") as f:
+                tar.addfile(info, f)
+    return path
+
+
+def test_the_outer_tar_orders_classes_by_wnid_and_refuses_names_out_of_it(raw, tmp_path):
+    tars = {wnid: raw / "class_tars" / f"{wnid}.tar" for wnid in WNIDS}
+    # a member in a folder of its own, listed first: its class is still the wnid order's last
+    members = {f"x/{WNIDS[2]}.tar": tars[WNIDS[2]], **{f"{w}.tar": tars[w] for w in WNIDS[:2]}}
+    moved = outer_tar(tmp_path / "moved.tar", members)
+    classes, samples, _ = train_samples(moved)
+    assert classes == WNIDS and {s.label for s in samples if s.key.startswith(WNIDS[2])} == {2}
+    for name, said in (("../../tmp/x.tar", "a path out of the archive: refused"),
+                       ("/tmp/y.tar", "a path out of the archive: refused"),
+                       ("cats.tar", "'cats' is not an ImageNet class (n and 8 digits")):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(said)):
+            train_samples(outer_tar(tmp_path / "bad.tar", {name: tars[WNIDS[0]]}))
+
+
+def test_tar_members_that_are_not_regular_files_are_named_and_counted(raw, tmp_path):
+    # A class tar holding a symlink and a FIFO named like images: never read, listed in the index
+    # and the converter's summary instead of vanishing.
+    import shutil as sh
+
+    folder = tmp_path / "class_tars"
+    sh.copytree(raw / "class_tars", folder)
+    with tarfile.open(folder / f"{WNIDS[0]}.tar", "a") as tar:
+        for name, kind in (("link.JPEG", tarfile.SYMTYPE), ("pipe.JPEG", tarfile.FIFOTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, "/etc/passwd" if kind == tarfile.SYMTYPE else ""
+            tar.addfile(info)
+    classes, samples, skipped = train_samples(folder)
+    assert [s.split(":")[-1] for s in skipped] == ["link.JPEG (a symbolic link to /etc/passwd)", "pipe.JPEG (a FIFO)"]
+    index = convert(samples, classes, tmp_path / "out", "train", shard_size=4, progress=False, not_images=skipped)
+    assert index.count == 9 and read_index(tmp_path / "out").skipped == tuple(skipped)
+    assert "skipped 2 source image(s), unreadable or not regular files" in shards_write.summary(index, 0)
 
 
 def test_ilsvrc_train_errors(raw, tmp_path):

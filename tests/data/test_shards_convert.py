@@ -241,7 +241,8 @@ def test_unreadable_image_is_named_and_retried(tmp_path, capsys):
     victim.rename(victim.with_suffix(".moved"))  # vanishes between listing and reading
     index = convert(samples, classes, tmp_path / "out", "train", shard_size=4)
     line = capsys.readouterr().out.strip()
-    assert index.count == 5 and "skipped 1 source image(s), unreadable or not regular files" in line and str(victim) in line
+    assert index.count == 5 and str(victim) in line
+    assert "skipped 1 source image(s), unreadable or not regular files" in line
     assert read_index(tmp_path / "out").skipped == index.skipped
     assert index.skipped[0].startswith(f"{samples[4].key}: {victim} (FileNotFoundError")
     assert samples[4].key not in contents(index)

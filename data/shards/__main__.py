@@ -159,10 +159,21 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
     convert(val_list, classes, args.out_root / "val", "val", args.shard_size, args.seed, val_source)
 
 
+# the archives of the download that hold what a name of *_SOURCES would be, once extracted, and how
+PACKED = {
+    "val folder": ("ILSVRC2012_img_val.tar", "mkdir {root}/val && tar -xf {root}/ILSVRC2012_img_val.tar -C {root}/val"),
+    "val labels file": ("ILSVRC2012_devkit_t12.tar.gz", "tar -xzf {root}/ILSVRC2012_devkit_t12.tar.gz -C {root}"),
+}
+
+
 def first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
     for name in names:
         if (root / name).exists():
             return root / name
+    archive, extract = PACKED.get(what, (None, None))
+    if archive is not None and (root / archive).is_file():
+        raise FileNotFoundError(f"no ImageNet {what} under {root}: {archive} is still packed; extract it first: "
+                                f"{extract.format(root=root)}")
     raise FileNotFoundError(f"no ImageNet {what} under {root}: expected one of {', '.join(names)}")
 
 

@@ -551,3 +551,16 @@ def test_cli_as_a_program(folder, tmp_path):
     assert proc.stderr == (
         f"error: shard {shard} truncated: 5000 bytes, index.json says 20480; re-run the conversion (it resumes)\n"
     )
+
+
+def test_the_download_folder_with_its_val_archive_still_packed_names_the_command_that_extracts_it(tmp_path, capsys):
+    from data.shards.__main__ import main
+
+    raw = tmp_path / "ILSVRC2012"
+    (raw / "train").mkdir(parents=True)
+    (raw / "ILSVRC2012_img_val.tar").write_bytes(b"")
+    with pytest.raises(SystemExit):
+        main(["imagenet", str(raw), str(tmp_path / "out")])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"no ImageNet val folder under {raw}: ILSVRC2012_img_val.tar is still packed; extract it first: " \
+           f"mkdir {raw}/val && tar -xf {raw}/ILSVRC2012_img_val.tar -C {raw}/val" in line  # fmt: skip

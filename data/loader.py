@@ -62,6 +62,7 @@ from .imagefolder import ImageFolder, check_same_classes
 from .registry import Folders, InMemory, Shards, find, names
 from .samplers import EpochSampler, ShardSampler
 from .shards.read import ShardBatches
+from .shm import batch_bytes, check_room
 from .transforms import RandomResizedCropFlip, ResizeCenterCrop
 
 
@@ -131,6 +132,9 @@ def build_loaders(
         class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
         in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 
+    val_size = data.val_size or image_size
+    check_room(workers, max(batch_bytes(batch_size, image_size, in_chans, encoded=data.decode == "gpu"),
+                            batch_bytes(val_batch_size or batch_size, val_size, in_chans)))
     common = dict(num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(),
                   persistent_workers=workers > 0)
     train = DataLoader(
@@ -215,6 +219,8 @@ def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int,
                             collate_fn=collate_encoded if data.decode == "gpu" else collate)
     val_set = shards.open(data.root, "val", val_tf, val_batch_size, rank, world_size, train=False, limit=val_images)
     check_same_classes(train_set.classes, val_set.classes)
+    check_room(data.workers, max(batch_bytes(batch_size, _size(data), encoded=data.decode == "gpu"),
+                                 batch_bytes(val_batch_size, data.val_size or _size(data))))
     common = dict(batch_size=None, num_workers=data.workers, collate_fn=pass_batch,
                   pin_memory=torch.cuda.is_available(), persistent_workers=data.workers > 0)
     return Loaders(

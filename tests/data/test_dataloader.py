@@ -48,3 +48,50 @@ def test_without_workers_it_is_torchs_loader_and_iterator():
     loader = DataLoader(Items(5), batch_size=2, num_workers=0)
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4]]
     assert type(iter(loader)) is type(iter(torch.utils.data.DataLoader(Items(5), batch_size=2)))
+
+
+def test_too_little_shared_memory_for_the_workers_batches_is_one_line_before_any_worker_starts(tmp_path):
+    # Docker's default: 64 MB of /dev/shm. A real tmpfs that small stands for it (root mounts it).
+    import os
+    import subprocess
+
+    from data import shm
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    small = tmp_path / "shm"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
+    try:
+        batch = shm.batch_bytes(128, 224)  # 18.4 MiB
+        with pytest.raises(ValueError, match=r"has 64 MiB free, but 2 loader worker\(s\) need about 92 MiB for the "
+                                             r"batches in flight \(18.4 MiB each\): in Docker run with --shm-size=2g "
+                                             r"\(or --ipc=host\); elsewhere lower data.workers or batch_size"):
+            shm.check_room(2, batch, where=str(small))
+        shm.check_room(1, shm.batch_bytes(64, 224), where=str(small))  # 3 x 9.2 MiB fit
+        shm.check_room(0, batch, where=str(small))  # no workers: the batches never leave the process
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+@pytest.mark.slow
+def test_train_py_under_dockers_default_64_mb_of_dev_shm_refuses_in_one_line(tiny_folder, tmp_path):
+    # /dev/shm as `docker run` without --shm-size gives it: a 64 MB tmpfs, in a mount namespace of the command's own.
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a private /dev/shm needs root and unshare (util-linux)")
+    from tests.helpers.training import PY, REPO, tiny_overrides
+
+    args = [a for a in tiny_overrides(tiny_folder, tmp_path / "run", "data.image_size=224", "batch_size=128",
+                                      "data.workers=2") if not a.startswith("run_dir")]  # fmt: skip
+    script = 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"'
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", PY, "train.py", *args,
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: /dev/shm has 64 MiB free, but 2 loader worker(s) need about ")
+    assert "--shm-size=2g (or --ipc=host)" in line

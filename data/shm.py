@@ -1,0 +1,42 @@
+"""Room in /dev/shm for the batches loader workers hand to the training process.
+
+A DataLoader worker passes each batch through shared memory (/dev/shm). Docker gives a container
+64 MB there unless run with ``--shm-size`` or ``--ipc=host``; 224-px batches of 128 need 19 MB
+each, and each worker keeps ``prefetch_factor`` (2) of them in flight. Without the room, torch
+fails mid-epoch ("unable to allocate shared memory ... No space left on device") after a long
+log, or a worker hangs for good. :func:`check_room` compares the free space with what the loaders
+need before any worker starts, and refuses in one line that names the fix.
+"""
+
+from __future__ import annotations
+
+import os
+
+SHM = "/dev/shm"
+PREFETCH = 2  # torch's DataLoader prefetch_factor, batches per worker in flight
+ENCODED_BYTES = 150_000  # data.decode=gpu: a JPEG as read (ImageNet's mean is ~110 kB)
+
+
+def batch_bytes(batch_size: int, image_size: int, channels: int = 3, encoded: bool = False) -> int:
+    """One batch as a worker hands it over: uint8 NCHW pixels, or the encoded files."""
+    return batch_size * (ENCODED_BYTES if encoded else channels * image_size * image_size)
+
+
+def check_room(workers: int, largest_batch: int, where: str = SHM) -> None:
+    """ValueError, one line, where ``where`` has less room than ``workers`` x :data:`PREFETCH`
+    batches of ``largest_batch`` bytes, and one more being read, need. No workers: nothing to check."""
+    if workers <= 0:
+        return
+    try:
+        stats = os.statvfs(where)
+    except OSError:
+        return  # no /dev/shm to measure (not Linux): torch uses what the system offers
+    free = stats.f_bavail * stats.f_frsize
+    need = (workers * PREFETCH + 1) * largest_batch
+    if need <= free:
+        return
+    raise ValueError(
+        f"{where} has {free / 2**20:,.0f} MiB free, but {workers} loader worker(s) need about {need / 2**20:,.0f} MiB "
+        f"for the batches in flight ({largest_batch / 2**20:,.1f} MiB each): in Docker run with --shm-size=2g (or "
+        f"--ipc=host); elsewhere lower data.workers or batch_size"
+    )

@@ -272,6 +272,20 @@ TR_S=$(( $(date +%s) - t0 ))
 WORLD=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["world_size"])' "$RUN/outputs/torchrun/results.json")
 [ "$WORLD" = 2 ] || die "torchrun's run says world_size $WORLD, not 2 ($RUN/outputs/torchrun/results.json)"
 
+# --- 6. Docker's default /dev/shm (64 MB) under loader workers with ImageNet-sized batches: one
+# line that names --shm-size / --ipc=host, status 2, before any worker starts (not a crash mid-epoch)
+STEP="default /dev/shm"
+in_image "$IMAGE" sh -c 'python -c "from pathlib import Path; from tests.helpers.imagegen import make_tiny_folder; \
+make_tiny_folder(Path(\"/tmp/tiny\"))" && df -m /dev/shm | tail -1 && python train.py data=imagefolder \
+data.root=/tmp/tiny data.num_classes=3 data.image_size=224 batch_size=128 data.workers=2 hydra.run.dir=/tmp/run' \
+    > "$DIR/shm.log" 2>&1 && die "train.py with 2 workers under the default /dev/shm did not refuse ($DIR/shm.log)"
+SHM_LINE=$(grep "^error: /dev/shm has" "$DIR/shm.log" || true)
+case $SHM_LINE in
+    *"--shm-size"*"--ipc=host"*) ;;
+    *) tail -20 "$DIR/shm.log" >&2; die "train.py under the default /dev/shm: no one-line refusal naming --shm-size ($DIR/shm.log)" ;;
+esac
+SHM_SIZE=$(awk 'NR==1 {print $2 " MB"}' <(grep -E "^(tmpfs|shm) " "$DIR/shm.log") 2>/dev/null || true)
+
 # --- 3 and 5. the tests, in the image, on its own Python (no .venv, no network)
 STEP="tests in the image"
 if [ "$QUICK" -eq 1 ]; then TESTS=("${QUICK_TESTS[@]}"); TESTS_DESC="${#QUICK_TESTS[@]} files (--quick)"; else TESTS=(); TESTS_DESC="the whole suite"; fi
@@ -301,8 +315,9 @@ row "eval.py, outputs :ro" "as uid $OTHER: $EVAL_S s, top-1 / top-5 err % $EVAL_
 row "docker stop, resume" "stopped in $STOP_S s, exit $STOP_RC, $SAVED; resume=true: the weights of the run never stopped"
 row "" "as uid $OTHER into a host folder: last.pt owned by uid $STOP_OWNER"
 row "torchrun, no network" "--standalone --local-addr=127.0.0.1 --nproc_per_node=2 under --network=none: exit 0, world size $WORLD, $TR_S s"
+row "default /dev/shm" "${SHM_SIZE:-64 MB}, 2 workers, batch 128 at 224 px: $(echo "$SHM_LINE" | cut -c1-88)"
 row "tests in the image" "bash scripts/test.sh, $TESTS_DESC: $TESTS_SUM, $TESTS_S s (torch.compile ran, with gcc)"
 echo "$line"
-say "logs: $DIR/{build,train,eval,straight,stopped,resumed,torchrun,tests}.log"
+say "logs: $DIR/{build,train,eval,straight,stopped,resumed,torchrun,shm,tests}.log"
 [ "$KEEP" -eq 1 ] && say "kept: $IMAGE and ${BUILT_BASE:-the base}$([ "$OWN_DAEMON" -eq 1 ] && echo ", data root $DIR/data (start dockerd on it to use them)")"
 STEP="clean-up"

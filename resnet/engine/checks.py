@@ -30,6 +30,8 @@ def check_train_config(cfg: DictConfig) -> None:
         raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
     if cfg.checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a step count, got {cfg.checkpoint_every}")
+    if cfg.get("data_changed", "refuse") not in ("refuse", "rescale"):
+        raise ConfigError(f"unknown data_changed {cfg.data_changed!r}; choose refuse or rescale")
     if cfg.on_nonfinite not in ("stop", "skip"):
         raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
     _check_augmentation(cfg)

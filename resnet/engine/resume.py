@@ -46,10 +46,16 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
         if cfg.get("init"):
             init_weights(cfg.init, training, env)
         return ResumePoint()
-    _check_same_data(state, path, layout)
+    rescale = _check_same_data(state, path, layout, cfg.get("data_changed", "refuse"))
     partial = _partial(state, path, layout, env.rank)
     changes = check_resumable(cfg, state, path, layout, training.meta)
-    _load_state(training, state, path)
+    _load_state(training, state, path, with_schedule=not rescale)
+    if rescale:  # the schedule built for this set's size, taken to where the run is
+        _fast_forward(training.scheduler, state.epoch * len(training.loaders.train) if not cfg.max_steps_per_epoch
+                      else state.epoch * min(len(training.loaders.train), cfg.max_steps_per_epoch))
+        if env.is_main:
+            print(f"data_changed=rescale: {rescale}; the rest of the schedule is planned for this set's size",
+                  flush=True)
     for change in changes:  # a new LR scale: the loaded optimizer and schedule still hold the old one
         if change.key == "optim.lr":
             scale_lr(training.optimizer, training.scheduler, change.now / change.was)
@@ -151,20 +157,38 @@ def _value(value) -> str:
     return "null" if value is None else str(value)
 
 
-def _check_same_data(state: TrainingState, path: Path, layout: dict) -> None:
+def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: str) -> str | None:
     """The training set of ``state`` (:func:`data.identity.train_identity`, recorded since it exists)
-    against this run's: another set would run a schedule planned for another size."""
+    against this run's: another set would run a schedule planned for another size. Refused in one
+    line, or (``data_changed=rescale``, from an epoch's end) what differs, for the caller to say."""
     was = state.layout.get("train_images"), state.layout.get("train_fingerprint")
     now = layout.get("train_images"), layout.get("train_fingerprint")
     if was[0] is None or was == now:
-        return
+        return None
     what = (f"{now[0]:,} training images now, {was[0]:,} then" if was[0] != now[0] else
             f"the same {now[0]:,} training images in count, but other names or labels")
+    if changed == "rescale":
+        if state.epoch_partial is not None:
+            raise ConfigError(f"{path} was saved mid-epoch, and the training set changed since ({what}): "
+                              "data_changed=rescale goes on from an epoch's end only; restore the data to finish "
+                              "that epoch, or fine-tune from it: init=<last.pt> hydra.run.dir=<new dir>")
+        return what
     raise ConfigError(
         f"{path} was trained on another training set ({what}): restore the data it was trained on (a copy "
-        f"elsewhere must hold the same files), or fine-tune from it on this set in a new run dir: init={path} "
-        "hydra.run.dir=<new dir>"
+        f"elsewhere must hold the same files), pass data_changed=rescale to go on with the rest of the schedule "
+        f"planned for this set's size, or fine-tune from it in a new run dir: init={path} hydra.run.dir=<new dir>"
     )
+
+
+def _fast_forward(scheduler, steps: int) -> None:
+    """A fresh ``scheduler`` taken through ``steps`` steps, as training would have (no optimizer step
+    between them: torch's warning about that order is for training, not for this)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(steps):
+            scheduler.step()
 
 
 def _partial(state: TrainingState, path: Path, layout: dict, rank: int) -> dict | None:
@@ -191,14 +215,19 @@ def _check_same_grid(cfg: DictConfig, state: TrainingState, path: Path) -> None:
                           "with resume=false")
 
 
-def _load_state(training, state: TrainingState, path: Path) -> None:
+def _load_state(training, state: TrainingState, path: Path, with_schedule: bool = True) -> None:
     try:  # another architecture, missing keys: one line naming both and the fix
         load_weights(training.model, state.model, path, arch=state.meta["arch"])  # not wrapped yet
     except CheckpointError as err:
         raise ConfigError(str(err)) from None
     try:
+        lrs = [group["lr"] for group in training.optimizer.param_groups]
         training.optimizer.load_state_dict(state.optimizer)
-        load_scheduler_state(training.scheduler, state.scheduler)
+        if with_schedule:
+            load_scheduler_state(training.scheduler, state.scheduler)
+        else:  # the fresh schedule's LRs: it is about to be taken to where the run is
+            for group, lr in zip(training.optimizer.param_groups, lrs):
+                group["lr"] = lr
         if training.scaler is not None and state.scaler is not None:
             training.scaler.load_state_dict(state.scaler)
         if training.ema is not None and state.ema is not None:

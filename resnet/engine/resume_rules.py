@@ -63,6 +63,7 @@ RULES: dict[str, tuple[str, str]] = {
     "log_every": (CHANGES, "how often the run logs"),
     "logger": (CHANGES, "where the run logs"),
     "on_nonfinite": (CHANGES, "what a non-finite loss does"),
+    "data_changed": (CHANGES, "what a resume on another training set does"),
     "max_skipped": (CHANGES, "the share of skipped steps that stops a run"),
     "device": (CHANGES, "where it runs"),
     "compile": (CHANGES, "how fast"),

@@ -229,7 +229,7 @@ def test_train_py_resume_true_without_a_run_dir_goes_on_in_the_unfinished_run(ti
     assert json.loads((root / "2026-01-01" / "10-00-00" / "results.json").read_text())["epochs"] == 2
 
 
-def test_a_resume_on_another_training_set_is_one_line_and_a_moved_copy_resumes(tmp_path, one_thread):
+def test_a_resume_on_another_training_set_is_one_line_and_a_moved_copy_resumes(tmp_path, one_thread, capsys):
     # The schedule was planned for the set's size: images added would make OneCycleLR refuse the
     # steps past its plan mid-run, images removed would end the run before its LR anneals.
     from resnet.config import ConfigError
@@ -240,9 +240,25 @@ def test_a_resume_on_another_training_set_is_one_line_and_a_moved_copy_resumes(t
     extra = data / "train" / "a" / "extra.JPEG"
     shutil.copy(data / "train" / "a" / "0.JPEG", extra)  # a grown copy
     with pytest.raises(ConfigError, match=r"was trained on another training set \(25 training images now, 24 then\): "
-                                          r"restore the data it was trained on .*or fine-tune from it on this set "
-                                          r"in a new run dir: init=.*last\.pt hydra\.run\.dir=<new dir>$"):
+                                          r"restore the data it was trained on .*pass data_changed=rescale .* or "
+                                          r"fine-tune from it in a new run dir: init=.*last\.pt "
+                                          r"hydra\.run\.dir=<new dir>$"):
         run_in_process(data, run_dir, "resume=true")
+    # ... or go on with the rest of the schedule planned for the new size (28 images: 7 steps an epoch,
+    # not 6): it ends annealed, with no scheduler error
+    more = [data / "train" / "c" / f"more{n}.JPEG" for n in range(3)]
+    for path in more:
+        shutil.copy(data / "train" / "c" / "0.JPEG", path)
+    grown = tmp_path / "grown"
+    shutil.copytree(run_dir, grown)
+    run_in_process(data, grown, "resume=true", "data_changed=rescale")
+    for path in more:
+        path.unlink()
+    out = capsys.readouterr().out
+    assert "data_changed=rescale: 28 training images now, 24 then; the rest of the schedule is planned" in out
+    assert [r["step"] for r in read_csv(grown / "metrics.csv")] == ["6", "13"]
+    assert json.loads((grown / "results.json").read_text())["epochs"] == 2
+    assert float(read_csv(grown / "steps.csv")[-1]["lr"]) < 1e-4  # the one-cycle's end, reached
     extra.rename(data / "train" / "b" / "extra.JPEG")  # as many images, one in another class
     (data / "train" / "a" / "1.JPEG").unlink()
     with pytest.raises(ConfigError, match=r"the same 24 training images in count, but other names or labels"):

@@ -36,6 +36,9 @@ def run_main(main: Callable[[], object]) -> None:
     if os.environ.get(FULL_ERROR) == "1":
         main()
         return
+    unknown = unknown_addition(sys.argv[1:], config_groups())
+    if unknown is not None:  # Hydra would add it, and the run would go on without what was meant
+        exit_config_error(unknown)
     os.environ[FULL_ERROR] = "1"
     try:
         main()
@@ -73,8 +76,7 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
         where = f"in {parent}" if parent else "in the config"
         value = typed.partition("=")[2]
         hint = f"did you mean {parent + '.' if parent else ''}{near[0]}={value}? " if near else ""
-        return (f"{typed}: there is no key '{key}' {where}; {hint}its keys: {', '.join(keys)} "
-                f"(+{full_key}={value} adds a new one)")
+        return f"{typed}: there is no key '{key}' {where}; {hint}its keys: {', '.join(keys)}"
     text = str(err)
     group = re.match(r"Could not override '([\w.]+)'\. No match in the defaults list\.", text)
     suggested = re.search(r"use (\+\S+)", text)
@@ -85,6 +87,35 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
     if "Config search path:" in lines:  # where Hydra looked: not what the user can change
         lines = lines[: lines.index("Config search path:")]
     return "; ".join(line for line in lines if line)
+
+
+def config_groups() -> set[str]:
+    """The config groups an override may add with ``+`` (``configs/``'s folders, the generated
+    ``model`` and ``padding``, Hydra's own)."""
+    from hydra.core.config_store import ConfigStore
+
+    register_configs()
+    folders = {p.name for p in config_dir().iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    stored = {name for name in ConfigStore.instance().repo if not name.endswith(".yaml")}  # not Hydra's own files
+    return folders | stored | {"hydra"}
+
+
+def unknown_addition(overrides: Sequence[str], groups: set[str]) -> str | None:
+    """One line for a ``+`` override outside every config group (``+paddng=asymmetric``): Hydra
+    adds it as a new key, which nothing reads, and the run goes on without what was meant. The
+    nearest group is named with the override that works."""
+    for typed in overrides:
+        if not typed.startswith("+") or typed.startswith("++") or "=" not in typed:
+            continue
+        key, _, value = typed[1:].partition("=")
+        root = key.split("@")[0].split(".")[0]
+        if root in groups:
+            continue
+        near = difflib.get_close_matches(root, sorted(groups), n=1)
+        hint = f"did you mean +{near[0]}{key[len(root):]}={value}? " if near else ""
+        return (f"{typed}: there is no config group '{root}' to add, and a key added with + would be read by "
+                f"nothing; {hint}the groups: {', '.join(sorted(g for g in groups if g != 'hydra'))}")
+    return None
 
 
 def _override_of(key: str, overrides: Sequence[str]) -> str | None:

@@ -156,3 +156,28 @@ def test_every_hydra_command_ends_a_composition_error_in_one_line(capsys, monkey
     assert exit.value.code == 2 and err.count("\n") == 1
     assert err.startswith("error: data=fashion_mnistt: Could not find 'data/fashion_mnistt'; "
                           "did you mean data=fashion_mnist?")
+
+
+@pytest.mark.parametrize("command", ["train.py", "eval.py", "resnet-detect"])
+def test_a_misspelt_group_added_with_plus_is_refused_naming_the_group_not_added_as_a_key(
+    command, capsys, monkeypatch, tmp_path
+):
+    # `+paddng=asymmetric`, the headline override mistyped: Hydra would add a key nothing reads, and
+    # the run would train the native scheme, exit 0, and say so in results.json.
+    from hydra.core.global_hydra import GlobalHydra
+
+    from resnet.cli.hydra_app import run_main
+
+    ran = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [command, "+paddng=asymmetric", "+padding.stem_pool=same"])
+    try:
+        with pytest.raises(SystemExit) as exit:
+            run_main(lambda: ran.append(True))
+    finally:
+        GlobalHydra.instance().clear()
+    assert exit.value.code == 2 and not ran
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: +paddng=asymmetric: there is no config group 'paddng' to add, and a key added "
+                           "with + would be read by nothing; did you mean +padding=asymmetric? the groups: ")
+    assert "adds a new one" not in composition("optim.lrr=0.1")  # no hint suggests adding an unknown key

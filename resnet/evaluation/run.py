@@ -111,10 +111,14 @@ def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
     """One W&B run per evaluation, in the group of the scheme the weights were trained with (their
     training runs' group, :func:`resnet.report.wandb_log.run_group`; ``job_type`` eval): the row,
     and the tables regenerated from the whole results file."""
+    from hydra.core.hydra_config import HydraConfig
+
     from ..report.rows import read_rows
     from ..report.wandb_log import log_evaluations, start_run
 
-    run = start_run(cfg.logger, row, group=row["trained_padding"], run_dir=path.parent, job_type="eval")
+    # its files in eval.py's own run folder (results/eval/<date>/<time>/, beside Hydra's record), as train.py's
+    folder = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else path.parent
+    run = start_run(cfg.logger, row, group=row["trained_padding"], run_dir=folder, job_type="eval")
     log_evaluations(run, [row], read_rows(path), reference=True)
     run.finish()
 

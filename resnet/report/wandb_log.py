@@ -48,11 +48,22 @@ def run_group(meta, grid: Sequence[str] | None = None) -> str:
     return grid_name(grid) if grid else meta.padding_name
 
 
+def display_name(config: Mapping, group: str | None, run_dir: str | Path) -> str:
+    """A run's name on the dashboard: the scheme, the model and the run folder (W&B would invent one)."""
+    model = config.get("model")
+    arch = model.get("arch") if isinstance(model, Mapping) else config.get("arch")  # eval.py's row has its own
+    weights = config.get("weights")
+    parts = [group, arch, Path(str(run_dir)).name if weights is None else Path(str(weights)).parent.name]
+    return " ".join(str(part) for part in parts if part)
+
+
 def start_run(logger: Mapping, config: Mapping, group: str | None, run_dir: str | Path, job_type: str = "train"):
     """``wandb.init`` from a ``configs/logger/wandb.yaml`` node (:func:`wandb_mode`), offline
     where online cannot work (:func:`offline_reason`); its files under :func:`wandb_dir`."""
     import wandb
 
+    if os.environ.get("WANDB_MODE") == "":  # set but empty counts as unset: wandb would fail on it
+        del os.environ["WANDB_MODE"]
     mode = wandb_mode(logger)
     reason = offline_reason() if mode == "online" else None
     folder = wandb_dir(run_dir)
@@ -61,6 +72,7 @@ def start_run(logger: Mapping, config: Mapping, group: str | None, run_dir: str 
         project=logger.get("project", "resnet-padding"),
         entity=logger.get("entity"),
         group=logger.get("group") or group,
+        name=logger.get("name") or display_name(config, group, run_dir),
         tags=list(logger.get("tags") or []),
         job_type=job_type,
         config=dict(config),

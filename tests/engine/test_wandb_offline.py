@@ -66,7 +66,8 @@ def test_wandb_dir_is_honoured_else_the_run_dir(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_without_a_key_or_a_server_the_run_goes_on_offline_and_says_how_to_sync(tmp_path):
     """No key and no terminal (a batch job), and a key with the server unreachable and $WANDB_DIR set."""
-    no_key = start([sys.executable, "-c", START_RUN, tmp_path / "a"], env=clean_env(tmp_path / "home_a"))
+    # WANDB_MODE set but empty counts as unset (wandb itself fails on it)
+    no_key = start([sys.executable, "-c", START_RUN, tmp_path / "a"], env=clean_env(tmp_path / "home_a", WANDB_MODE=""))
     volume = tmp_path / "volume"
     unreachable = clean_env(tmp_path / "home_b", WANDB_API_KEY="k" * 40, WANDB_BASE_URL="http://127.0.0.1:9",
                             WANDB_DIR=str(volume))  # fmt: skip
@@ -77,6 +78,8 @@ def test_without_a_key_or_a_server_the_run_goes_on_offline_and_says_how_to_sync(
         (run,) = offline_runs(folder)
         line = sync_line(proc.stderr)
         assert reason in line and line.endswith(f"upload it later with `wandb sync {run}`")
+        records = next(run.glob("*.wandb")).read_bytes()
+        assert f"symmetric {'a' if folder == tmp_path / 'a' else 'b'}".encode() in records  # its display name
     assert not (tmp_path / "b" / "wandb").exists()  # $WANDB_DIR, not the run dir
 
 

@@ -6,12 +6,15 @@ from collections.abc import Mapping, Sequence
 
 
 def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> str:
-    """A plain box table for the terminal: one row per dict, floats to 3 decimals."""
+    """A plain box table for the terminal: one row per dict, floats to 3 decimals, counts with
+    thousands separators."""
     if not rows:
         return ""
     columns = list(columns or rows[0])
 
     def fmt(v) -> str:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}"  # 10,000 images, as "500 of 10,000" beside it
         if isinstance(v, float):
             return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
         return str(v)

@@ -15,7 +15,9 @@ import difflib
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import hydra
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
@@ -47,6 +49,11 @@ def run_main(main: Callable[[], object]) -> None:
     except JobEnded as err:  # a job of a submitit sweep ended as train.py would have: its one line, status 1
         print(err, file=sys.stderr)
         raise SystemExit(1) from None
+    except OSError as err:
+        line = unwritable_run_dir(err)
+        if line is None:
+            raise
+        exit_config_error(line)
     finally:
         os.environ.pop(FULL_ERROR, None)
 
@@ -87,6 +94,20 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
     if "Config search path:" in lines:  # where Hydra looked: not what the user can change
         lines = lines[: lines.index("Config search path:")]
     return "; ".join(line for line in lines if line)
+
+
+def unwritable_run_dir(err: OSError) -> str | None:
+    """One line for Hydra failing to make the run's folder (a read-only mount, a folder Docker made
+    as root for ``-v`` and a ``--user`` who cannot write it); None for an error of the command itself."""
+    frames = traceback.extract_tb(err.__traceback__)
+    ours = [f for f in frames if not f.filename.endswith("hydra_app.py") and
+            any(part in f.filename for part in ("/resnet/", "/data/", "train.py", "eval.py"))]  # fmt: skip
+    if ours or not err.filename or not any("/hydra/" in f.filename for f in frames):
+        return None
+    top = Path(str(err.filename)).parts[0] if not Path(str(err.filename)).is_absolute() else str(err.filename)
+    return (f"cannot write {err.filename} ({err.strerror}), where this run's folder goes: make it writable "
+            f"(mkdir -p {top}; a folder Docker made for -v belongs to root: create it before docker run, or "
+            "chown it to the --user uid), or pass hydra.run.dir=<a writable folder>")
 
 
 def config_groups() -> set[str]:

@@ -181,3 +181,29 @@ def test_a_misspelt_group_added_with_plus_is_refused_naming_the_group_not_added_
     assert line.startswith("error: +paddng=asymmetric: there is no config group 'paddng' to add, and a key added "
                            "with + would be read by nothing; did you mean +padding=asymmetric? the groups: ")
     assert "adds a new one" not in composition("optim.lrr=0.1")  # no hint suggests adding an unknown key
+
+
+def test_a_run_folder_that_cannot_be_made_is_one_line_saying_mkdir_or_chown(tmp_path):
+    # A read-only outputs/ (or one `docker run -v` made as root for a --user who cannot write it):
+    # Hydra fails making the run's folder, before any of the command runs.
+    import os
+    import re
+    import subprocess
+
+    from tests.helpers import procs
+    from tests.helpers.training import PY, REPO
+
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    subprocess.run(["mount", "--bind", str(outputs), str(outputs)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(outputs)], check=True)
+        proc = procs.run([PY, str(REPO / "train.py"), "epochs=1"], cwd=tmp_path, timeout=120)
+    finally:
+        subprocess.run(["umount", str(outputs)], check=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    [line] = proc.stderr.strip().splitlines()
+    assert re.match(r"error: cannot write outputs/\S+ \(Read-only file system\), where this run's folder goes: make "
+                    r"it writable \(mkdir -p outputs; .*chown it to the --user uid\), or pass hydra.run.dir=", line)

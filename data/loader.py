@@ -114,12 +114,13 @@ def build_loaders(
     val_batch_size: int | None = None,  # None: batch_size
     cache_dir: str | Path | None = None,  # the run dir: where folder indexes go when not beside the data
     val_images: int | None = None,  # validation scores this many of the val images (None: all)
+    processes_per_node: int = 1,  # training processes sharing this node's /dev/shm
 ) -> Loaders:
     """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
     dataset = _check(data)
     if isinstance(dataset, Shards):
         return _shard_loaders(data, dataset, batch_size, rank, world_size, seed, val_batch_size or batch_size,
-                              val_images)
+                              val_images, processes_per_node)
     if isinstance(dataset, InMemory):
         crop_padding = data.crop_padding if data.augment else 0
         train_set, val_set = dataset.open("train", crop_padding), dataset.open("val")
@@ -133,8 +134,9 @@ def build_loaders(
         in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 
     val_size = data.val_size or image_size
-    check_room(workers, max(batch_bytes(batch_size, image_size, in_chans, encoded=data.decode == "gpu"),
-                            batch_bytes(val_batch_size or batch_size, val_size, in_chans)))
+    largest = max(batch_bytes(batch_size, image_size, in_chans, encoded=data.decode == "gpu"),
+                  batch_bytes(val_batch_size or batch_size, val_size, in_chans))
+    check_room(workers, largest, processes=processes_per_node)
     common = dict(num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(),
                   persistent_workers=workers > 0)
     train = DataLoader(
@@ -210,7 +212,7 @@ def _size_schedule(progressive: Mapping | None) -> Callable[[int], int] | None:
 
 
 def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int, world_size: int, seed: int,
-                   val_batch_size: int, val_images: int | None = None) -> Loaders:
+                   val_batch_size: int, val_images: int | None = None, processes_per_node: int = 1) -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`);
     ``val_images``: the first that many val images (the conversion shuffled them)."""
     shards.split_dirs(data.root, "train", "val")  # both there, or one line, before either is opened
@@ -219,8 +221,9 @@ def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int,
                             collate_fn=collate_encoded if data.decode == "gpu" else collate)
     val_set = shards.open(data.root, "val", val_tf, val_batch_size, rank, world_size, train=False, limit=val_images)
     check_same_classes(train_set.classes, val_set.classes)
-    check_room(data.workers, max(batch_bytes(batch_size, _size(data), encoded=data.decode == "gpu"),
-                                 batch_bytes(val_batch_size, data.val_size or _size(data))))
+    largest = max(batch_bytes(batch_size, _size(data), encoded=data.decode == "gpu"),
+                  batch_bytes(val_batch_size, data.val_size or _size(data)))
+    check_room(data.workers, largest, processes=processes_per_node)
     common = dict(batch_size=None, num_workers=data.workers, collate_fn=pass_batch,
                   pin_memory=torch.cuda.is_available(), persistent_workers=data.workers > 0)
     return Loaders(

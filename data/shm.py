@@ -22,9 +22,10 @@ def batch_bytes(batch_size: int, image_size: int, channels: int = 3, encoded: bo
     return batch_size * (ENCODED_BYTES if encoded else channels * image_size * image_size)
 
 
-def check_room(workers: int, largest_batch: int, where: str = SHM) -> None:
-    """ValueError, one line, where ``where`` has less room than ``workers`` x :data:`PREFETCH`
-    batches of ``largest_batch`` bytes, and one more being read, need. No workers: nothing to check."""
+def check_room(workers: int, largest_batch: int, where: str = SHM, processes: int = 1) -> None:
+    """ValueError, one line, where ``where`` has less room than ``processes`` (the training processes
+    of this node, which share it) x ``workers`` x :data:`PREFETCH` batches of ``largest_batch`` bytes,
+    and one more each being read, need. No workers: nothing to check."""
     if workers <= 0:
         return
     try:
@@ -32,11 +33,12 @@ def check_room(workers: int, largest_batch: int, where: str = SHM) -> None:
     except OSError:
         return  # no /dev/shm to measure (not Linux): torch uses what the system offers
     free = stats.f_bavail * stats.f_frsize
-    need = (workers * PREFETCH + 1) * largest_batch
+    need = processes * (workers * PREFETCH + 1) * largest_batch
     if need <= free:
         return
+    who = f"{workers} loader worker(s)" + (f" of each of this node's {processes} processes" if processes > 1 else "")
     raise ValueError(
-        f"{where} has {free / 2**20:,.0f} MiB free, but {workers} loader worker(s) need about {need / 2**20:,.0f} MiB "
-        f"for the batches in flight ({largest_batch / 2**20:,.1f} MiB each): in Docker run with --shm-size=2g (or "
-        f"--ipc=host); elsewhere lower data.workers or batch_size"
+        f"{where} has {free / 2**20:,.0f} MiB free, but {who} need about {need / 2**20:,.0f} MiB for the batches in "
+        f"flight ({largest_batch / 2**20:,.1f} MiB each): in Docker run with --shm-size=2g (or --ipc=host); "
+        "elsewhere lower data.workers or batch_size"
     )

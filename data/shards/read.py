@@ -24,7 +24,7 @@ rather than tar files other tools read. These shards stay plain WebDataset tars
 
 Every sample's image and label are checked against the CRC-32 the conversion recorded, as they
 are read (as TFRecord's reader checks each record): a sample whose bytes or label changed is
-skipped and counted like an image that does not decode (1.3 % of a loader's time: docs/benchmarks.md).
+skipped and counted like an image that does not decode (about 2 % of a loader's time: docs/benchmarks.md).
 A record that does not decode is skipped and counted as for image folders
 (:class:`data.batch.BadImage`); a shard that cannot be read mid-run counts all of its
 samples in the range as skipped, with the reason. Whole-file problems (a truncated or

@@ -129,7 +129,7 @@ def unknown_addition(overrides: Sequence[str], groups: set[str]) -> str | None:
         if not typed.startswith("+") or typed.startswith("++") or "=" not in typed:
             continue
         key, _, value = typed[1:].partition("=")
-        root = key.split("@")[0].split(".")[0]
+        root = re.split(r"[./]", key.split("@")[0])[0]  # +padding.stem_pool=, +data/base=, +hydra/launcher=
         if root in groups:
             continue
         near = difflib.get_close_matches(root, sorted(groups), n=1)

@@ -46,18 +46,20 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
         if cfg.get("init"):
             init_weights(cfg.init, training, env)
         return ResumePoint()
-    rescale = _check_same_data(state, path, layout, cfg.get("data_changed", "refuse"))
+    steps_per_epoch = len(training.loaders.train)
+    if cfg.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
+    rescale = _check_same_data(state, path, layout, cfg.get("data_changed", "refuse"), steps_per_epoch)
     partial = _partial(state, path, layout, env.rank)
     changes = check_resumable(cfg, state, path, layout, training.meta)
     _load_state(training, state, path, with_schedule=not rescale)
-    if rescale:  # the schedule built for this set's size, taken to where the run is
-        _fast_forward(training.scheduler, state.epoch * len(training.loaders.train) if not cfg.max_steps_per_epoch
-                      else state.epoch * min(len(training.loaders.train), cfg.max_steps_per_epoch))
+    if rescale:  # the schedule built for this set's size (and this config's LR), taken to where the run is
+        _fast_forward(training.scheduler, state.epoch * steps_per_epoch)
         if env.is_main:
             print(f"data_changed=rescale: {rescale}; the rest of the schedule is planned for this set's size",
                   flush=True)
     for change in changes:  # a new LR scale: the loaded optimizer and schedule still hold the old one
-        if change.key == "optim.lr":
+        if change.key == "optim.lr" and not rescale:  # a rebuilt schedule has the new LR already
             scale_lr(training.optimizer, training.scheduler, change.now / change.was)
     start = ResumePoint(state.epoch, state.step, list(state.history), partial, state.rng_of(env.rank),
                         [str(c) for c in changes])
@@ -157,16 +159,24 @@ def _value(value) -> str:
     return "null" if value is None else str(value)
 
 
-def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: str) -> str | None:
+def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: str, steps_per_epoch: int) -> str | None:
     """The training set of ``state`` (:func:`data.identity.train_identity`, recorded since it exists)
     against this run's: another set would run a schedule planned for another size. Refused in one
-    line, or (``data_changed=rescale``, from an epoch's end) what differs, for the caller to say."""
+    line, or (``data_changed=rescale``, from an epoch's end) what differs, for the caller to say.
+    A checkpoint from before the record: the steps per epoch its schedule was planned for
+    (OneCycleLR's ``total_steps`` over its ``epochs``) against this run's."""
     was = state.layout.get("train_images"), state.layout.get("train_fingerprint")
     now = layout.get("train_images"), layout.get("train_fingerprint")
-    if was[0] is None or was == now:
+    if was[0] is None:
+        total, epochs = (state.scheduler or {}).get("total_steps"), (state.config or {}).get("epochs")
+        if not isinstance(total, int) or not isinstance(epochs, int) or total == steps_per_epoch * epochs:
+            return None
+        what = f"its schedule planned {total / epochs:,.0f} steps an epoch, this set gives {steps_per_epoch:,}"
+    elif was == now:
         return None
-    what = (f"{now[0]:,} training images now, {was[0]:,} then" if was[0] != now[0] else
-            f"the same {now[0]:,} training images in count, but other names or labels")
+    else:
+        what = (f"{now[0]:,} training images now, {was[0]:,} then" if was[0] != now[0] else
+                f"the same {now[0]:,} training images in count, but other names or labels")
     if changed == "rescale":
         if state.epoch_partial is not None:
             raise ConfigError(f"{path} was saved mid-epoch, and the training set changed since ({what}): "
@@ -178,6 +188,9 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
         f"elsewhere must hold the same files), pass data_changed=rescale to go on with the rest of the schedule "
         f"planned for this set's size, or fine-tune from it in a new run dir: init={path} hydra.run.dir=<new dir>"
     )
+
+
+IDENTITY = ("train_images", "train_fingerprint")  # data.identity's keys of a checkpoint's layout
 
 
 def _fast_forward(scheduler, steps: int) -> None:
@@ -193,8 +206,10 @@ def _fast_forward(scheduler, steps: int) -> None:
 
 def _partial(state: TrainingState, path: Path, layout: dict, rank: int) -> dict | None:
     """This rank's totals of the epoch ``state`` was saved in, where it was saved mid-epoch; such a
-    resume needs the batch order of the run that saved it."""
-    if state.epoch_partial is not None and state.layout != layout:
+    resume needs the batch order of the run that saved it (the training set itself is
+    :func:`_check_same_data`'s: a checkpoint from before its record still resumes)."""
+    order = {k: v for k, v in layout.items() if k not in IDENTITY}
+    if state.epoch_partial is not None and {k: v for k, v in state.layout.items() if k not in IDENTITY} != order:
         raise ConfigError(
             f"{path} was saved mid-epoch with {state.layout}; resuming there needs the same "
             f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
@@ -215,19 +230,23 @@ def _check_same_grid(cfg: DictConfig, state: TrainingState, path: Path) -> None:
                           "with resume=false")
 
 
+# what a schedule keeps in the optimizer's param groups: a rebuilt schedule's, not the checkpoint's
+SCHEDULE_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
+
+
 def _load_state(training, state: TrainingState, path: Path, with_schedule: bool = True) -> None:
     try:  # another architecture, missing keys: one line naming both and the fix
         load_weights(training.model, state.model, path, arch=state.meta["arch"])  # not wrapped yet
     except CheckpointError as err:
         raise ConfigError(str(err)) from None
     try:
-        lrs = [group["lr"] for group in training.optimizer.param_groups]
+        fresh = [{k: g[k] for k in SCHEDULE_KEYS if k in g} for g in training.optimizer.param_groups]
         training.optimizer.load_state_dict(state.optimizer)
         if with_schedule:
             load_scheduler_state(training.scheduler, state.scheduler)
-        else:  # the fresh schedule's LRs: it is about to be taken to where the run is
-            for group, lr in zip(training.optimizer.param_groups, lrs):
-                group["lr"] = lr
+        else:  # the fresh schedule's LRs (this config's): it is about to be taken to where the run is
+            for group, kept in zip(training.optimizer.param_groups, fresh):
+                group.update(kept)
         if training.scaler is not None and state.scaler is not None:
             training.scaler.load_state_dict(state.scaler)
         if training.ema is not None and state.ema is not None:

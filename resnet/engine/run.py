@@ -125,7 +125,7 @@ def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int,
         check_decode(data.decode, env.device)  # decode=gpu needs a CUDA device to decode on
         loaders = build_loaders(data, batch_size, rank=env.rank, world_size=env.world_size, seed=seed,
                                 cache_dir=cache_dir,  # folder indexes: beside the data, else in the run dir
-                                val_images=val_images)
+                                val_images=val_images, processes_per_node=env.local_world_size)
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if loaders.num_classes != data_cfg.num_classes:

@@ -95,3 +95,19 @@ def test_train_py_under_dockers_default_64_mb_of_dev_shm_refuses_in_one_line(tin
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: /dev/shm has 64 MiB free, but 2 loader worker(s) need about ")
     assert "--shm-size=2g (or --ipc=host)" in line
+
+
+def test_the_shared_memory_estimate_counts_every_process_of_the_node(monkeypatch):
+    # The arithmetic alone, anywhere: the node's processes share /dev/shm. 512 MiB holds one process's
+    # 2 workers x 2 batches + 1 of 18.4 MiB (92 MiB), not eight processes' (735 MiB).
+    import os
+    from types import SimpleNamespace
+
+    from data import shm
+
+    monkeypatch.setattr(os, "statvfs", lambda where: SimpleNamespace(f_bavail=1 << 17, f_frsize=4096))  # 512 MiB
+    batch = shm.batch_bytes(128, 224)
+    shm.check_room(2, batch, processes=1)
+    with pytest.raises(ValueError, match=r"has 512 MiB free, but 2 loader worker\(s\) of each of this node's 8 "
+                                         r"processes need about 735 MiB"):
+        shm.check_room(2, batch, processes=8)

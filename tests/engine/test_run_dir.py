@@ -268,3 +268,42 @@ def test_a_resume_on_another_training_set_is_one_line_and_a_moved_copy_resumes(t
     shutil.copytree(data, moved, ignore=shutil.ignore_patterns(".*.npz"))
     run_in_process(moved, run_dir, "resume=true")  # another root, the same files: it resumes
     assert json.loads((run_dir / "results.json").read_text())["epochs"] == 2
+
+
+def test_a_checkpoint_saved_mid_epoch_before_the_set_was_recorded_still_resumes(tiny_folder, tmp_path, one_thread,
+                                                                                capsys):  # fmt: skip
+    # Written by the version before (no train_images / train_fingerprint in its layout), mid-epoch, as
+    # a preempted job leaves one: it resumes there.
+    import torch
+
+    from tests.helpers.faults import WRAPPER, launch
+
+    wrapper = tmp_path / "faulty_train.py"
+    wrapper.write_text(WRAPPER)
+    run_dir = tmp_path / "run"
+    args = [o for o in tiny_overrides(tiny_folder, run_dir, "checkpoint_every=2") if not o.startswith("run_dir")]
+    killed = launch([PY, str(wrapper), str(REPO / "train.py"), *args, f"hydra.run.dir={run_dir}"], "step:5")
+    assert killed.returncode == -signal.SIGKILL
+    saved = torch.load(run_dir / "last.pt", weights_only=True)
+    assert saved["epoch_partial"]["batches"] == 4
+    saved["layout"] = {k: v for k, v in saved["layout"].items() if not k.startswith("train_")}
+    torch.save(saved, run_dir / "last.pt")
+    run_in_process(tiny_folder, run_dir, "checkpoint_every=2", "resume=true")
+    assert "after epoch 0, batch 4 (step 4)" in capsys.readouterr().out
+
+
+def test_rescale_with_a_new_lr_gives_the_schedule_a_run_of_that_lr_on_the_new_set_has(tmp_path, one_thread):
+    # sched=cosine, optim.lr doubled on resume, 28 images for 24: the rebuilt schedule holds the new LR
+    # once, not scaled again; epoch 2's LRs are those of a run on 28 images at that LR from the start.
+    from tests.helpers.imagegen import make_tiny_folder
+
+    data = make_tiny_folder(tmp_path / "data")
+    common = ("sched=cosine", "log_every=1")
+    run_in_process(data, tmp_path / "run", *common, "stop_after=1")
+    for n in range(4):
+        shutil.copy(data / "train" / "c" / "0.JPEG", data / "train" / "c" / f"more{n}.JPEG")
+    run_in_process(data, tmp_path / "run", *common, "resume=true", "data_changed=rescale", "optim.lr=0.2")
+    run_in_process(data, tmp_path / "fresh", *common, "optim.lr=0.2")
+    lrs = [[float(r["lr"]) for r in read_csv(d / "steps.csv") if r["epoch"] == "2"] for d in ("run", "fresh")
+           for d in [tmp_path / d]]  # fmt: skip
+    assert len(lrs[0]) == 7 and lrs[0] == pytest.approx(lrs[1])

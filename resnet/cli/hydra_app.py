@@ -125,6 +125,8 @@ def unknown_addition(overrides: Sequence[str], groups: set[str]) -> str | None:
     """One line for a ``+`` override outside every config group (``+paddng=asymmetric``): Hydra
     adds it as a new key, which nothing reads, and the run goes on without what was meant. The
     nearest group is named with the override that works."""
+    if any(arg.startswith(("--config-dir", "-cd", "hydra.searchpath", "+hydra.searchpath")) for arg in overrides):
+        return None  # groups of the user's own config folders: Hydra knows them, this check does not
     for typed in overrides:
         if not typed.startswith("+") or typed.startswith("++") or "=" not in typed:
             continue

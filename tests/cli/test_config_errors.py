@@ -181,6 +181,13 @@ def test_a_misspelt_group_added_with_plus_is_refused_naming_the_group_not_added_
     assert line.startswith("error: +paddng=asymmetric: there is no config group 'paddng' to add, and a key added "
                            "with + would be read by nothing; did you mean +padding=asymmetric? the groups: ")
     assert "adds a new one" not in composition("optim.lrr=0.1")  # no hint suggests adding an unknown key
+    from resnet.cli.hydra_app import config_groups, unknown_addition
+
+    groups = config_groups()
+    for fine in ("+padding.block_conv_blur=true", "+data.min_scale=0.35", "+data/base=train_images",
+                 "+hydra/launcher=submitit_local", "+experiment=tv_v1,timm_a3"):  # fmt: skip
+        assert unknown_addition([fine], groups) is None, fine
+    assert unknown_addition(["--config-dir=/mine", "+mine=x"], groups) is None  # the user's own groups
 
 
 def test_a_run_folder_that_cannot_be_made_is_one_line_saying_mkdir_or_chown(tmp_path):

@@ -97,12 +97,19 @@ def scheme_figure(table: SchemeTable):
 
 
 def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
-    """One annotated heatmap per matrix, stacked; the matched (diagonal) cells outlined in red."""
+    """:func:`cross_figure`, saved to ``path``."""
+    plt = pyplot()
+    fig = cross_figure(matrices)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cross_figure(matrices: Sequence[CrossMatrix]):
+    """One annotated heatmap per matrix, stacked; the matched (diagonal) cells outlined in red; each
+    value in black or white, whichever reads on its cell's colour."""
     plt = pyplot()
     import numpy as np
-    from matplotlib import patheffects
 
-    outline = [patheffects.withStroke(linewidth=2, foreground="black")]
     count = max(len(matrices), 1)
     width = 5 + 1.3 * max((len(m.evaluated) for m in matrices), default=1)
     heights = [2.6 + 0.55 * len(m.trained) for m in matrices] or [2.0]
@@ -116,10 +123,10 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
         image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
         for (i, j), value in np.ndenumerate(grid):
             if np.isnan(value):
-                ax.text(j, i, "not run", ha="center", va="center", color="0.5", fontsize=8)
+                ax.text(j, i, "not run", ha="center", va="center", color="0.35", fontsize=8)
             else:
-                ax.text(j, i, VALUE.format(value), ha="center", va="center", color="white", fontsize=9,
-                        path_effects=outline)
+                ax.text(j, i, VALUE.format(value), ha="center", va="center", fontsize=9,
+                        color=readable_on(image.cmap(image.norm(value))))
             if m.matched(m.trained[i], m.evaluated[j]):
                 ax.add_patch(plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="red",
                                            linewidth=2.5))  # inset: neighbouring outlines stay apart
@@ -131,8 +138,24 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
         ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 70), fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def luminance(rgb: Sequence[float]) -> float:
+    """WCAG's relative luminance of an sRGB colour (components in [0, 1])."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb[:3]]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(a: Sequence[float], b: Sequence[float]) -> float:
+    """WCAG's contrast ratio of two colours: 1 (none) to 21 (black on white)."""
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def readable_on(background: Sequence[float]) -> str:
+    """Black or white, whichever contrasts more with ``background``."""
+    return "black" if contrast(background, (0, 0, 0)) >= contrast(background, (1, 1, 1)) else "white"
 
 
 def plot_regrid(table: Sequence[dict], path: Path) -> None:

@@ -105,3 +105,30 @@ def test_the_bar_chart_writes_every_number_in_one_format():
         plt.close(fig)
     assert len(numbers) == 6 + 3 and all(re.fullmatch(r"[+-]?\d+\.\d\d", n) for n in numbers), numbers
     assert "+3.25" in numbers  # the deltas too, signed
+
+
+def test_every_value_of_the_cross_matrix_reads_on_its_cell_colour():
+    # White outlined in black blurred on viridis' bright yellow: each value now takes the colour
+    # that contrasts with its own cell, at WCAG's 4.5:1 for text at least.
+    from matplotlib.colors import to_rgba
+
+    from resnet.report.charts import contrast, cross_figure
+
+    plt = pyplot()
+    rows = demo_rows() + [{**row, "top1_err": value} for row, value in zip(demo_rows(), (0.5, 99.0, 50.0))]
+    fig = cross_figure(cross_matrices(rows))
+    try:
+        checked = 0
+        for ax in fig.axes:
+            images = ax.get_images()
+            for text in ax.texts if images else []:
+                if text.get_text() == "not run":
+                    continue
+                x, y = text.get_position()
+                image = images[0]
+                cell = image.cmap(image.norm(image.get_array()[int(round(y)), int(round(x))]))
+                assert contrast(cell, to_rgba(text.get_color())) >= 4.5, (text.get_text(), cell, text.get_color())
+                checked += 1
+    finally:
+        plt.close(fig)
+    assert checked >= 6

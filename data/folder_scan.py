@@ -189,8 +189,14 @@ def folder_prefix(root: Path) -> str:
 def find_images(root: Path, classes: list[str]) -> FileIndex:
     """(path, class index) for every image file of ``classes``, in a deterministic order; the
     directory links skipped are named in one printed line (:func:`scan_folder`)."""
+    return listed_images(root, classes)[0]
+
+
+def listed_images(root: Path, classes: list[str]) -> tuple[FileIndex, list[str]]:
+    """:func:`find_images`, and the image-named entries it skipped as not regular files ("path (a
+    FIFO)"), for a shard conversion to record beside its unreadable images."""
     scan = scan_folder(root, classes)
     for line in (scan.links_line(), scan.special_line()):
         if line:
             print(line, flush=True)
-    return scan.samples
+    return scan.samples, scan.special

@@ -28,8 +28,8 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from .file_index import FileIndex
-from .folder_scan import folder_prefix
-from .imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes, find_images
+from .folder_scan import folder_prefix, listed_images
+from .imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
 from .shards.write import Sample, file_samples, make_keys
 
 NUM_CLASSES = 1000  # ILSVRC2012_IDs 1..1000 are the leaf synsets, the classes; higher IDs are their ancestors
@@ -226,7 +226,8 @@ def train_samples(src: str | Path) -> tuple[list[str], list[Sample], list[str]]:
     if not folders:
         raise FileNotFoundError(f"{src} holds no class tars or class folders; {TRAIN_HINT}")
     classes = find_classes(src)
-    return classes, file_samples(src, find_images(src, classes)), []
+    files, skipped = listed_images(src, classes)
+    return classes, file_samples(src, files), skipped
 
 
 WNID = re.compile(r"n\d{8}")  # an ImageNet class: WordNet's noun id

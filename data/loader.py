@@ -133,10 +133,8 @@ def build_loaders(
         class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
         in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 
-    val_size = data.val_size or image_size
-    largest = max(batch_bytes(batch_size, image_size, in_chans, encoded=data.decode == "gpu"),
-                  batch_bytes(val_batch_size or batch_size, val_size, in_chans))
-    check_room(workers, largest, processes=processes_per_node)
+    check_room(workers, largest_batch(data, batch_size, val_batch_size or batch_size, image_size, in_chans),
+               processes=processes_per_node)
     common = dict(num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(),
                   persistent_workers=workers > 0)
     train = DataLoader(
@@ -221,9 +219,7 @@ def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int,
                             collate_fn=collate_encoded if data.decode == "gpu" else collate)
     val_set = shards.open(data.root, "val", val_tf, val_batch_size, rank, world_size, train=False, limit=val_images)
     check_same_classes(train_set.classes, val_set.classes)
-    largest = max(batch_bytes(batch_size, _size(data), encoded=data.decode == "gpu"),
-                  batch_bytes(val_batch_size, data.val_size or _size(data)))
-    check_room(data.workers, largest, processes=processes_per_node)
+    check_room(data.workers, largest_batch(data, batch_size, val_batch_size, _size(data)), processes=processes_per_node)
     common = dict(batch_size=None, num_workers=data.workers, collate_fn=pass_batch,
                   pin_memory=torch.cuda.is_available(), persistent_workers=data.workers > 0)
     return Loaders(
@@ -239,6 +235,12 @@ def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int,
         order_depends_on={"workers": data.workers},  # each worker reads a contiguous block of batches
         train_size=_size_schedule(data.progressive),
     )
+
+
+def largest_batch(data: DataConfig, batch_size: int, val_batch_size: int, image_size: int, channels: int = 3) -> int:
+    """The bytes of the larger of a training and a validation batch as a worker hands it over."""
+    return max(batch_bytes(batch_size, image_size, channels, encoded=data.decode == "gpu"),
+               batch_bytes(val_batch_size, data.val_size or image_size, channels))
 
 
 def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, repeated_aug: int = 0) -> Sampler:

@@ -307,34 +307,24 @@ def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = Non
         )
 
 
-def job_store(launch: Launch, timeout: float | None = None) -> dist.Store:
+def job_store(launch: Launch, timeout: float | None = None, client: bool = False) -> dist.Store:
     """The job's key-value store, which the process group rendezvous through and which stays
-    reachable when a peer dies (:mod:`resnet.engine.peers` asks it who is still there).
+    reachable when a peer dies (:mod:`resnet.engine.peers` asks it who is still there); ``client``:
+    another connection to it, for a thread that must not wait behind the main thread's requests.
 
     torchrun: its agent's store where the agent offers it, else a store on ``MASTER_ADDR`` hosted by
     rank 0 (what ``env://`` would make). The agent keeps one store across ``--max-restarts``;
     workers of a restarted attempt would read the dead attempt's addresses from it and fail to
     connect (pytorch/pytorch#135712), so each attempt gets a prefix of its own. srun and submitit:
     rank 0 hosts it on the master node."""
-    wait = timedelta(seconds=max(timeout or 0.0, JOIN_TIMEOUT))
-    if launch.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        agent_store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=False,
-                                    timeout=wait)
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        return dist.PrefixStore(f"resnet_padding/attempt_{attempt}", agent_store)
-    return dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size, is_master=launch.rank == 0,
-                         timeout=wait)
-
-
-def store_client(launch: Launch, timeout: float) -> dist.Store:
-    """Another connection to the job's store (:func:`job_store`'s, its keys under the same prefix),
-    for a thread of this process that must not wait behind the main thread's requests."""
-    wait = timedelta(seconds=timeout)
-    if launch.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        agent_store = dist.TCPStore(launch.master_addr, launch.master_port, is_master=False, timeout=wait)
-        return dist.PrefixStore(f"resnet_padding/attempt_{attempt}", agent_store)
-    return dist.TCPStore(launch.master_addr, launch.master_port, is_master=False, timeout=wait)
+    wait = timedelta(seconds=timeout if client else max(timeout or 0.0, JOIN_TIMEOUT))
+    agent = launch.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    hosts = launch.rank == 0 and not agent and not client
+    store = dist.TCPStore(launch.master_addr, launch.master_port, None if client else launch.world_size,
+                          is_master=hosts, timeout=wait)
+    if not agent:
+        return store
+    return dist.PrefixStore(f"resnet_padding/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:

@@ -14,8 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 from ..decode import DECODE_ERRORS, decode_rgb
+from ..folder_scan import listed_images
 from ..ilsvrc import GROUND_TRUTH, SOLUTION_CSV, train_samples, val_samples
-from ..imagefolder import IMAGE_EXTENSIONS, check_same_classes, find_classes, find_images
+from ..imagefolder import IMAGE_EXTENSIONS, check_same_classes, find_classes
 from ..progress import Progress, progress_mode
 from .index import (
     DEFAULT_SHARD_SIZE,
@@ -107,9 +108,11 @@ def cmd_folder(args: argparse.Namespace) -> None:
     classes = folder_classes(args.src)
     if args.classes_from:
         check_same_classes(read_index(args.classes_from).classes, classes)
-    samples = file_samples(args.src, find_images(args.src, classes))
+    files, not_images = listed_images(args.src, classes)
+    samples = file_samples(args.src, files)
     split = args.split or args.src.resolve().name
-    convert(samples, classes, args.out, split, args.shard_size, args.seed, f"folder {args.src.resolve()}")
+    convert(samples, classes, args.out, split, args.shard_size, args.seed, f"folder {args.src.resolve()}",
+            not_images=not_images)
 
 
 def cmd_ilsvrc_train(args: argparse.Namespace) -> None:
@@ -133,9 +136,10 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
         raise FileNotFoundError(f"ImageNet folder {root} does not exist")
     train = first_existing(root, TRAIN_SOURCES, "train set")
     val = first_existing(root, VAL_SOURCES, "val folder")
+    val_not_images: list[str] = []
     if any(p.is_dir() for p in val.iterdir()):  # already sorted into class folders (valprep.sh)
         val_classes = folder_classes(val)
-        val_files, val_source = find_images(val, val_classes), f"folder {val.resolve()}"
+        (val_files, val_not_images), val_source = listed_images(val, val_classes), f"folder {val.resolve()}"
     else:
         labels = args.labels or first_existing(root, LABEL_SOURCES, "val labels file")
         devkit = args.devkit
@@ -156,7 +160,8 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
         f"ilsvrc-train {train.resolve()}",
         not_images=not_images,
     )
-    convert(val_list, classes, args.out_root / "val", "val", args.shard_size, args.seed, val_source)
+    convert(val_list, classes, args.out_root / "val", "val", args.shard_size, args.seed, val_source,
+            not_images=val_not_images)
 
 
 # the archives of the download that hold what a name of *_SOURCES would be, once extracted, and how

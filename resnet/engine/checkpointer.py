@@ -58,19 +58,16 @@ class Checkpointer:
         if self.env.is_main:
             try:
                 self._write(epoch_done, step, rng, partials)
-                batch = f", batch {epoch_partial['batches']}" if epoch_partial is not None else ""  # as the resume line
-                self.kept = f"last.pt saved after epoch {epoch_done}{batch} (step {step}) is intact"
-                self.writes += 1
             except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
                 failed = (f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "
                           "hydra.run.dir, then run again with resume=true")
         failed = gather_objects(failed, self.env)[0]  # also the barrier: nobody runs ahead of the write
         if failed:
             raise CheckpointWriteError(failed)
-        if not self.env.is_main:  # every rank can say what is kept (a survivor of a lost rank 0 does)
-            batch = f", batch {epoch_partial['batches']}" if epoch_partial is not None else ""
-            self.kept = f"last.pt saved after epoch {epoch_done}{batch} (step {step}) is intact"
-            self.writes += 1
+        # every rank can say what is kept (a survivor of a lost rank 0 does); worded as the resume line
+        batch = f", batch {epoch_partial['batches']}" if epoch_partial is not None else ""
+        self.kept = f"last.pt saved after epoch {epoch_done}{batch} (step {step}) is intact"
+        self.writes += 1
         self.saved_at = time.monotonic()
 
     def due_every(self, minutes: float):

@@ -103,25 +103,19 @@ def peer_lost_ending(lost: PeerLost, stop: StopRequest, kept: str, saved: bool, 
     """``lost``'s line completed: what is kept, and the requeue (by the lowest surviving rank), the
     restart torchrun will make, or the command that goes on. Not requeued: a peer that failed on an
     error of its own (status 1), or a start that saved nothing (it would end the same way again)."""
-    restart = restarts_left()
-    found = lost.census
+    found, restart, status = lost.census, restarts_left(), lost.status
     if found is not None and found.failed:  # a process's own error: going on would meet it again
-        stop.restore()
-        ending = PeerLost(f"{lost}; {kept}; not requeued: fix that, then go on: {resume_command(run_dir, env)}")
-        ending.status = 1
+        then, status = f"not requeued: fix that, then go on: {resume_command(run_dir, env)}", 1
     elif restart is not None:  # torchrun's own decision
-        stop.restore()
-        ending = PeerLost(f"{lost}; {kept}; torchrun starts the workers again ({restart}), and resume=true goes on")
+        then = f"torchrun starts the workers again ({restart}), and resume=true goes on"
     elif not saved:  # nothing saved since this start: a requeue would meet the same end, forever
-        stop.restore()
-        ending = PeerLost(f"{lost}; {kept}; not requeued: this start saved nothing, so a requeue would repeat it; "
-                          f"to go on: {resume_command(run_dir, env)}")
+        then = f"not requeued: this start saved nothing, so a requeue would repeat it; to go on: " \
+               f"{resume_command(run_dir, env)}"  # fmt: skip
     else:
         done = stop.hand_over_alone(first_survivor(env, found))
         then = done.text if done.requeued else f"{done.text}; to go on: {resume_command(run_dir, env)}"
-        ending = PeerLost(f"{lost}; {kept}; {then}")
-    ending.census = found
-    return ending
+    stop.restore()  # (hand_over_alone has already)
+    return PeerLost(f"{lost}; {kept}; {then}", found, status)
 
 
 def resume_command(run_dir: Path, env: DistEnv) -> str:

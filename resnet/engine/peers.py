@@ -5,11 +5,13 @@ Past it gloo raises ``Timed out waiting ...``; a peer that died (SIGKILL, the OO
 crash) closes its sockets and gloo raises ``Connection reset by peer`` within milliseconds. Either
 way the message is gloo's and names no rank, and every survivor would print its 50-line traceback.
 
-:func:`lost_peer` turns such an error into :class:`PeerLost`: each survivor writes its step into
-the job's store (it is hosted by torchrun's agent, or by rank 0 under srun, and outlives the other
-processes), waits a few seconds for the others to do the same, and names the ranks that did not,
-with the host and pid each joined with (a process on this host is looked up: gone or a zombie
-is dead, ``T`` is stopped). The run then ends as a stop does: the checkpoint written last is
+:func:`lost_peer` turns such an error into :class:`PeerLost` through a census of the job's store
+(hosted by torchrun's agent, or by rank 0 under srun; it outlives the other processes). Every
+process beats into it each second (:class:`Heartbeat`); each survivor writes its step, waits a
+few seconds for the others, and names the ranks whose heartbeat stood still, or that recorded an
+error of their own (:func:`record_failure`), with the host and pid each joined with (a process on
+this host is looked up: gone or a zombie is dead, ``T`` is stopped). Where every process still
+beats, the one behind the others is named. The run then ends as a stop does: the checkpoint written last is
 intact (a step is saved whole or not at all), the lowest surviving rank requeues the SLURM job
 (or hands it to submitit), and every rank exits with :data:`REQUEUE_STATUS`, which
 ``scripts/slurm.sbatch`` also turns into a requeue and ``torchrun --max-restarts`` into a restart.
@@ -40,29 +42,25 @@ CLOSED = ("Connection reset by peer", "Connection closed by peer", "Broken pipe"
 
 
 class PeerLost(RunFailed):
-    """Another process of the job stalled or died; the line names it. Exit :data:`REQUEUE_STATUS`."""
+    """Another process of the job stalled, died or failed; the line names it. ``census``: who was
+    still there (None: the store was gone too). Exit ``status``: :data:`REQUEUE_STATUS`, or 1
+    where a process failed on an error of its own, which going on would meet again."""
 
-    status = REQUEUE_STATUS
-
-
-@dataclass
-class Position:
-    """Where this process is: the optimizer steps it has taken, and since when."""
-
-    step: int = 0
-    since: float = 0.0
+    def __init__(self, message: str, census: Census | None = None, status: int = REQUEUE_STATUS):
+        super().__init__(message)
+        self.census, self.status = census, status
 
 
-_position = Position(0, time.monotonic())
+_steps = [0]  # the optimizer steps this process has taken: what its line and its heartbeat say
 
 
 def at_step(step: int) -> None:
     """Record the optimizer steps this process has taken (the training loop, before every step)."""
-    _position.step, _position.since = step, time.monotonic()
+    _steps[0] = step
 
 
 def step() -> int:
-    return _position.step
+    return _steps[0]
 
 
 def failure_kind(err: BaseException) -> str | None:
@@ -114,14 +112,14 @@ class Heartbeat:
             self.thread.start()
 
     def _beat(self) -> None:
-        from ..distributed import store_client
+        from ..distributed import job_store
 
         try:
-            store = store_client(self.env.launch, HEARTBEAT_S * 5)
+            store = job_store(self.env.launch, HEARTBEAT_S * 5, client=True)  # not behind the main thread's
             count = 0
             while not self.stop.is_set():
                 count += 1
-                store.set(KEY("alive", self.env.rank), f"{count} {_position.step}")
+                store.set(KEY("alive", self.env.rank), f"{count} {step()}")
                 self.stop.wait(HEARTBEAT_S)
         except (RuntimeError, OSError):  # the store is gone (its host died): the census says so itself
             return
@@ -233,9 +231,7 @@ def lost_peer(err: BaseException, env: DistEnv) -> PeerLost | None:
         return None
     at = step()
     found = census(env, at)
-    lost = PeerLost(describe(env, kind, found, at))
-    lost.census = found
-    return lost
+    return PeerLost(describe(env, kind, found, at), found)
 
 
 def first_survivor(env: DistEnv, found: Census | None) -> bool:

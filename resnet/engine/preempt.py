@@ -120,15 +120,23 @@ class StopRequest:
 
         return (JobEnvironment._usr_sig(),)
 
-    def hand_over(self) -> Handover:
-        """After the checkpoint is saved (a collective: every rank calls it): requeue the job."""
+    def _released(self) -> tuple[tuple[Callable | int | None, int] | None, str | None]:
+        """The handlers put back; (submitit's handler, its signal) where submitit launched us, and
+        the SLURM job id (None outside SLURM)."""
         launch = self.env.launch
         submitit = self._submitit_signal()
         handler = signals.previous_handler(submitit[0]) if submitit else None
         self.restore()
-        if submitit:
-            return self._to_submitit(handler if handler is not None else signal.getsignal(submitit[0]), submitit[0])
         job_id = launch.job_id if launch is not None else os.environ.get("SLURM_JOB_ID")
+        if not submitit:
+            return None, job_id
+        return (handler if handler is not None else signal.getsignal(submitit[0]), submitit[0]), job_id
+
+    def hand_over(self) -> Handover:
+        """After the checkpoint is saved (a collective: every rank calls it): requeue the job."""
+        submitit, job_id = self._released()
+        if submitit:
+            return self._to_submitit(*submitit)
         if not job_id:
             return Handover("not requeued (not a SLURM job)")
         if not self.env.is_main:
@@ -148,18 +156,12 @@ class StopRequest:
     def hand_over_alone(self, first: bool) -> Handover:
         """:meth:`hand_over` without a collective, for a job that lost a process: ``first``, the
         lowest surviving rank, requeues the SLURM job (or calls submitit's handler)."""
-        launch = self.env.launch
-        submitit = self._submitit_signal()
-        handler = signals.previous_handler(submitit[0]) if submitit else None
-        self.restore()
-        job_id = launch.job_id if launch is not None else os.environ.get("SLURM_JOB_ID")
+        submitit, job_id = self._released()
         if not submitit and not job_id:
             return Handover("not requeued (not a SLURM job)")
         if not first:
             return Handover("the lowest surviving rank requeues the job", requeued=True)
-        if submitit:
-            return submitit_requeue(handler if handler is not None else signal.getsignal(submitit[0]), submitit[0])
-        return requeue(job_id)
+        return submitit_requeue(*submitit) if submitit else requeue(job_id)
 
 
 def submitit_requeue(handler: Callable | int | None, signum: int) -> Handover:

@@ -46,9 +46,7 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
         if cfg.get("init"):
             init_weights(cfg.init, training, env)
         return ResumePoint()
-    steps_per_epoch = len(training.loaders.train)
-    if cfg.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
+    steps_per_epoch = training.steps_per_epoch
     rescale = _check_same_data(state, path, layout, cfg.get("data_changed", "refuse"), steps_per_epoch)
     partial = _partial(state, path, layout, env.rank)
     changes = check_resumable(cfg, state, path, layout, training.meta)

@@ -107,7 +107,7 @@ def train(cfg: DictConfig) -> dict:
         # a peer lost outside the epochs (start-up, the results): no requeue of its own
         kept = "its last.pt is intact" if (Path(cfg.run_dir) / "last.pt").exists() else "no last.pt was written yet"
         raise PeerLost(f"{lost} (starting up or finishing); {kept}; to go on: "
-                       f"{resume_command(Path(cfg.run_dir), env)}") from None
+                       f"{resume_command(Path(cfg.run_dir), env)}", lost.census) from None
     finally:
         heartbeat.close()
         if lost is None:  # a process group that lost a member can hang in its destructor
@@ -185,6 +185,7 @@ class Training:
     loss_fn: nn.Module
     augment: object  # resnet.engine.losses.BatchAugment, or None
     grid: list[str] | None  # grid=: the presets each step draws from (resnet/grid.py)
+    steps_per_epoch: int  # optimizer steps an epoch, as the schedule is planned (max_steps_per_epoch applied)
 
 
 def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack) -> Training:
@@ -209,7 +210,8 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
 
         ema = ModelEmaV3(model, decay=cfg.ema_decay ** cfg.ema_every)  # ema_decay is per step
     loss_fn, augment = loss_and_augment(cfg, loaders.num_classes, env.device)
-    return Training(model, meta, runtime, loaders, optimizer, scheduler, scaler, ema, loss_fn, augment, grid)
+    return Training(model, meta, runtime, loaders, optimizer, scheduler, scaler, ema, loss_fn, augment, grid,
+                    steps_per_epoch)
 
 
 def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.ExitStack) -> dict:
@@ -311,7 +313,7 @@ def _log_epoch(logger: RunLogger, stats: EpochStats, row: dict, epoch: int, save
         logger.log_steps(stats.history, epoch + 1)  # 1-based, as the epoch line and metrics.csv
         logger.log_epoch(row)
     except OSError as err:
-        failed = (f"could not write {err.filename or 'the run logs'} ({err.strerror or write_error(err)}); "
+        failed = (f"could not write {err.filename or 'the run logs'} ({write_error(err)}); "
                   f"{saver.kept}: free space or pass another hydra.run.dir, then run again with resume=true")
     failed = gather_objects(failed, env)[0]  # only rank 0 writes; every rank learns whether it worked
     if failed:

@@ -564,3 +564,17 @@ def test_the_download_folder_with_its_val_archive_still_packed_names_the_command
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"no ImageNet val folder under {raw}: ILSVRC2012_img_val.tar is still packed; extract it first: " \
            f"mkdir {raw}/val && tar -xf {raw}/ILSVRC2012_img_val.tar -C {raw}/val" in line  # fmt: skip
+
+
+def test_a_folder_conversion_records_the_entries_it_skipped_as_not_regular_files(tmp_path, capsys):
+    # As the tar forms do: a FIFO named like an image is named in index.json's skipped and the summary.
+    import os
+
+    from data.shards.__main__ import main
+
+    src = tmp_path / "src"
+    make_folder(src, {"a": 2, "b": 2}, size=(24, 20))
+    os.mkfifo(src / "a" / "pipe.JPEG")
+    main(["folder", str(src), str(tmp_path / "out")])
+    assert read_index(tmp_path / "out").skipped == (f"{src / 'a' / 'pipe.JPEG'} (a FIFO)",)
+    assert "skipped 1 source image(s), unreadable or not regular files" in capsys.readouterr().out

@@ -169,18 +169,19 @@ CONFIGS_ENV = "RESNET_PADDING_CONFIGS"  # a configs/ folder to use instead of th
 
 
 def config_dir() -> Path:
-    """The project's ``configs/``: ``$RESNET_PADDING_CONFIGS`` if set, else the checkout this
-    package runs from, else the working directory's. ``pip install .`` installs the code, not the
-    configs: the commands read a checkout's (the layout keeps ``configs/`` at its top)."""
+    """The project's ``configs/``: ``$RESNET_PADDING_CONFIGS`` if set, else the installed package's
+    (``resnet/configs``, which a wheel and ``pip install .`` carry), else the checkout's top-level
+    ``configs/``, the one source of both."""
+    package = Path(__file__).resolve().parent
     if os.environ.get(CONFIGS_ENV):
         places = [Path(os.environ[CONFIGS_ENV])]
     else:
-        places = [Path(__file__).resolve().parents[1] / "configs", Path("configs")]
+        places = [package / "configs", package.parent / "configs"]
     for place in places:
         if (place / "train.yaml").is_file():
             return place.resolve()
     raise ConfigError(f"no configs/ with train.yaml in {' or '.join(str(p.resolve()) for p in places)}; "
-                      f"run from the repository root or set {CONFIGS_ENV}=/path/to/checkout/configs")  # fmt: skip
+                      f"reinstall resnet-padding or set {CONFIGS_ENV}=/path/to/checkout/configs")  # fmt: skip
 
 
 def compose(name: str, *overrides: str, hydra: bool = False) -> DictConfig:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 PLAIN = re.compile(r"[A-Za-z0-9_\-+./:@]+")  # what Hydra reads unquoted as one value
 
@@ -38,6 +40,28 @@ def override(key: str, text: object) -> str:
 def command(words: Sequence[str]) -> str:
     """``words`` as one shell line: each word quoted where the shell needs it (:func:`shell_word`)."""
     return " ".join(shell_word(word) for word in words)
+
+
+def app_words(app: str, torchrun: Sequence[str] = ()) -> list[str]:
+    """The words that start ``app`` (``train`` or ``eval``) the way this process's app was started:
+    the checkout's ``python train.py`` (``torchrun ... train.py``), or the installed ``resnet-train``
+    (``torchrun ... -m resnet.cli.train``). ``torchrun``: the launcher's words, if any."""
+    if started_from_checkout():
+        return [*(torchrun or ["python"]), f"{app}.py"]
+    return [*torchrun, "-m", f"resnet.cli.{app}"] if torchrun else [f"resnet-{app}"]
+
+
+def started_from_checkout() -> bool:
+    """Whether this process's app is a checkout's ``train.py`` / ``eval.py`` rather than the
+    installed ``resnet-train`` (``python -m resnet.cli.train``). Started otherwise (a test, the demo,
+    ``python -c``): whether this package sits in a checkout beside its ``train.py``."""
+    package = Path(__file__).resolve().parent
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if started.name in ("train.py", "eval.py"):
+        return started.resolve().parent != package / "cli"
+    if started.name in ("resnet-train", "resnet-eval"):
+        return False
+    return (package.parent / "train.py").is_file()
 
 
 def shell_word(word: str) -> str:

@@ -1,6 +1,8 @@
 """The commands, each a ``main`` over library code (``[project.scripts]`` in pyproject.toml), and
 what they share.
 
+* :mod:`.train` (``resnet-train``): train a model, the app of the checkout's ``train.py``;
+* :mod:`.eval` (``resnet-eval``): evaluate weights, the app of ``eval.py``;
 * :mod:`.tables` (``resnet-tables``): the error tables of a results file;
 * :mod:`.seed_table` (``resnet-seed-table``): evaluate a model list under every scheme, then its tables;
 * :mod:`.demo` (``resnet-demo``): train, evaluate and re-grid on Fashion-MNIST, on a CPU;

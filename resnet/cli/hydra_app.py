@@ -24,7 +24,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf import DictConfig
 
 from ..config import config_dir, register_configs
-from ..quoting import unreadable_override
+from ..quoting import started_from_checkout, unreadable_override
 from .config_exit import exit_config_error
 from .errors import JobEnded, one_line_errors
 
@@ -147,27 +147,35 @@ def _override_of(key: str, overrides: Sequence[str]) -> str | None:
     return next((o for o in overrides if pattern.match(o)), None)
 
 
-def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], object]) -> Callable[..., None]:
+def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], object],
+                  training: bool = False) -> Callable[..., object]:
     """``main(cfg=None)`` for ``configs/<config_name>.yaml`` (:func:`resnet.config.config_dir`):
     Hydra reads the overrides from ``sys.argv`` (or ``cfg``, a composed config, runs as it is); an
-    error the user can fix is one line naming ``program``. The config sets ``hydra.job.name``
-    (Hydra would take this file's)."""
+    error the user can fix is one line naming ``program`` (``train.py`` when run as that file).
+    The config sets ``hydra.job.name`` (Hydra would take this file's). ``training``: the errors and
+    stops of a training run (:func:`resnet.cli.one_line_errors`)."""
 
-    def _run(cfg: DictConfig) -> None:
-        with one_line_errors(program):
-            run(cfg)
+    def _run(cfg: DictConfig) -> object:
+        with one_line_errors(program_name(program), training=training):
+            return run(cfg)
 
-    def main(cfg: DictConfig | None = None) -> None:
+    def main(cfg: DictConfig | None = None) -> object:
         """The command: Hydra reads the overrides from ``sys.argv`` (``cfg``: a composed config instead)."""
-        with one_line_errors(program):  # no configs/ here: one line, not a traceback
+        with one_line_errors(program_name(program)):  # no configs/ here: one line, not a traceback
             configs = config_dir()
         # version_base 1.3: a run stays in the folder it was started from (hydra.job.chdir defaults
         # to false), so relative paths mean what the user typed; no config needs to say it again.
         _main = hydra.main(config_path=str(configs), config_name=config_name, version_base="1.3")(_run)
         register_configs()  # model=<arch> and padding=<preset>, generated from the tables
         if cfg is not None:
-            _main(cfg)
-        else:
-            run_main(_main)
+            return _main(cfg)
+        run_main(_main)
+        return None
 
     return main
+
+
+def program_name(installed: str) -> str:
+    """How the user started this command, for its messages: ``train.py`` for the checkout's script
+    (directly or under torchrun), else the installed name (``resnet-train``)."""
+    return Path(sys.argv[0]).name if started_from_checkout() else installed

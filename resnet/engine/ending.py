@@ -17,7 +17,7 @@ from data.dataloader import raised_in_worker
 
 from ..config import ConfigError
 from ..distributed import DistEnv, gather_objects
-from ..quoting import command, override
+from ..quoting import app_words, command, override
 from .checkpointer import Checkpointer, RunFailed
 from .peers import PeerLost, first_survivor, lost_peer, restarts_left
 from .preempt import Stopped, StopRequest
@@ -125,12 +125,12 @@ def resume_command(run_dir: Path, env: DistEnv) -> str:
 
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     kept = [o for o in overrides if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))]
-    launcher = ["python"]
+    launcher = []
     if env.launch is not None and env.launch.launcher == "torchrun":
         launcher = ["torchrun", f"--nproc_per_node={env.local_world_size}"]
         if env.world_size > env.local_world_size:
             launcher.insert(1, "<its --nnodes and --rdzv flags>")
-    return command([*launcher, "train.py", *kept, "resume=true", override("hydra.run.dir", run_dir)])
+    return command([*app_words("train", launcher), *kept, "resume=true", override("hydra.run.dir", run_dir)])
 
 
 def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
@@ -193,7 +193,7 @@ def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
 def eval_command(cfg: DictConfig, checkpoint: Path) -> str:
     """The ``eval.py`` command that evaluates ``checkpoint`` on this run's validation data, under the
     padding it was trained with (eval.py reads the rest from the checkpoint: its crop, preprocessing)."""
-    args = ["python", "eval.py", override("weights", checkpoint), f"data={cfg.data.name}"]  # eval.py's: imagenet
+    args = [*app_words("eval"), override("weights", checkpoint), f"data={cfg.data.name}"]  # eval.py's: imagenet
     if cfg.data.get("root"):
         args.append(override("data.root", cfg.data.root))
     return command(args)

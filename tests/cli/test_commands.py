@@ -68,7 +68,8 @@ def helps() -> dict[str, tuple[int, str, str]]:
 
 
 def test_every_command_has_an_entry_point():
-    commands = {"tables", "seed_table", "demo", "detect", "regrid", "export", "inspect", "figures", "dashboard"}
+    commands = {"train", "eval", "tables", "seed_table", "demo", "detect", "regrid", "export", "inspect", "figures",
+                "dashboard"}
     assert {module_of(target) for target in SCRIPTS.values()} == {f"resnet.cli.{name}" for name in commands}
     assert all(name == "resnet-" + module_of(target).rpartition(".")[2].replace("_", "-")
                for name, target in SCRIPTS.items())  # fmt: skip
@@ -136,5 +137,5 @@ def test_a_command_without_configs_says_where_it_looked_in_one_line(script, tmp_
         getattr(importlib.import_module(module), function)()
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and "\n" not in err, err
-    assert err == (f"error: no configs/ with train.yaml in {tmp_path / 'nowhere'}; run from the repository root "
+    assert err == (f"error: no configs/ with train.yaml in {tmp_path / 'nowhere'}; reinstall resnet-padding "
                    "or set RESNET_PADDING_CONFIGS=/path/to/checkout/configs")  # fmt: skip

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tomllib
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from resnet.config import ConfigError, check_data_package
 from tests.helpers.compose import compose_config
+from tests.helpers.git_tree import git_over_the_tree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,13 +106,6 @@ def test_ci_runs_the_readme_test_command():
     assert "set -e" in ci or "set -euo pipefail" in ci
 
 
-def git_over_the_tree(tmp_path: Path) -> list[str]:
-    """git, reading the working tree through a new, empty repository: the same answers in a
-    checkout and in the Docker image, which holds the files but not .git/."""
-    subprocess.run(["git", "init", "-q", "--bare", tmp_path / "git"], check=True)
-    return ["git", f"--git-dir={tmp_path / 'git'}", f"--work-tree={REPO}"]
-
-
 def test_run_outputs_are_never_committed(tmp_path):
     outputs = ["outputs/2025-01-01/12-00-00/last.pt", "multirun/x/0/metrics.csv", "wandb/run-1/files/a",
                "results/eval.jsonl", "some/dir/model.pt", ".venv/bin/python"]  # fmt: skip
@@ -130,34 +121,3 @@ def test_a_shadowing_data_package_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "data", raising=False)  # as in a fresh process
     with pytest.raises(ConfigError, match=f"'data' package imported here is {tmp_path / 'data'}.*another directory"):
         check_data_package()
-
-
-@pytest.mark.slow
-def test_a_non_editable_install_works_without_the_checkout(tmp_path):
-    """The wheel holds resnet/ and data/ (not benchmarks/ or tests/), and nothing in them
-    finds files by walking up from __file__ into a checkout."""
-    wheel_dir, site, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
-    tracked = subprocess.run([*git_over_the_tree(tmp_path), "ls-files", "--others", "--exclude-standard"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout.split()  # every file git would keep
-    for name in tracked:  # a clean copy: building in the checkout would leave build/ behind
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
-    build = f"from setuptools.build_meta import build_wheel; build_wheel({str(wheel_dir)!r})"  # what pip wheel calls
-    wheel_dir.mkdir()
-    subprocess.run([sys.executable, "-c", build], cwd=source, check=True, capture_output=True, timeout=300)
-    (wheel,) = wheel_dir.glob("resnet_padding-*.whl")
-    with zipfile.ZipFile(wheel) as archive:  # pure Python: installing a wheel is unpacking it
-        top = {name.split("/")[0] for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")}
-        archive.extractall(site)
-    assert top == {"resnet", "data"}
-    script = (
-        "import resnet, resnet.weights, resnet.cli.tables, resnet.evaluation.run, resnet.engine.run\n"
-        "from resnet.config import check_data_package; check_data_package()\n"
-        "print(resnet.__file__)\n"
-        "from resnet.config import config_dir; config_dir()\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(site)})  # fmt: skip
-    assert proc.stdout.strip() == str(site / "resnet" / "__init__.py"), proc.stderr[-2000:]
-    assert proc.returncode != 0 and "run from the repository root or set RESNET_PADDING_CONFIGS" in proc.stderr

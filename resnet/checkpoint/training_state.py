@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import CheckpointError, load_checkpoint, recorded_grid, save_checkpoint
-from .errors import describe
+from .errors import CheckpointError, describe
+from .read import load_checkpoint, recorded_grid
+from .save import save_checkpoint
 
 # the keys without which a file holds weights only; each with the type it must have
 REQUIRED = {"optimizer": dict, "scheduler": dict, "epoch": int, "step": int}

@@ -22,7 +22,8 @@ What lives where (the names above are imported here from them):
 * :mod:`.errors`: :class:`CheckpointError` and the one-line messages that say why a file cannot be
   used (its, and the weights loaders');
 * :mod:`.training_state`: what a train.py checkpoint holds beyond the weights
-  (:class:`~.training_state.TrainingState`).
+  (:class:`~.training_state.TrainingState`), and :func:`~.training_state.find_resume`, the
+  ``last.pt`` a ``resume=`` names.
 """
 
 from .errors import CheckpointError, CheckpointNotFound

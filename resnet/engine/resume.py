@@ -10,13 +10,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
-from ..checkpoint.training_state import TrainingState
+from ..checkpoint.training_state import TrainingState, find_resume
 from ..config import ConfigError
 from ..distributed import DistEnv
 from .checks import grid_bn
 from .optim import load_scheduler_state, scale_lr
 from .resume_rules import Difference, compare
-from .state import find_resume
 
 
 @dataclass

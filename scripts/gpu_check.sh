@@ -3,7 +3,8 @@
 # ImageNet-sized JPEGs (bf16, channels_last, compile, data.decode=gpu) and an eval.py of its
 # checkpoint, nvJPEG crops against the CPU path, the decode under a concurrent backward
 # (docs/gpu.md); one report.json and a summary.md in one folder. The steps are
-# benchmarks/gpu_check.py (its --help says what each measures); this script finds a Python for it.
+# benchmarks/gpu_check/, one module a step (its --help says what each measures); this script finds
+# a Python for it.
 # Usage: bash scripts/gpu_check.sh [--device cuda|cpu] [--quick] [--out DIR] [--only STEPS] ...
 #   bash scripts/gpu_check.sh                         # one CUDA device
 #   bash scripts/gpu_check.sh --device cpu --quick    # smoke run of every step (the tests run it)

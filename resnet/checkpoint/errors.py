@@ -9,8 +9,9 @@ and the error, and appends torch's own first line, cut short, for the record.
 ``model.load_state_dict`` lists every differing key on a line of its own;
 :func:`key_problems` counts them and names a few.
 
-Only strings here: :mod:`resnet.checkpoint` raises them as ``CheckpointError``, the weights
-loaders (:mod:`resnet.weights`) and training (:mod:`resnet.engine`) use them too.
+The two exceptions are here (:class:`CheckpointError`, :class:`CheckpointNotFound`); otherwise
+only strings: :mod:`resnet.checkpoint` raises them as ``CheckpointError``, the weights loaders
+(:mod:`resnet.weights`) and training (:mod:`resnet.engine`) use them too.
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ SHOWN_KEYS, SHOWN_SHAPES = 3, 2  # how many names a key or shape mismatch shows
 AGAIN = "copy it again, or pass another checkpoint (train.py keeps <run dir>/last.pt)"
 TORCH_FILE = "pass a file written by torch.save, e.g. a train.py <run dir>/last.pt"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable checkpoint (or weights file). The message is one line that
+    names the file and says what to do instead. A ValueError, so that callers reporting
+    ValueErrors in one line (train.py's resume, eval.py's weights=) keep doing so."""
+
+
+class CheckpointNotFound(CheckpointError, FileNotFoundError):
+    """No file at the path given; a FileNotFoundError too, as torch.load's own was."""
 
 
 def before_reading(path: str | os.PathLike) -> tuple[str, bool] | None:

@@ -4,7 +4,8 @@ file of :mod:`resnet.checkpoint` has: one definition of its keys, written by
 :meth:`TrainingState.read`, and used as attributes by the resume, the finished-run check and the
 latest-run lookup. Evaluation reads the few keys it uses of a file that may hold weights only
 through :meth:`TrainingState.ema_of`, :meth:`TrainingState.validated_at` and
-:func:`resnet.checkpoint.recorded_grid`."""
+:func:`resnet.checkpoint.recorded_grid`. Which ``last.pt`` a run resumes from (``resume=``):
+:func:`find_resume`."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import CheckpointError, load_checkpoint, recorded_grid, save_checkpoint
-from .errors import describe
+from .errors import CheckpointError, describe
+from .read import load_checkpoint, recorded_grid
+from .save import save_checkpoint
 
 # the keys without which a file holds weights only; each with the type it must have
 REQUIRED = {"optimizer": dict, "scheduler": dict, "epoch": int, "step": int}
@@ -115,3 +117,18 @@ class TrainingState:
         data = (checkpoint.get("config") or {}).get("data") or {}
         return {"crop": data.get("val_size") or data.get("image_size"), "crop_pct": data.get("crop_pct"),
                 "interpolation": data.get("interpolation")}
+
+
+def find_resume(resume: bool | str, run_dir: Path) -> Path | None:
+    """``resume``: false, true (``run_dir/last.pt`` if it exists) or a path that must exist."""
+    if resume is False or resume is None or str(resume).lower() == "false":
+        return None
+    if resume is True or str(resume).lower() == "true":
+        path = run_dir / "last.pt"
+        return path if path.exists() else None
+    path = Path(str(resume))
+    if path.is_dir():
+        path = path / "last.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"resume={resume}: no checkpoint there; pass a last.pt path or resume=true")
+    return path

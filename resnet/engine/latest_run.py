@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import ConfigError
 from ..quoting import override
 from .ending import finished_results
-from .resume_rules import Difference, compare, flatten
+from .resume_rules import Difference, as_typed, compare, flatten
 
 DEFAULT_DIR = re.compile(r"outputs/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d")  # configs/train.yaml's hydra.run.dir
 SHOWN = 4  # candidates a line names
@@ -141,13 +141,7 @@ def _when(folder: Path) -> str:
 
 
 def _difference(d: Difference) -> str:
-    return f"{d.key}={_value(d.was)}, this run has {_value(d.now)}"
-
-
-def _value(value) -> str:
-    if isinstance(value, list):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return "null" if value is None else str(value)
+    return f"{d.key}={as_typed(d.was)}, this run has {as_typed(d.now)}"
 
 
 def _listed(items: list[tuple[str, str]], joint: str) -> str:

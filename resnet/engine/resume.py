@@ -10,13 +10,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
-from ..checkpoint.training_state import TrainingState
+from ..checkpoint.training_state import TrainingState, find_resume
 from ..config import ConfigError
 from ..distributed import DistEnv
 from .checks import grid_bn
 from .optim import load_scheduler_state, scale_lr
-from .resume_rules import Difference, compare
-from .state import find_resume
+from .resume_rules import Difference, as_typed, compare
 
 
 @dataclass
@@ -138,8 +137,8 @@ def refusal(path: Path, refused: list[Difference]) -> str:
     elif group:
         fix = f"pass the {group}= it was trained with ({group}={first.was})"
     else:
-        fix = f"pass {first.key}={_value(first.was)}"
-    return (f"{path} was trained with {first.key}={_value(first.was)}, this run has {_value(first.now)}{also}: "
+        fix = f"pass {first.key}={as_typed(first.was)}"
+    return (f"{path} was trained with {first.key}={as_typed(first.was)}, this run has {as_typed(first.now)}{also}: "
             f"{fix} to resume it, or start over in another hydra.run.dir (or with resume=false)")
 
 
@@ -149,12 +148,6 @@ def _first(refused: list[Difference]) -> Difference:
         if difference.key in GROUP_HINTS or difference.key == "padding":
             return difference
     return refused[0]
-
-
-def _value(value) -> str:
-    if isinstance(value, list):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return "null" if value is None else str(value)
 
 
 def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: str, steps_per_epoch: int) -> str | None:

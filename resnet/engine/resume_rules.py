@@ -126,9 +126,13 @@ def compare(recorded: Mapping, now: Mapping) -> tuple[list[Difference], list[Dif
     return refused, changed
 
 
-def _shown(value: object) -> str:
-    if value is None:
-        return "(not set)"
+def as_typed(value: object) -> str:
+    """A recorded value as a command line gives it (``null``, ``[a,b]``): what a refusal names, and
+    the override it says to pass."""
     if isinstance(value, list):
         return "[" + ",".join(str(v) for v in value) + "]"
-    return str(value)
+    return "null" if value is None else str(value)
+
+
+def _shown(value: object) -> str:
+    return "(not set)" if value is None else as_typed(value)

@@ -1,10 +1,9 @@
-"""Seeding, RNG snapshots, and which checkpoint a run resumes from (what it holds:
-:mod:`resnet.checkpoint.training_state`)."""
+"""Seeding and RNG snapshots (plain data, so that a checkpoint keeps them: what it holds is
+:mod:`resnet.checkpoint.training_state`, as is which checkpoint a run resumes from)."""
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -57,18 +56,3 @@ def _to_plain(obj):
 
 def _to_tuple(obj):
     return tuple(_to_tuple(x) for x in obj) if isinstance(obj, list) else obj
-
-
-def find_resume(resume: bool | str, run_dir: Path) -> Path | None:
-    """``resume``: false, true (``run_dir/last.pt`` if it exists) or a path that must exist."""
-    if resume is False or resume is None or str(resume).lower() == "false":
-        return None
-    if resume is True or str(resume).lower() == "true":
-        path = run_dir / "last.pt"
-        return path if path.exists() else None
-    path = Path(str(resume))
-    if path.is_dir():
-        path = path / "last.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"resume={resume}: no checkpoint there; pass a last.pt path or resume=true")
-    return path

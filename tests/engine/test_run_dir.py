@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from omegaconf import OmegaConf
 
-import resnet.checkpoint
+import resnet.checkpoint.save
 from resnet.checkpoint import load_checkpoint
 from resnet.config import ConfigError
 from resnet.engine import latest_run
@@ -115,7 +115,7 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint_and_stops_in_one
         saves.append(path)
         return file if len(saves) == 1 else _FullDisk(file, room=50_000)  # the second save fills the disk
 
-    monkeypatch.setattr(resnet.checkpoint, "open", open_on_a_disk_that_fills, raising=False)
+    monkeypatch.setattr(resnet.checkpoint.save, "open", open_on_a_disk_that_fills, raising=False)
     with pytest.raises(CheckpointWriteError) as failed:
         run_in_process(tiny_folder, tmp_path, "epochs=3")
     message = str(failed.value)

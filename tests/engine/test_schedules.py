@@ -10,7 +10,7 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from torch.optim import lr_scheduler
 
-from resnet.checkpoint import _check_plain
+from resnet.checkpoint.save import _check_plain
 from resnet.engine.optim import build_optimizer, build_scheduler, load_scheduler_state, scheduler_state
 
 PEAK = 0.4

@@ -17,7 +17,7 @@ TABLE_HEAD = "| step | status | key figures | seconds |"
 
 
 def check(args: list[str], out) -> tuple[object, dict, str]:
-    # gpu_check.py and the train.py / eval.py it runs are forked from the tests' server where it is up
+    # benchmarks.gpu_check and the train.py / eval.py it runs are forked from the tests' server where it is up
     python = procs.forking_python()
     env = {"GPU_CHECK_PYTHON": python, "PYTHON_EXEC": python} if python else {}
     done = procs.run(["bash", "scripts/gpu_check.sh", *args, "--out", out], env, timeout=240)
@@ -88,7 +88,7 @@ def test_a_failing_step_makes_the_exit_status_non_zero_and_is_named_in_the_summa
 
 
 def test_parity_fails_on_our_code_or_a_wrong_decoder_not_on_nvjpegs_own_rounding():
-    from benchmarks.gpu_check import parity_problems
+    from benchmarks.gpu_check.parity import parity_problems
 
     # the first H100 run's decoders: up to 37 levels apart at edges, 2.5 on average; our code not yet measured
     h100 = {"code_part_max_abs_diff": 0, "decoder_mean_abs_diff": 2.52, "decoder_max_abs_diff": 37,

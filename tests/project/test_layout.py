@@ -1,5 +1,5 @@
 """The layout holds: no import circles inside the project, evaluation independent of training, data/
-independent of resnet/."""
+independent of resnet/, and a package whose docstring maps its modules names every one."""
 
 from __future__ import annotations
 
@@ -239,3 +239,32 @@ def test_functions_read_in_one_screen():
     lengths = function_lengths()
     assert lengths["resnet/engine/run.py:_train"] <= 60
     assert {where: n for where, n in lengths.items() if n > 80} == {}
+
+
+# Packages whose docstring maps their modules: each module (and sub-package) is named there as :mod:`.name`.
+MAPPED = ("resnet/engine", "resnet/checkpoint", "resnet/report", "data/shards", "benchmarks/gpu_check")
+
+
+def unnamed_modules(package: Path) -> list[str]:
+    """The modules of ``package`` (a folder) that its ``__init__.py`` docstring does not name as
+    ``:mod:`.name``` (or by its full dotted name); ``__main__`` needs no mention."""
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    dotted = ".".join(package.relative_to(REPO).parts)
+    modules = {p.stem for p in package.glob("*.py")} | {p.parent.name for p in package.glob("*/__init__.py")}
+    named = set(re.findall(rf":mod:`(?:\.|{re.escape(dotted)}\.)(\w+)`", doc))
+    return sorted(modules - named - {"__init__", "__main__"})
+
+
+def test_a_mapped_packages_docstring_names_every_module():
+    found = {package: missing for package in MAPPED if (missing := unnamed_modules(REPO / package))}
+    assert found == {}
+
+
+def test_the_map_check_sees_an_unnamed_module(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    for name in ("run.py", "loop.py", "state.py", "__main__.py", "sub/__init__.py"):
+        (package / name).write_text("")
+    (package / "__init__.py").write_text('"""Training: :mod:`.run` its body; loop.py one epoch; a run\'s state."""\n')
+    assert unnamed_modules(package) == ["loop", "state", "sub"]

@@ -1,0 +1,51 @@
+"""Reading a file: :func:`read_torch_file` (any torch file, without running pickled code) and
+:func:`load_checkpoint` (a checkpoint, checked by :mod:`.format`); :func:`recorded_grid`, what a
+checkpoint read says of its grid."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import torch
+
+from ..grid import grid_bn_of
+from .errors import CheckpointError, CheckpointNotFound, before_reading, unreadable
+from .format import _checked
+
+
+def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> object:
+    """``torch.load(path, weights_only=True)``; any failure is one :class:`CheckpointError` line.
+
+    ``weights_only=True`` refuses any pickled object instead of constructing it, so nothing
+    in the file runs. A damaged file makes torch.load raise almost anything; each failure
+    says what the file is (missing, empty, cut short, not a torch file, pickled code) and
+    what to do, with torch's own first line in parentheses (:mod:`resnet.checkpoint.errors`).
+    """
+    problem = before_reading(path) if isinstance(path, (str, os.PathLike)) else None
+    if problem is not None:
+        message, missing = problem
+        raise (CheckpointNotFound if missing else CheckpointError)(message)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # on corrupt input: RuntimeError, EOFError, UnpicklingError, KeyError, ...
+        raise CheckpointError(unreadable(path, err)) from None
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """A checkpoint :func:`save_checkpoint` wrote, read without running pickled code.
+
+    Checked before it is returned: a dict with a ``model`` state dict (tensors) and a
+    ``meta`` naming a known architecture, of a format this code reads. Anything else
+    raises :class:`CheckpointError` (one line naming the file). ``checkpoint["meta"]["arch"]``
+    is the canonical architecture name, so it compares equal to a model's ``meta.arch``.
+    """
+    return _checked(read_torch_file(path, map_location), path)
+
+
+def recorded_grid(checkpoint: Mapping) -> tuple[list[str], str]:
+    """A train.py checkpoint's grid: the presets its weights were trained for (``grid=[...]``; [] for
+    none) and what its BatchNorms keep per preset (:data:`resnet.grid.GRID_BN`), read from the
+    weights themselves. The one reading of it, for eval and resume."""
+    presets = list(checkpoint.get("grid") or [])
+    return presets, grid_bn_of(checkpoint.get("model") or {}) if presets else "shared"

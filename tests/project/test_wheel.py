@@ -52,6 +52,20 @@ def new_venv(tmp_path: Path, wheel: Path) -> Path:
     return venv
 
 
+def test_pyprojects_package_list_is_every_package_folder_and_every_config_folder():
+    """[tool.setuptools] lists the packages (the configs are one, mapped from configs/): a new
+    folder of code or configs must be listed, or the wheel leaves it out."""
+    from setuptools import find_namespace_packages
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    code = [name for name in find_namespace_packages(str(REPO), include=["resnet*", "data*"])
+            if any((REPO / name.replace(".", "/")).glob("*.py"))]  # fmt: skip
+    configs = ["resnet.configs" + ".".join(("", *p.relative_to(REPO / "configs").parts))
+               for p in [REPO / "configs", *(REPO / "configs").rglob("*")] if p.is_dir()]  # fmt: skip
+    assert sorted(setuptools["packages"]) == sorted(code + configs)
+    assert setuptools["package-dir"] == {"resnet.configs": "configs"}
+
+
 @pytest.mark.slow
 def test_the_wheel_carries_the_configs_and_every_command_runs_from_an_empty_folder(tmp_path):
     wheel = build_wheel(tmp_path)

@@ -6,13 +6,10 @@ the config (``configs/train.yaml``). The checkout's ``train.py`` runs this same 
     torchrun --nproc_per_node=8 -m resnet.cli.train +experiment=tv_v1 data.root=/data/imagenet
 """
 
+from omegaconf import DictConfig
+
 from .. import stop
-
-stop.catch()  # first: a stop signal (SLURM's USR1, a preemption's TERM, Ctrl-C) during start-up is acted on too
-
-from omegaconf import DictConfig  # noqa: E402 (after the signals are caught)
-
-from .hydra_app import hydra_command  # noqa: E402
+from .hydra_app import hydra_command
 
 
 def train(cfg: DictConfig) -> float | None:
@@ -25,7 +22,15 @@ def train(cfg: DictConfig) -> float | None:
     return train_run(cfg)["top1_err"]
 
 
-main = hydra_command("train", "resnet-train", train, training=True)
+_command = hydra_command("train", "resnet-train", train, training=True)
+
+
+def main(cfg: DictConfig | None = None) -> float | None:
+    """The command (``cfg``: a composed config instead of ``sys.argv``'s overrides). Its first act
+    catches the stop signals (SLURM's USR1, a preemption's TERM, Ctrl-C), so one during start-up is
+    acted on too; importing this module does not (a test, the demo: their own handlers stay)."""
+    stop.catch()
+    return _command(cfg)
 
 
 if __name__ == "__main__":

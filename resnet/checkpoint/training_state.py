@@ -26,6 +26,12 @@ REQUIRED = {"optimizer": dict, "scheduler": dict, "epoch": int, "step": int}
 ALWAYS = (*REQUIRED, "rng", "history", "config", "layout")
 
 
+def saved_at(epochs_done: int, batches: int | None = None) -> str:
+    """Where a save was taken, in the numbering the progress bar and the epoch lines use (from 1):
+    ``after epoch 2`` at an epoch's end, ``after batch 27 of epoch 3`` in the middle of one."""
+    return f"after epoch {epochs_done}" if batches is None else f"after batch {batches} of epoch {epochs_done + 1}"
+
+
 @dataclass
 class TrainingState:
     epoch: int  # epochs done (the epoch a mid-epoch save was in, less one)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.errors import error_line
-from ..checkpoint.training_state import TrainingState
+from ..checkpoint.training_state import TrainingState, saved_at
 from ..distributed import DistEnv, gather_objects
 from .optim import scheduler_state
 from .state import rng_state
@@ -65,8 +65,8 @@ class Checkpointer:
         if failed:
             raise CheckpointWriteError(failed)
         # every rank can say what is kept (a survivor of a lost rank 0 does); worded as the resume line
-        batch = f", batch {epoch_partial['batches']}" if epoch_partial is not None else ""
-        self.kept = f"last.pt saved after epoch {epoch_done}{batch} (step {step}) is intact"
+        batches = epoch_partial["batches"] if epoch_partial is not None else None
+        self.kept = f"last.pt saved {saved_at(epoch_done, batches)} (step {step}) is intact"
         self.writes += 1
         self.saved_at = time.monotonic()
 

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
-from ..checkpoint.training_state import TrainingState, find_resume
+from ..checkpoint.training_state import TrainingState, find_resume, saved_at
 from ..config import ConfigError
 from ..distributed import DistEnv
 from .checks import grid_bn
@@ -61,8 +61,8 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     start = ResumePoint(state.epoch, state.step, list(state.history), partial, state.rng_of(env.rank),
                         [str(c) for c in changes])
     if env.is_main:
-        where = f"epoch {start.epoch}" + (f", batch {partial['batches']}" if partial else "")
-        print(f"resumed from {path} after {where} (step {start.step})")
+        where = saved_at(start.epoch, partial["batches"] if partial else None)
+        print(f"resumed from {path} {where} (step {start.step})")
         if changes:
             print(f"changed on resume: {'; '.join(start.changes)}")
     return start

@@ -86,7 +86,7 @@ def test_a_demo_stopped_mid_training_says_so_in_one_line_and_run_again_goes_on_w
     monkeypatch.setattr(engine_run, "loss_and_augment", real)
     main(args)  # the same command again
     out = capsys.readouterr().out
-    assert f"resumed from {run_dir / 'last.pt'} after epoch 0, batch 3 (step 3)" in out
+    assert f"resumed from {run_dir / 'last.pt'} after batch 3 of epoch 1 (step 3)" in out
     assert len((tmp_path / "eval.jsonl").read_text().splitlines()) == 4  # both models, under both schemes
 
 

@@ -229,7 +229,7 @@ def test_two_nodes_over_a_real_interface_preempted_by_sigterm_requeue_and_resume
     assert fields["JobState"] == "COMPLETED" and int(fields["Restarts"]) >= 1, out[-3000:]
     assert fields["NodeList"] == "node[1-2]", out[-3000:]
     assert f"stopped by SIGTERM: saved {run_dir / 'last.pt'}; requeued SLURM job {job}" in out
-    assert f"resumed from {run_dir / 'last.pt'} after epoch 1, batch 2 (step 8)" in out
+    assert f"resumed from {run_dir / 'last.pt'} after batch 2 of epoch 2 (step 8)" in out
     ranks = {tuple(line.split()[i] for i in (0, 1, 3)): line.split()[2] for line in tasks.read_text().splitlines()}
     assert sorted(ranks) == [("0", "node1", "10.231.0.1"), ("1", "node2", "10.231.0.2")]  # both runs alike
     assert ranks["0", "node1", "10.231.0.1"] != ranks["1", "node2", "10.231.0.2"]  # two network namespaces
@@ -306,7 +306,7 @@ def test_a_stop_signal_at_any_moment_ends_completed_with_the_uninterrupted_weigh
                 assert fields["Restarts"] == "1", out[-3000:]
                 assert f"stopped by SIGUSR1: saved {run_dir / 'last.pt'}; requeued SLURM job {job}" in out
                 assert "DUE TO JOB REQUEUE" in out  # slurmstepd's own words: the real scontrol requeue ended it
-                assert f"resumed from {run_dir / 'last.pt'} after epoch 0, batch 8 (step 8)" in out, out[-3000:]
+                assert f"resumed from {run_dir / 'last.pt'} after batch 8 of epoch 1 (step 8)" in out, out[-3000:]
 
         # `scontrol requeue` of a COMPLETED job: it runs again, finds its run finished, and keeps every file.
         job, log, env = jobs[0]
@@ -384,7 +384,7 @@ def test_a_dead_task_an_admin_requeue_a_full_scancel_and_a_reused_job_id_each_go
         assert f"note: outputs/slurm/resnet-test/{earlier.name} is an earlier job's" in outs["admin"]
         assert f"stopped by SIGTERM: saved {admin_dir / 'last.pt'}; requeued SLURM job " \
                f"{jobs['admin']} (by SLURM)" in outs["admin"], outs["admin"][-3000:]  # fmt: skip
-        assert "after epoch 0, batch 8 (step 8)" in outs["admin"]
+        assert "after batch 8 of epoch 1 (step 8)" in outs["admin"]
         assert_same_weights(one_task_reference, torch.load(admin_dir / "last.pt", weights_only=True))
         assert sorted(p.name for p in earlier.iterdir()) == ["results.json"]  # the earlier job's, untouched
 

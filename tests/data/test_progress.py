@@ -232,8 +232,8 @@ def test_train_py_prints_three_lines_an_epoch_to_a_pipe(tiny_folder, tmp_path, c
 
 def test_after_a_resume_the_bar_shows_the_epoch_being_trained(tiny_folder, tmp_path, capsys, monkeypatch,
                                                               no_override, one_thread):
-    """``resumed from X after epoch E, batch B`` (E epochs done): the bar goes on at epoch E + 1, from
-    batch B; steps.csv holds each epoch's rows once, 1-based."""
+    """``resumed from X after batch B of epoch E``: the bar goes on at ``train E``, from batch B;
+    steps.csv holds each epoch's rows once, 1-based, as every line numbers them."""
     nan_at(monkeypatch, 5)  # the 5th loss: the run stops, keeping the last.pt saved after 4 batches
     with pytest.raises(NonFiniteLoss, match=r"at step 5 \(epoch 1, batch 5\)"):
         run_in_process(tiny_folder, tmp_path, "checkpoint_every=2", "log_every=1")
@@ -242,7 +242,7 @@ def test_after_a_resume_the_bar_shows_the_epoch_being_trained(tiny_folder, tmp_p
     capsys.readouterr()
     run_in_process(tiny_folder, tmp_path, "checkpoint_every=2", "log_every=1", "resume=true", "stop_after=1")
     captured = capsys.readouterr()
-    assert "after epoch 0, batch 4 (step 4)" in captured.out
+    assert "after batch 4 of epoch 1 (step 4)" in captured.out
     assert [line.split(":")[0] for line in captured.err.splitlines() if line.startswith("train ")] == ["train 1"] * 2
     assert progress_lines(captured.err, "train 1")[0].startswith("train 1: 5/6 batches")
     run_in_process(tiny_folder, tmp_path, "checkpoint_every=2", "log_every=1", "resume=true")

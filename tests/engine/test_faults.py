@@ -119,7 +119,7 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
 def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread,
                                                                   capsys):
     # 6 batches an epoch, a checkpoint every 2: killed at the 5th step, it resumes after batch 4 of
-    # the first epoch ("after epoch 0": none done) and must end where the uninterrupted run ends
+    # the first epoch ("after batch 4 of epoch 1") and must end where the uninterrupted run ends
     # (loader workers and augmentation on).
     common = ("epochs=2", "seed=7", "checkpoint_every=2", "data.workers=2", "data.augment=true")
     run_in_process(tiny_folder, tmp_path / "straight", *common)
@@ -129,7 +129,7 @@ def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wr
     saved = load_checkpoint(run_dir / "last.pt")
     assert (saved["epoch"], saved["step"], saved["epoch_partial"]["batches"]) == (0, 4, 4)
     run_in_process(tiny_folder, run_dir, *common, "resume=true")
-    assert "after epoch 0, batch 4 (step 4)" in capsys.readouterr().out
+    assert "after batch 4 of epoch 1 (step 4)" in capsys.readouterr().out
     assert_same_training(load_checkpoint(tmp_path / "straight" / "last.pt"), load_checkpoint(run_dir / "last.pt"))
     straight, resumed = read_csv(tmp_path / "straight" / "metrics.csv"), read_csv(run_dir / "metrics.csv")
     assert [r["train_loss"] for r in resumed] == [r["train_loss"] for r in straight]  # the partial epoch's sums too
@@ -221,7 +221,7 @@ def test_sigterm_sigint_and_sighup_save_mid_epoch_print_the_resume_command_and_i
     assert command[:2] == ["python", "train.py"] and f"hydra.run.dir={run_dir}" in command and "resume=true" in command
     resumed = launch([PY, *command[1:]])  # the printed command, as typed
     assert_status(resumed, 0)
-    assert "resumed from" in resumed.stdout and "after epoch 1, batch 2 (step 8)" in resumed.stdout
+    assert "resumed from" in resumed.stdout and "after batch 2 of epoch 2 (step 8)" in resumed.stdout
     assert_same_training(load_checkpoint(straight / "last.pt"), load_checkpoint(run_dir / "last.pt"))
     assert untimed_results(run_dir) == untimed_results(straight)
 
@@ -467,7 +467,7 @@ def test_a_state_gone_non_finite_is_never_saved_and_a_lower_lr_resumes_from_the_
     monkeypatch.setattr(engine_run, "build_optimizer", overflowing)
     with pytest.raises(RunFailed, match=r"^the training state went non-finite by step 5 \(") as stopped:
         run_in_process(tiny_folder, tmp_path / "run", "checkpoint_every=1")
-    assert "last.pt saved after epoch 0, batch 4 (step 4) is intact. Resume from it with a lower LR" in str(
+    assert "last.pt saved after batch 4 of epoch 1 (step 4) is intact. Resume from it with a lower LR" in str(
         stopped.value)
     monkeypatch.setattr(engine_run, "build_optimizer", real)
     capsys.readouterr()

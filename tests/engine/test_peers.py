@@ -33,8 +33,8 @@ def torchrun_launch(test):
 
 
 # 2 processes x batch 2 of 24 images: 6 steps an epoch; the 9th loss is epoch 2's 3rd step, and with
-# checkpoint_every=2 the last save before it is after epoch 1, batch 2 (step 8)
-SAVED_BEFORE_STEP_9 = "last.pt saved after epoch 1, batch 2 (step 8) is intact"
+# checkpoint_every=2 the last save before it is after batch 2 of epoch 2 (step 8)
+SAVED_BEFORE_STEP_9 = "last.pt saved after batch 2 of epoch 2 (step 8) is intact"
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_a_dead_rank_is_named_in_one_line_and_the_printed_command_resumes_exactl
     assert command[:3] == ["torchrun", "--nproc_per_node=2", "train.py"] and f"hydra.run.dir={run_dir}" in command
     resumed = procs.run([*procs.torchrun_here(), *command[2:]], timeout=180)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "after epoch 1, batch 2 (step 8)" in resumed.stdout
+    assert "after batch 2 of epoch 2 (step 8)" in resumed.stdout
     assert_same_training(load_checkpoint(two_processes / "last.pt"), load_checkpoint(run_dir / "last.pt"))
 
 

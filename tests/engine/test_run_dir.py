@@ -289,7 +289,7 @@ def test_a_checkpoint_saved_mid_epoch_before_the_set_was_recorded_still_resumes(
     saved["layout"] = {k: v for k, v in saved["layout"].items() if not k.startswith("train_")}
     torch.save(saved, run_dir / "last.pt")
     run_in_process(tiny_folder, run_dir, "checkpoint_every=2", "resume=true")
-    assert "after epoch 0, batch 4 (step 4)" in capsys.readouterr().out
+    assert "after batch 4 of epoch 1 (step 4)" in capsys.readouterr().out
 
 
 def test_rescale_with_a_new_lr_gives_the_schedule_a_run_of_that_lr_on_the_new_set_has(tmp_path, one_thread):

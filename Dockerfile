@@ -42,7 +42,8 @@ RUN python -m pip install --no-cache-dir "torch==${TORCH_VERSION}" "torchvision=
 #    when it changes.
 COPY pyproject.toml ./
 RUN python -c "import tomllib; t = tomllib.load(open('pyproject.toml', 'rb')); p = t['project']; \
-print('\n'.join(t['build-system']['requires'] + p['dependencies'] + p['optional-dependencies']['test']))" \
+print('\n'.join(t['build-system']['requires'] + p['dependencies'] + p['optional-dependencies']['test'] \
++ p['optional-dependencies']['dashboard']))" \
         > /tmp/requirements.txt \
     && python -m pip install --no-cache-dir -r /tmp/requirements.txt \
         "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
@@ -52,7 +53,7 @@ print('\n'.join(t['build-system']['requires'] + p['dependencies'] + p['optional-
 #    makes the folders runs write to, and hands the tree to the user: a named volume mounted on
 #    outputs/ or results/ starts as app's, so it is writable without a chown.
 COPY . ./
-RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation -e ".[test]" \
+RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation -e ".[test,dashboard]" \
     && FASHION_MNIST_ROOT=/usr/share/datasets/fashion-mnist bash scripts/get_data.sh python \
     && mkdir -p outputs results wandb \
     && chown -R app:app /workspace/resnet-padding \

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Prepare everything once: a virtual environment in .venv with the project, and the built-in
 # Fashion-MNIST data. `bash scripts/setup.sh test` adds the test extras (pytest, ruff, keras,
-# onnxruntime, ...: 16 s more on a fresh machine, which the demo does without). Re-running on a
+# onnxruntime, ...: 16 s more on a fresh machine, which the demo does without). `bash scripts/setup.sh
+# min-deps` makes .venv-min instead: the test extras with every dependency at the lowest version
+# pyproject.toml allows (scripts/min_deps.py), for `bash scripts/test.sh --min-deps`. Re-running on a
 # prepared machine takes seconds: the install is skipped while pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MIN_DEPS=0
 case "${1:-}" in
     "" | test) EXTRAS=${1:-} ;;
-    *) echo "error: unknown extras '$1'; run bash scripts/setup.sh (the project) or bash scripts/setup.sh test (and its tests)" >&2
+    min-deps) EXTRAS=test; MIN_DEPS=1 ;;
+    *) echo "error: unknown extras '$1'; run bash scripts/setup.sh (the project), bash scripts/setup.sh test (and its tests) or bash scripts/setup.sh min-deps (the tests at the lowest versions)" >&2
        exit 2 ;;
 esac
 
-VENV=${VENV:-.venv}
+if [ "$MIN_DEPS" -eq 1 ]; then VENV=${VENV:-.venv-min}; else VENV=${VENV:-.venv}; fi
 PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
 SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null && SUDO="sudo -n"
 
@@ -30,9 +34,16 @@ fi
 stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
 if [ ! -f "$stamp-test" ] && { [ -n "$EXTRAS" ] || [ ! -f "$stamp" ]; }; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    if [ -n "$EXTRAS" ]; then
+    if [ "$MIN_DEPS" -eq 1 ]; then
+        # the dashboard extra is left out: wandb-workspaces needs wandb>=0.28.2, above the minimum
+        echo "[setup] installing the project and its test extras into $VENV, each dependency at its lowest allowed version"
+        "$VENV/bin/python" scripts/min_deps.py > "$VENV/constraints.txt"
+        cat "$VENV/constraints.txt" | sed 's/^/[setup]   /'
+        PIP_CONSTRAINT="$VENV/constraints.txt" "$VENV/bin/python" -m pip install -q -e ".[test]"
+        rm -f "$VENV"/.installed-* && touch "$stamp-test"
+    elif [ -n "$EXTRAS" ]; then
         echo "[setup] installing the project and its test extras into $VENV (first time: minutes)"
-        "$VENV/bin/python" -m pip install -q -e ".[test]"
+        "$VENV/bin/python" -m pip install -q -e ".[test,dashboard]"
         rm -f "$VENV"/.installed-* && touch "$stamp-test"
     else
         echo "[setup] installing the project into $VENV (first time: about a minute)"

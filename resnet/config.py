@@ -92,7 +92,13 @@ def check_data_config(data_cfg: DictConfig) -> None:
                 f"data.workers={workers} is out of range: 0 (load in the main process) to the {cores} CPU cores "
                 f"this process may use (torch warns above that); or data.workers=auto ({auto_workers()} here)"
             )
-    if in_memory(data_cfg.name) is not None:  # generated or built in: no root to check
+    memory = in_memory(data_cfg.name)
+    if memory is not None:  # generated or built in: a root only where one is given (null: its own lookup)
+        if data_cfg.get("root") is not None:
+            try:
+                memory.check_root(data_cfg.root)
+            except FileNotFoundError as err:
+                raise ConfigError(str(err)) from None
         return
     if OmegaConf.is_missing(data_cfg, "root"):
         raise ConfigError(f"data={data_cfg.name} needs data.root=/path/to/{data_cfg.name}")

@@ -9,6 +9,8 @@ Training (:func:`data.build_loaders`) and evaluation (``resnet.evaluation.loader
 registry; no other code names a dataset.
 
 Adding one is a module beside this one and a ``configs/data/<name>.yaml`` (see ``data/synthetic.py``).
+The module states the facts; the YAML reads them (``num_classes: ${dataset:num_classes}``,
+``in_chans``, ``image_size``: :func:`resnet.config.dataset_fact`) and never repeats them.
 The modules are imported when first asked for, not here: ``python -m data.fashion_mnist`` must be
 that module's first import.
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from data import DataConfig, build_loaders
-from data.registry import InMemory, OnDisk, Shards, find, in_memory, names
+from data.registry import InMemory, OnDisk, Shards, find, in_memory, in_memory_names, names
 from data.testsets import TEST_SETS
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
@@ -144,3 +144,16 @@ def test_a_wrong_data_root_is_one_line_naming_the_folder_the_files_and_what_to_t
     with pytest.raises(ConfigError, match=re.escape("data=synthetic is generated in memory and reads no files; "
                                                     f"leave data.root unset (data.root=null), not {absent}")):
         check_data_config(compose_config("train", "data=synthetic", f"data.root={absent}").data)
+
+
+@pytest.mark.parametrize("name", in_memory_names())
+def test_an_in_memory_datasets_facts_are_stated_once_in_its_module(name):
+    from omegaconf import OmegaConf
+
+    from resnet.config import DATASET_FACTS
+
+    yaml = OmegaConf.to_container(OmegaConf.load(REPO / "configs" / "data" / f"{name}.yaml"))  # as written
+    assert {fact: yaml[fact] for fact in DATASET_FACTS} == {fact: f"${{dataset:{fact}}}" for fact in DATASET_FACTS}
+    entry, data = in_memory(name), compose_config("train", f"data={name}").data
+    assert (data.num_classes, data.in_chans, data.image_size) == (len(entry.classes), entry.in_chans, entry.image_size)
+    assert compose_config("train", f"data={name}", "data.num_classes=3").data.num_classes == 3  # an override wins

@@ -22,7 +22,7 @@ class DataConfig:
     """A dataset and how its images are read, cropped and augmented (:func:`data.build_loaders`)."""
 
     name: str  # a dataset of data.registry
-    root: str | None = None  # the folder holding train/ and val/ (None: an in-memory dataset's own)
+    root: str | None = None  # holding train/ and val/, or an in-memory dataset's files (None: its own lookup)
     workers: int = 0  # decode processes per training process
     image_size: int | None = None  # None: 224 for image files, an in-memory dataset's own size
     val_size: int | None = None  # val crop when it differs from training's (FixRes); None: image_size

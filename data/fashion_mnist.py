@@ -3,6 +3,7 @@ grey 28x28 images of 10 clothing classes, read from the original idx ``.gz`` fil
 
 Where the files are looked for, first hit wins:
 
+0. ``data.root`` when set (``root`` here), and then only there;
 1. ``$FASHION_MNIST_ROOT`` when set (and then only there);
 2. ``/usr/share/datasets/fashion-mnist``: Debian's ``dataset-fashion-mnist`` package;
 3. ``~/.cache/resnet-padding/fashion-mnist``: where ``python -m data.fashion_mnist --download``
@@ -37,8 +38,20 @@ FILES = [
 ]
 
 
-def find_root() -> Path:
-    """The folder holding all four idx files; fails with one line saying how to get them."""
+def find_root(root: str | Path | None = None) -> Path:
+    """The folder holding all four idx files: ``root`` (``data.root``) when given, else the first
+    of the folders above; fails with one line saying what to type instead."""
+    if root is not None:
+        root = Path(root)
+        if all((root / name).is_file() for name in FILES):
+            return root
+        missing = [name for name in FILES if not (root / name).is_file()]
+        where = f"lacks {', '.join(missing)}" if root.is_dir() else "is not a folder"
+        raise FileNotFoundError(
+            f"data.root={root} {where}: Fashion-MNIST needs a folder holding {', '.join(FILES)}; pass "
+            "data.root=<that folder>, or data.root=null to look in $FASHION_MNIST_ROOT, "
+            f"{APT_ROOT} and {CACHE_ROOT}"
+        )
     override = os.environ.get("FASHION_MNIST_ROOT")
     candidates = [Path(override)] if override else [APT_ROOT, CACHE_ROOT]
     for root in candidates:
@@ -63,11 +76,12 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-def load_fashion_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``split`` in train / val / test (val = test) -> images uint8 [N, 1, 28, 28], labels int64 [N]."""
+def load_fashion_mnist(split: str, root: str | Path | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``split`` in train / val / test (val = test) -> images uint8 [N, 1, 28, 28], labels int64 [N];
+    read from ``root`` (``data.root``) when given, else from where :func:`find_root` looks."""
     if split not in SPLIT_PREFIX:
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLIT_PREFIX)}")
-    root, prefix = find_root(), SPLIT_PREFIX[split]
+    root, prefix = find_root(root), SPLIT_PREFIX[split]
     images = read_idx(root / f"{prefix}-images-idx3-ubyte.gz")
     labels = read_idx(root / f"{prefix}-labels-idx1-ubyte.gz")
     if len(images) != len(labels):
@@ -75,7 +89,8 @@ def load_fashion_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
 
 
-DATASET = InMemory("fashion_mnist", tuple(CLASS_NAMES), in_chans=1, image_size=28, load=load_fashion_mnist)
+DATASET = InMemory("fashion_mnist", tuple(CLASS_NAMES), in_chans=1, image_size=28, load=load_fashion_mnist,
+                   find_root=find_root)
 
 
 def download(dest: Path | None = None) -> Path:

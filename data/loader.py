@@ -123,7 +123,7 @@ def build_loaders(
                               val_images, processes_per_node)
     if isinstance(dataset, InMemory):
         crop_padding = data.crop_padding if data.augment else 0
-        train_set, val_set = dataset.open("train", crop_padding), dataset.open("val")
+        train_set, val_set = dataset.open("train", crop_padding, data.root), dataset.open("val", root=data.root)
         protocol = {"train": f"random_crop_flip(padding={crop_padding})", "val": "none"}
         class_names, in_chans, image_size = list(dataset.classes), dataset.in_chans, dataset.image_size
         workers, collate_fn = 0, pass_batch  # in memory: workers would only pickle

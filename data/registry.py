@@ -4,10 +4,13 @@ In memory: ``data=<name>`` reads ``data/<name>.py``'s ``DATASET``. Such a datase
 to live as uint8 tensors (the built-in Fashion-MNIST, the tests' CIFAR-10-shaped ``synthetic``): no
 files to index, no loader workers, random crops and flips made in memory. Its module says all the
 loaders need in one :class:`InMemory`: its classes, channels and size, and how a split is loaded
-(:meth:`InMemory.open`). Training (:func:`data.build_loaders`) and evaluation
-(``resnet.evaluation.loader``) both ask the registry; no other code names a dataset.
+(:meth:`InMemory.open`), from ``data.root`` where one is given (:meth:`InMemory.check_root`).
+Training (:func:`data.build_loaders`) and evaluation (``resnet.evaluation.loader``) both ask the
+registry; no other code names a dataset.
 
 Adding one is a module beside this one and a ``configs/data/<name>.yaml`` (see ``data/synthetic.py``).
+The module states the facts; the YAML reads them (``num_classes: ${dataset:num_classes}``,
+``in_chans``, ``image_size``: :func:`resnet.config.dataset_fact`) and never repeats them.
 The modules are imported when first asked for, not here: ``python -m data.fashion_mnist`` must be
 that module's first import.
 
@@ -41,12 +44,31 @@ class InMemory:
     classes: tuple[str, ...]
     in_chans: int  # 1 (grey) or 3 (RGB)
     image_size: int  # the side of its square images: the only size it trains and validates at
-    # "train", "val" or "test" -> images uint8 [N, in_chans, image_size, image_size], labels int64 [N];
-    load: Callable[[str], tuple[torch.Tensor, torch.Tensor]]  # "val": what validation and eval.py score
+    # ("train", "val" or "test", data.root) -> images uint8 [N, in_chans, image_size, image_size], labels int64 [N];
+    load: Callable[..., tuple[torch.Tensor, torch.Tensor]]  # "val": what validation and eval.py score
+    # data.root (None: its own lookup) -> the folder its files are read from, or one line saying what to type;
+    find_root: Callable[[str | None], object] | None = None  # None: generated, it reads no files
 
-    def open(self, split: str, crop_padding: int = 0) -> TensorImages:
-        """``split`` as a dataset of whole batches; ``crop_padding`` > 0: random crops and flips (training)."""
-        return TensorImages(*self.load(split), crop_padding=crop_padding)
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def check_root(self, root: str | None) -> None:
+        """Fails with one line where ``root`` (``data.root``) cannot be read from: a folder without
+        the dataset's files, or any folder for a dataset that reads none."""
+        if self.find_root is not None:
+            self.find_root(root)
+        elif root is not None:
+            raise FileNotFoundError(f"data={self.name} is generated in memory and reads no files; "
+                                    f"leave data.root unset (data.root=null), not {root}")
+
+    def open(self, split: str, crop_padding: int = 0, root: str | None = None) -> TensorImages:
+        """``split`` as a dataset of whole batches; ``crop_padding`` > 0: random crops and flips (training);
+        ``root``: ``data.root``, the folder its files are read from (None: the dataset's own lookup)."""
+        if self.find_root is None:
+            self.check_root(root)
+            return TensorImages(*self.load(split), crop_padding=crop_padding)
+        return TensorImages(*self.load(split, root), crop_padding=crop_padding)
 
 
 def in_memory(name: str) -> InMemory | None:

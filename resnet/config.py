@@ -92,7 +92,13 @@ def check_data_config(data_cfg: DictConfig) -> None:
                 f"data.workers={workers} is out of range: 0 (load in the main process) to the {cores} CPU cores "
                 f"this process may use (torch warns above that); or data.workers=auto ({auto_workers()} here)"
             )
-    if in_memory(data_cfg.name) is not None:  # generated or built in: no root to check
+    memory = in_memory(data_cfg.name)
+    if memory is not None:  # generated or built in: a root only where one is given (null: its own lookup)
+        if data_cfg.get("root") is not None:
+            try:
+                memory.check_root(data_cfg.root)
+            except FileNotFoundError as err:
+                raise ConfigError(str(err)) from None
         return
     if OmegaConf.is_missing(data_cfg, "root"):
         raise ConfigError(f"data={data_cfg.name} needs data.root=/path/to/{data_cfg.name}")
@@ -140,6 +146,8 @@ def register_configs() -> None:
     * ``model=<arch>`` for every architecture of :data:`resnet.archs.ARCHS`: the one model
       config, ``configs/model/resnet.yaml``, with that ``arch``;
     * the ``launch_time`` resolver (:func:`resnet.distributed.launch_time`), in the run dir's name;
+    * the ``dataset`` resolver (:func:`dataset_fact`): an in-memory dataset's YAML reads its
+      classes, channels and size from its registry entry, where they are stated once;
     * ``padding=<preset>`` for every preset of :data:`resnet.padding.PRESETS`: the preset's
       name, and a null override slot per scheme site (``padding.stem_pool=same`` fills one).
       The blur sites get no slot, so that a recipe's ``padding.block_conv_blur: true`` survives
@@ -152,6 +160,7 @@ def register_configs() -> None:
 
     # ${launch_time:%H-%M-%S}: train.yaml's run dir, the same in every process of a torchrun launch
     OmegaConf.register_new_resolver("launch_time", lambda pattern: launch_time().strftime(pattern), replace=True)
+    OmegaConf.register_new_resolver("dataset", dataset_fact, replace=True)  # ${dataset:num_classes}
     store = ConfigStore.instance()
     have = store.repo.get("model", {}), store.repo.get("padding", {})
     if all(f"{arch}.yaml" in have[0] for arch in ARCHS) and all(f"{p}.yaml" in have[1] for p in PRESETS):
@@ -161,6 +170,21 @@ def register_configs() -> None:
     for preset in PRESETS:
         store.store(group="padding", name=preset,
                     node={"preset": preset, **{site: None for site in SITES if site not in BLUR_SITES}})
+
+
+DATASET_FACTS = ("num_classes", "in_chans", "image_size")  # what ${dataset:<fact>} reads of an in-memory entry
+
+
+def dataset_fact(fact: str, *, _parent_: DictConfig) -> int:
+    """``${dataset:<fact>}`` in a ``data:`` node: that fact of the in-memory dataset its ``name``
+    names (:class:`data.registry.InMemory`), so that ``configs/data/<name>.yaml`` does not repeat
+    its module. An override (``data.num_classes=3``) replaces the interpolation as any value."""
+    name = _parent_.get("name")
+    entry = in_memory(str(name))
+    if entry is None or fact not in DATASET_FACTS:
+        raise ConfigError(f"${{dataset:{fact}}} reads {', '.join(DATASET_FACTS)} of an in-memory dataset of "
+                          f"data/ (data.name), not {fact} of {name}; write the value in the YAML instead")
+    return getattr(entry, fact)
 
 
 # --- finding and composing the configs ------------------------------------------------------

@@ -148,7 +148,7 @@ def build_eval_loader(
     many); None: all."""
     entry = _entry(name, split)
     if isinstance(entry, InMemory):
-        dataset = entry.open(split)
+        dataset = entry.open(split, root=root)
         native = dataset.images.shape[-1]
         return _shared(dataset, len(entry.classes), entry.in_chans, batch_size, 0, rank, world_size, take,
                        pass_batch, device_resize=None if protocol.resize == native else protocol.resize)

@@ -70,6 +70,17 @@ def test_model_configs_instantiate(arch):
     assert model.conv1.in_channels == 1  # Fashion-MNIST is grey
 
 
+def test_the_model_takes_the_datasets_facts_from_the_registry_or_an_override():
+    model = instantiate(compose_train("data=synthetic", "model=resnet_tiny").model)  # ${dataset:...}: data/synthetic.py
+    assert (model.fc.out_features, model.conv1.in_channels) == (10, 3)
+    model = instantiate(compose_train("data=imagefolder", "data.root=/tmp/none", "data.num_classes=3").model)
+    assert model.fc.out_features == 3
+    with pytest.raises(Exception, match=re.escape("${dataset:num_classes} reads num_classes, in_chans, image_size of "
+                                                  "an in-memory dataset of data/ (data.name), not num_classes of "
+                                                  "imagenet; write the value in the YAML instead")):
+        resolved(compose_train("data.name=imagenet"))
+
+
 def test_model_keys_override_the_one_model_config():
     cfg = compose_train("model=resnet18", "model.zero_init_residual=true")
     model = instantiate(cfg.model)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
 
 from data import DataConfig, build_loaders
-from data.registry import InMemory, OnDisk, Shards, find, in_memory, names
+from data.registry import InMemory, OnDisk, Shards, find, in_memory, in_memory_names, names
 from data.testsets import TEST_SETS
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
@@ -96,3 +97,63 @@ def test_eval_and_the_config_check_name_the_entrys_own_layout(tmp_path):
         cfg = compose_config("train", f"data={name}", f"data.root={tmp_path / 'absent'}")
         with pytest.raises(ConfigError, match=re.escape(f"{name} needs a directory holding {layout}")):
             check_data_config(cfg.data)
+
+
+def _fashion_mnist_copy(folder):
+    """A real copy of the four idx files (Debian's, or wherever they are found), in ``folder``."""
+    from data.fashion_mnist import FILES, find_root
+    from tests.helpers.builtin_data import require_fashion_mnist
+
+    require_fashion_mnist()
+    folder.mkdir()
+    for name in FILES:
+        shutil.copyfile(find_root() / name, folder / name)
+    return folder
+
+
+def test_data_root_is_where_an_in_memory_dataset_reads_its_files(tmp_path, monkeypatch):
+    from resnet.config import check_data_config
+    from resnet.evaluation.loader import EvalProtocol, build_eval_loader
+
+    root = _fashion_mnist_copy(tmp_path / "fmnist")
+    monkeypatch.setenv("FASHION_MNIST_ROOT", str(tmp_path / "not_here"))  # data.root wins over the lookup
+    loaders = build_loaders(DataConfig("fashion_mnist", root=str(root)), batch_size=500)
+    assert (loaders.num_classes, loaders.in_chans, loaders.image_size, loaders.val_size) == (10, 1, 28, 10000)
+    check_data_config(compose_config("train", f"data.root={root}").data)
+    protocol = EvalProtocol(crops=1, crop=28, resize=28, interpolation="bilinear", preprocessing="torch")
+    assert build_eval_loader("fashion_mnist", str(root), protocol, batch_size=100, workers=0, take=300).size == 300
+    (root / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(f"data.root={root} lacks t10k-labels-idx1-ubyte.gz: ")):
+        build_loaders(DataConfig("fashion_mnist", root=str(root)), batch_size=500)
+
+
+def test_a_wrong_data_root_is_one_line_naming_the_folder_the_files_and_what_to_type(tmp_path):
+    from data.fashion_mnist import APT_ROOT, CACHE_ROOT
+    from resnet.config import ConfigError, check_data_config
+
+    absent = tmp_path / "absent"
+    says = (f"data.root={absent} is not a folder: Fashion-MNIST needs a folder holding train-images-idx3-ubyte.gz, "
+            "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; pass data.root=<that "
+            f"folder>, or data.root=null to look in $FASHION_MNIST_ROOT, {APT_ROOT} and {CACHE_ROOT}")
+    with pytest.raises(FileNotFoundError) as err:
+        build_loaders(DataConfig("fashion_mnist", root=str(absent)), batch_size=8)
+    assert str(err.value) == says and "\n" not in says
+    with pytest.raises(ConfigError) as err:  # train.py and eval.py: before any work
+        check_data_config(compose_config("train", f"data.root={absent}").data)
+    assert str(err.value) == says
+    with pytest.raises(ConfigError, match=re.escape("data=synthetic is generated in memory and reads no files; "
+                                                    f"leave data.root unset (data.root=null), not {absent}")):
+        check_data_config(compose_config("train", "data=synthetic", f"data.root={absent}").data)
+
+
+@pytest.mark.parametrize("name", in_memory_names())
+def test_an_in_memory_datasets_facts_are_stated_once_in_its_module(name):
+    from omegaconf import OmegaConf
+
+    from resnet.config import DATASET_FACTS
+
+    yaml = OmegaConf.to_container(OmegaConf.load(REPO / "configs" / "data" / f"{name}.yaml"))  # as written
+    assert {fact: yaml[fact] for fact in DATASET_FACTS} == {fact: f"${{dataset:{fact}}}" for fact in DATASET_FACTS}
+    entry, data = in_memory(name), compose_config("train", f"data={name}").data
+    assert (data.num_classes, data.in_chans, data.image_size) == (len(entry.classes), entry.in_chans, entry.image_size)
+    assert compose_config("train", f"data={name}", "data.num_classes=3").data.num_classes == 3  # an override wins

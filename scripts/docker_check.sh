@@ -286,6 +286,19 @@ case $SHM_LINE in
 esac
 SHM_SIZE=$(awk 'NR==1 {print $2 " MB"}' <(grep -E "^(tmpfs|shm) " "$DIR/shm.log") 2>/dev/null || true)
 
+# --- 6. as users type it: a read-only root with the --tmpfs it needs (and a volume for the runs),
+# and the default --rm with no volume, whose first line says the run goes with the container
+STEP="--read-only; --rm without a volume"
+TINY=(epochs=1 max_steps_per_epoch=5 val_images=500)
+in_image --read-only --tmpfs /tmp -v "$VOLUME:$W/outputs" "$IMAGE" python train.py "${TINY[@]}" \
+    hydra.run.dir=outputs/read-only > "$DIR/read-only.log" 2>&1 \
+    || { tail -20 "$DIR/read-only.log" >&2; die "train.py under --read-only --tmpfs /tmp failed ($DIR/read-only.log)"; }
+in_image "$IMAGE" python train.py "${TINY[@]}" > "$DIR/no-volume.log" 2>&1 \
+    || { tail -20 "$DIR/no-volume.log" >&2; die "train.py without a volume failed ($DIR/no-volume.log)"; }
+grep -q "^training .* run folder outputs/" "$DIR/no-volume.log" || die "train.py printed no start line ($DIR/no-volume.log)"
+grep -q "^note: .* not on a volume.* -v resnet-outputs:$W/outputs " "$DIR/no-volume.log" \
+    || die "train.py without a volume did not name the -v that keeps its run ($DIR/no-volume.log)"
+
 # --- 3 and 5. the tests, in the image, on its own Python (no .venv, no network)
 STEP="tests in the image"
 if [ "$QUICK" -eq 1 ]; then TESTS=("${QUICK_TESTS[@]}"); TESTS_DESC="${#QUICK_TESTS[@]} files (--quick)"; else TESTS=(); TESTS_DESC="the whole suite"; fi
@@ -315,6 +328,7 @@ row "eval.py, outputs :ro" "as uid $OTHER: $EVAL_S s, top-1 / top-5 err % $EVAL_
 row "docker stop, resume" "stopped in $STOP_S s, exit $STOP_RC, $SAVED; resume=true: the weights of the run never stopped"
 row "" "as uid $OTHER into a host folder: last.pt owned by uid $STOP_OWNER"
 row "torchrun, no network" "--standalone --local-addr=127.0.0.1 --nproc_per_node=2 under --network=none: exit 0, world size $WORLD, $TR_S s"
+row "--read-only; no volume" "--read-only --tmpfs /tmp with a volume: trained; --rm without one: the first line names -v resnet-outputs:$W/outputs"
 row "default /dev/shm" "${SHM_SIZE:-64 MB}, 2 workers, batch 128 at 224 px: $(echo "$SHM_LINE" | cut -c1-88)"
 row "tests in the image" "bash scripts/test.sh, $TESTS_DESC: $TESTS_SUM, $TESTS_S s (torch.compile ran, with gcc)"
 echo "$line"

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.dataloader import raised_in_worker
 
 from ..config import ConfigError
+from ..container import volume_advice
 from ..distributed import DistEnv, gather_objects
 from ..quoting import app_words, command, override
 from .checkpointer import Checkpointer, RunFailed
@@ -130,7 +131,9 @@ def resume_command(run_dir: Path, env: DistEnv) -> str:
         launcher = ["torchrun", f"--nproc_per_node={env.local_world_size}"]
         if env.world_size > env.local_world_size:
             launcher.insert(1, "<its --nnodes and --rdzv flags>")
-    return command([*app_words("train", launcher), *kept, "resume=true", override("hydra.run.dir", run_dir)])
+    line = command([*app_words("train", launcher), *kept, "resume=true", override("hydra.run.dir", run_dir)])
+    advice = volume_advice(run_dir)  # docker run --rm without a volume: there is nothing to resume from
+    return line if advice is None else f"{line} (but {advice})"
 
 
 def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..config import ConfigError, padding_from_config
+from ..container import volume_advice
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..evaluation.tencrop import flip_pair
@@ -93,8 +94,10 @@ def train(cfg: DictConfig) -> dict:
             if done is not None:  # kept as it was, train.log too
                 return done
             cleanup.enter_context(run_log(run_dir, env.is_main))  # what the run prints, also in run_dir/train.log
-            if note and env.is_main:
-                print(note, flush=True)
+            if env.is_main:
+                print(start_line(cfg, env, run_dir), flush=True)  # at once: the first batch can take a minute
+                if note:
+                    print(note, flush=True)
             return _train(cfg, env, run_dir, cleanup)
     except Exception as err:
         lost = err if isinstance(err, PeerLost) else lost_peer(err, env)
@@ -112,6 +115,18 @@ def train(cfg: DictConfig) -> dict:
         heartbeat.close()
         if lost is None:  # a process group that lost a member can hang in its destructor
             shutdown(env)
+
+
+def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
+    """What this run trains, where, and into which folder: the first line it prints."""
+    padding = cfg.get("padding") or {}
+    scheme = (f"padding {padding['preset']}" if padding.get("preset") else
+              f"the grid {','.join(cfg.grid)}" if cfg.get("grid") else "its native padding")  # fmt: skip
+    processes = f", {env.world_size} processes" if env.world_size > 1 else ""
+    line = (f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} epochs "
+            f"({env.device}{processes}); run folder {run_dir}")
+    advice = volume_advice(run_dir)
+    return line if advice is None else f"{line}\nnote: {advice}"
 
 
 def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int, cache_dir: Path | None = None,

@@ -3,6 +3,7 @@ what they share.
 
 * :mod:`.train` (``resnet-train``): train a model, the app of the checkout's ``train.py``;
 * :mod:`.eval` (``resnet-eval``): evaluate weights, the app of ``eval.py``;
+* :mod:`.cross` (``resnet-cross``): evaluate trained models (a sweep's run folders) under every scheme, then the tables;
 * :mod:`.tables` (``resnet-tables``): the error tables of a results file;
 * :mod:`.seed_table` (``resnet-seed-table``): evaluate a model list under every scheme, then its tables;
 * :mod:`.demo` (``resnet-demo``): train, evaluate and re-grid on Fashion-MNIST, on a CPU;

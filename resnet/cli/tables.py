@@ -21,6 +21,13 @@ from ..report.tables import cross_matrices, log_to_wandb, reference_note, scheme
 from ..report.wandb_log import start_run
 
 DESCRIPTION = "Regenerate the error tables from a results file: ``resnet-tables``."  # --help's first line
+TABLES = ("tensornets", "cross")  # each as .md, .csv and .png (resnet.report.table_files.write_tables)
+
+
+def written_files(out: Path) -> list[Path]:
+    """The files :func:`resnet.report.table_files.write_tables` wrote into ``out``, to name them."""
+    files = [out / f"{name}.{ext}" for name in TABLES for ext in ("md", "csv", "png")]
+    return [file for file in files if file.is_file()]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     note = reference_note(scheme_table(read_rows(args.results), args.schemes, args.delta)) if args.reference else None
     if note:
         print(f"note: {note}", file=sys.stderr)
+    print(f"tables and charts: {', '.join(map(str, written_files(args.out)))}")
     if args.wandb:  # offline, in one line, where online cannot work (start_run)
         rows = read_rows(args.results)
         run = start_run({"project": args.wandb}, {"results": str(args.results)}, group=None, run_dir=args.out,

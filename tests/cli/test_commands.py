@@ -68,8 +68,8 @@ def helps() -> dict[str, tuple[int, str, str]]:
 
 
 def test_every_command_has_an_entry_point():
-    commands = {"train", "eval", "tables", "seed_table", "demo", "detect", "regrid", "export", "inspect", "figures",
-                "dashboard"}
+    commands = {"train", "eval", "cross", "tables", "seed_table", "demo", "detect", "regrid", "export", "inspect",
+                "figures", "dashboard"}
     assert {module_of(target) for target in SCRIPTS.values()} == {f"resnet.cli.{name}" for name in commands}
     assert all(name == "resnet-" + module_of(target).rpartition(".")[2].replace("_", "-")
                for name, target in SCRIPTS.items())  # fmt: skip

@@ -7,14 +7,18 @@ every "to go on" line say so and name the ``-v`` that keeps it (:func:`volume_ad
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 MARKERS = (Path("/.dockerenv"), Path("/run/.containerenv"))  # Docker's, Podman's
 MOUNTINFO = Path("/proc/self/mountinfo")
+IMAGE_ENV = "RESNET_PADDING_ENV"  # "installed": set by this project's Dockerfile
 
 
-def in_container() -> bool:
-    return any(marker.exists() for marker in MARKERS)
+def in_our_image() -> bool:
+    """Whether this is a container of this project's image (``docker run resnet-padding``), not a
+    checkout in some other container (a dev container, a CI runner), whose layout is its own."""
+    return os.environ.get(IMAGE_ENV) == "installed" and any(marker.exists() for marker in MARKERS)
 
 
 def mount_point(path: Path) -> Path:
@@ -30,9 +34,9 @@ def mount_point(path: Path) -> Path:
 
 
 def volume_advice(run_dir: Path) -> str | None:
-    """In a container, where ``run_dir`` is not on a volume or bind mount: one sentence naming the
+    """In a container of this image, where ``run_dir`` is not on a volume or bind mount: one sentence naming the
     ``-v`` that keeps it; else None."""
-    if not in_container() or mount_point(run_dir) != Path("/"):
+    if not in_our_image() or mount_point(run_dir) != Path("/"):
         return None
     absolute = run_dir.resolve()
     top = Path.cwd() / absolute.relative_to(Path.cwd()).parts[0] if absolute.is_relative_to(Path.cwd()) else absolute

@@ -28,6 +28,7 @@ def inside(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(container, "MARKERS", (marker,))
     monkeypatch.setattr(container, "MOUNTINFO", mountinfo)
+    monkeypatch.setenv(container.IMAGE_ENV, "installed")  # the image's Dockerfile sets it
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -43,6 +44,9 @@ def test_a_run_folder_in_the_containers_own_layer_gets_the_volume_to_mount(insid
 def test_a_run_folder_on_a_volume_or_outside_a_container_needs_no_advice(inside, monkeypatch):
     assert container.volume_advice(inside / "volume" / "runs" / "a") is None  # under the mount point
     assert container.mount_point(inside / "volume" / "x") == inside / "volume"
-    monkeypatch.setattr(container, "MARKERS", (inside / "no-such-marker",))
+    monkeypatch.delenv(container.IMAGE_ENV)  # a checkout in some other container: its layout is its own
+    assert container.volume_advice(Path("outputs/x")) is None
+    monkeypatch.setenv(container.IMAGE_ENV, "installed")
+    monkeypatch.setattr(container, "MARKERS", (inside / "no-such-marker",))  # the image's Python, outside Docker
     assert container.volume_advice(Path("outputs/x")) is None
     assert resume_command(Path("outputs/x"), ONE) == "python train.py resume=true hydra.run.dir=outputs/x"

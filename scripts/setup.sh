@@ -31,6 +31,15 @@ fi
 
 # One stamp per pyproject.toml: .installed-<hash> (the project), .installed-<hash>-test (and its
 # test extras, which covers the project too).
+# pip install, its progress shown as one line per package it collects and downloads (pip -q shows
+# nothing for minutes; pip's full output is hundreds of lines); its errors still reach stderr.
+pip_install() {
+    local t0=$SECONDS
+    "$VENV/bin/python" -m pip install --progress-bar off "$@" \
+        | awk '/^ *(Collecting|Downloading|Installing collected)/ { sub(/^ +/, ""); print "[setup]   " $0; fflush() }'
+    echo "[setup] installed in $(( SECONDS - t0 )) s"
+}
+
 stamp="$VENV/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
 if [ ! -f "$stamp-test" ] && { [ -n "$EXTRAS" ] || [ ! -f "$stamp" ]; }; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
@@ -39,15 +48,15 @@ if [ ! -f "$stamp-test" ] && { [ -n "$EXTRAS" ] || [ ! -f "$stamp" ]; }; then
         echo "[setup] installing the project and its test extras into $VENV, each dependency at its lowest allowed version"
         "$VENV/bin/python" scripts/min_deps.py > "$VENV/constraints.txt"
         cat "$VENV/constraints.txt" | sed 's/^/[setup]   /'
-        PIP_CONSTRAINT="$VENV/constraints.txt" "$VENV/bin/python" -m pip install -q -e ".[test]"
+        PIP_CONSTRAINT="$VENV/constraints.txt" pip_install -e ".[test]"
         rm -f "$VENV"/.installed-* && touch "$stamp-test"
     elif [ -n "$EXTRAS" ]; then
-        echo "[setup] installing the project and its test extras into $VENV (first time: minutes)"
-        "$VENV/bin/python" -m pip install -q -e ".[test,dashboard]"
+        echo "[setup] installing the project and its test extras into $VENV (first time: 3-5 minutes, most of it torch)"
+        pip_install -e ".[test,dashboard]"
         rm -f "$VENV"/.installed-* && touch "$stamp-test"
     else
-        echo "[setup] installing the project into $VENV (first time: about a minute)"
-        "$VENV/bin/python" -m pip install -q -e .
+        echo "[setup] installing the project into $VENV (first time: 2-4 minutes, most of it torch)"
+        pip_install -e .
         rm -f "$VENV"/.installed-* && touch "$stamp"
     fi
 fi

@@ -140,7 +140,7 @@ def per_grid_stem(model: nn.Module) -> nn.Module:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             out = self.weight.shape[0]  # grid_weight: presets 1.. stacked along dim 0 (4-D, for channels_last)
             weight = torch.cat((self.weight, self.grid_weight))[self.active * out : (self.active + 1) * out]
-            return conv_with_pads(_Weighted(self, weight), x, *self.pads(x))
+            return conv_with_pads(_Weighted(self, weight), x, self.applied_pad(x.shape[-2:]))
 
     stem = model.conv1
     stem.__class__ = StemPerGrid

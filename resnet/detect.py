@@ -13,7 +13,8 @@ over the best and that margin's standard error (of the per-image differences: th
 images score every preset, so the comparison is paired).
 
 Presets that pad every stride-2 layer identically at this input size (equal
-:func:`resnet.inspect.pad_table`; at odd sizes SAME is symmetric, so many collapse) are one
+:func:`resnet.inspect.pad_table`: the same amounts and modes, as each layer reports them through
+:func:`resnet.padding.layer_pad`; at odd sizes SAME is symmetric, so many collapse) are one
 group, evaluated once. Groups whose logits still agree on every image (a zero-padded max
 pool after a ReLU equals a -inf one) are merged too. Presets in one group are reported as
 indistinguishable, never picked between.
@@ -133,7 +134,8 @@ class DetectionReport:
 
 
 def preset_groups(model: nn.Module, input_size: int) -> list[tuple[str, ...]]:
-    """Presets grouped by the pad table they give ``model``'s architecture at ``input_size``."""
+    """Presets grouped by the pad table they give ``model``'s architecture at ``input_size``: a
+    pad of the same amounts in another mode (zeros, -inf, a reflection) is another group."""
     meta = model.meta
     tables: dict[tuple, list[str]] = {}
     for name in PRESETS:

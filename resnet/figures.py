@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .padding import conv_pad, make_conv
+from .padding import layer_pad, make_conv
 from .report.charts import pyplot
 
 # --- the sampling grid, measured --------------------------------------------------
@@ -31,7 +31,7 @@ class SamplingGrid:
     kernel_size: int
     stride: int
     taps: tuple[tuple[int, ...], ...]  # taps[i] = input indices read by output i
-    pad: tuple[int, int]  # (before, after) the layer applies (resnet.padding.conv_pad)
+    pad: tuple[int, int]  # (before, after) the layer says it applies (resnet.padding.layer_pad)
 
     @property
     def reached_pad(self) -> tuple[int, int]:
@@ -70,10 +70,10 @@ def sampling_grid(scheme: str, n: int, kernel_size: int, stride: int = 2) -> Sam
     col_taps = [_window(cols[:, :, 0, j].amax(0), n) for j in range(read.shape[-1])]
     if row_taps != col_taps:
         raise AssertionError(f"{scheme}: rows and columns are sampled differently: {row_taps} vs {col_taps}")
-    grid = SamplingGrid(scheme, n, k, stride, tuple(row_taps), conv_pad(scheme, n, k, stride))
+    grid = SamplingGrid(scheme, n, k, stride, tuple(row_taps), layer_pad(conv, (n, n)).h)
     reached = grid.reached_pad
     if reached[0] != grid.pad[0] or reached[1] > grid.pad[1]:
-        raise AssertionError(f"{scheme}: the layer reads pad {reached}, the formula applies {grid.pad}")
+        raise AssertionError(f"{scheme}: the layer reads pad {reached}, but reports {grid.pad}")
     return grid
 
 

@@ -5,8 +5,10 @@ stride-2 sites (stem conv, stem pool, strided block convs) follow whichever pres
 :func:`set_grid` names. Switching changes one attribute per site: no layer is rebuilt, no
 weight is copied, the modules and parameters stay the same objects. Under each preset the
 outputs equal, bit for bit, those of a model built under that preset with the same weights
-(tests/models/test_grid.py), since each site pads as that preset does and calls the same op
-(:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`).
+(tests/models/test_grid.py), since each site pads as that preset's layer says it does
+(:func:`resnet.padding.layer_pad`, pad and mode) and calls the same op
+(:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`). A conv scheme
+whose layer pads with a mode a conv cannot run on is refused when the grid is made.
 
 Training draws each step's preset from the list (:func:`draw`: a function of the seed and the
 step, so every process agrees and a resumed run draws the same). The checkpoint records the
@@ -23,24 +25,43 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .padding import BLUR_SITES, Padding, conv_pad, conv_with_pads, make_max_pool, resolve_padding, same_pads
+from .padding import (
+    BLUR_SITES,
+    CONV_PAD_MODES,
+    AppliedPad,
+    Padding,
+    conv_with_pads,
+    layer_pad,
+    make_conv,
+    make_max_pool,
+    pad_mode,
+    resolve_padding,
+)
 
 
 class GridConv2d(nn.Conv2d):
     """A strided conv whose pads follow ``schemes[active]`` (conv schemes of :mod:`resnet.padding`).
 
-    Pads that do not depend on the input size (every scheme but SAME) are fixed when the layer
-    is built; SAME's follow each input, as in :class:`resnet.padding.SameConv2d`."""
+    Each scheme's conv is built once by :func:`resnet.padding.make_conv`, on the meta device, and
+    asked for its pad (amounts and mode) at each input (:func:`resnet.padding.layer_pad`): those
+    layers are never run and hold no state (not submodules: no state-dict key). A scheme whose
+    layer pads with a mode a conv cannot run on (not one of
+    :data:`resnet.padding.CONV_PAD_MODES`) is refused here."""
 
     def __init__(self, *args, schemes: Sequence[str], **kwargs) -> None:
         super().__init__(*args, padding=0, **kwargs)
         self.schemes = tuple(schemes)
         self.active = 0
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
-        self.fixed_pads = tuple(
-            None if scheme == "same" else (conv_pad(scheme, None, kh, sh, dh), conv_pad(scheme, None, kw, sw, dw))
-            for scheme in self.schemes
-        )
+        (k, kw), (s, sw), (d, dw) = self.kernel_size, self.stride, self.dilation
+        if (k, s, d) != (kw, sw, dw):
+            raise ValueError(f"a grid conv is square, as make_conv builds it: not {self.kernel_size}/{self.stride}")
+        with torch.device("meta"):
+            self.layers = tuple(make_conv(scheme, self.in_channels, self.out_channels, k, s, self.groups,
+                                          dilation=d) for scheme in self.schemes)  # fmt: skip
+        for scheme, mode in zip(self.schemes, map(pad_mode, self.layers)):
+            if mode not in CONV_PAD_MODES:
+                raise ValueError(f"a grid conv cannot hold the {scheme!r} scheme: its layer pads with {mode!r}, "
+                                 f"and a conv runs on {', '.join(CONV_PAD_MODES)} only")
 
     @classmethod
     def like(cls, conv: nn.Conv2d, schemes: Sequence[str]) -> GridConv2d:
@@ -51,13 +72,12 @@ class GridConv2d(nn.Conv2d):
         grid.weight, grid.bias = conv.weight, conv.bias
         return grid
 
-    def pads(self, x: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
-        """The active preset's (top, bottom), (left, right) pads for ``x``."""
-        pads = self.fixed_pads[self.active]
-        return same_pads(self, x.shape[-2], x.shape[-1]) if pads is None else pads  # None: SAME, from x's size
+    def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
+        """The active preset's pad for an ``input_hw`` input: what its own layer applies."""
+        return layer_pad(self.layers[self.active], input_hw)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return conv_with_pads(self, x, *self.pads(x))
+        return conv_with_pads(self, x, self.applied_pad(x.shape[-2:]))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, schemes={self.schemes}"
@@ -70,6 +90,10 @@ class GridMaxPool2d(nn.Module):
         super().__init__()
         self.variants = nn.ModuleList(make_max_pool(scheme, value) for scheme in schemes)
         self.active = 0
+
+    def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
+        """The active preset's pool's pad (amounts and mode)."""
+        return layer_pad(self.variants[self.active], input_hw)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.variants[self.active](x)

@@ -4,25 +4,19 @@
 preset (docs/padding.md, "ResNet-50 at 224x224") for that architecture;
 ``--presets symmetric "symmetric+blur(block_conv)"`` picks the columns, blurred schemes
 included: a blurred site shows the pad of the BlurPool that subsamples there.
+
+Each row's pad and mode are the layer's own answer (:func:`resnet.padding.layer_pad`);
+this module only finds the strided layers, the size each sees, and lays out the table.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from torch import nn
 
 from .model import build_model
-from .padding import (
-    PadConv2d,
-    PadMaxPool2d,
-    SameConv2d,
-    SameMaxPool2d,
-    input_sizes,
-    is_blur_pool,
-    same_pad,
-)
+from .padding import input_sizes, is_blur_pool, layer_pad
 
 
 @dataclass(frozen=True)
@@ -34,45 +28,12 @@ class PadRow:
     input_size: tuple[int, int]
     pad_h: tuple[int, int]  # (top, bottom) actually applied
     pad_w: tuple[int, int]  # (left, right)
-    value: str  # what padded cells hold: "zero" or "-inf"; a BlurPool's pad mode ("reflect")
+    value: str  # what padded cells hold, the layer's mode (resnet.padding.PAD_MODES): "zero", "-inf", "reflect"
     site: str = ""  # the strided op's module path (a BlurPool's row: the conv or pool it subsamples for)
 
     def __post_init__(self) -> None:
         if not self.site:
             object.__setattr__(self, "site", self.layer)
-
-
-def _ceil_mode_after(n: int, k: int, s: int, p: int) -> int:
-    """Cells a ceil-mode pool reads past the image (clipped windows), as an after-pad."""
-    out = math.ceil((n + 2 * p - k) / s) + 1
-    if (out - 1) * s >= n + p:
-        out -= 1
-    return max((out - 1) * s + k - n - p, p)
-
-
-def _applied_pad(m: nn.Module, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int], str]:
-    if is_blur_pool(m):  # timm's BlurPool2d: F.pad(x, padding, mode=pad_mode), padding (left, right, top, bottom)
-        left, right, top, bottom = m.padding
-        return (top, bottom), (left, right), getattr(m, "pad_mode", "reflect")
-    if isinstance(m, SameConv2d):
-        pad_h, pad_w = m.pad_for(h, w)
-        return pad_h, pad_w, "zero"
-    if isinstance(m, PadConv2d):
-        left, right, top, bottom = m.pad
-        return (top, bottom), (left, right), "zero"
-    if isinstance(m, nn.Conv2d):
-        ph, pw = m.padding
-        return (ph, ph), (pw, pw), "zero"
-    value = "zero" if getattr(m, "value", -math.inf) == 0 else "-inf"
-    if isinstance(m, SameMaxPool2d):
-        return same_pad(h, m.kernel_size, m.stride), same_pad(w, m.kernel_size, m.stride), value
-    if isinstance(m, PadMaxPool2d):
-        left, right, top, bottom = m.pad
-        return (top, bottom), (left, right), value
-    k, s, p = m.kernel_size, m.stride, m.padding
-    if m.ceil_mode:
-        return (p, _ceil_mode_after(h, k, s, p)), (p, _ceil_mode_after(w, k, s, p)), value
-    return (p, p), (p, p), value
 
 
 def _strided_sites(model: nn.Module) -> dict[str, nn.Module]:
@@ -106,7 +67,7 @@ def pad_table(model: nn.Module, input_size: int) -> list[PadRow]:
     for name in seen:  # insertion order = forward order
         m = sites[name]
         h, w = seen[name]
-        pad_h, pad_w, value = _applied_pad(m, h, w)
+        pad = layer_pad(m, (h, w))
         site = name
         if is_blur_pool(m):
             kind, k, s, site = "blur", m.filt_size, m.stride, _blur_site(model, name)
@@ -114,8 +75,11 @@ def pad_table(model: nn.Module, input_size: int) -> list[PadRow]:
             kind, k, s = "conv", m.kernel_size[0], m.stride[0]
         else:
             kind, k, s = "pool", m.kernel_size, m.stride
-        rows.append(PadRow(name, kind, k, s, (h, w), pad_h, pad_w, value, site))
+        rows.append(PadRow(name, kind, k, s, (h, w), pad.h, pad.w, pad.mode, site))
     return rows
+
+
+_USUAL_MODE = {"conv": "zero", "pool": "-inf"}  # a cell names its mode where it is not the kind's usual one
 
 
 def _cell(row: PadRow | None) -> str:
@@ -123,7 +87,7 @@ def _cell(row: PadRow | None) -> str:
         return "–"
     if row.kind == "blur":
         return f"blur {row.pad_h} {row.value}"
-    return f"{row.pad_h}" + (" zero" if row.kind == "pool" and row.value == "zero" else "")
+    return f"{row.pad_h}" + ("" if row.value == _USUAL_MODE[row.kind] else f" {row.value}")
 
 
 def format_pad_tables(arch: str, sizes: list[int], presets: list[str]) -> str:

@@ -16,6 +16,13 @@ does its downsampling instead (docs/padding.md, "Anti-aliased downsampling (Blur
   (:func:`blur_pool`) subsamples: after the activation that follows a conv (the model and
   its blocks hold it, as ``stem_aa`` / ``aa``), right after the stem pool
   (:class:`BlurMaxPool2d`). Its filter is a non-persistent buffer: no state-dict key appears.
+
+What a built layer pads is asked of the layer, in one place: :func:`layer_pad` gives its
+:class:`AppliedPad` (the pad per side and the :data:`PAD_MODES` entry the padded cells
+hold) for an input size. Each layer class here answers for itself (``applied_pad``); the
+plain torch modules the builder makes (``nn.Conv2d``, ``nn.MaxPool2d``) and timm's
+``BlurPool2d`` are answered by :func:`layer_pad` itself. ``resnet.inspect``, ``resnet.grid``,
+``resnet.detect`` and ``resnet.figures`` ask it, so a new scheme is a layer here that answers.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ BLUR_SITES = ("stem_conv_blur", "stem_pool_blur", "block_conv_blur")  # booleans
 BLUR_FILTER_SIZE = 3  # the binomial [1, 2, 1] filter of Zhang (2019) and timm's ResNet aa_layer
 
 Pad2d = tuple[int, int, int, int]  # (left, right, top, bottom), the order F.pad takes
+# What padded cells hold: a constant ("zero", "-inf": a max pool ignores the cell) or a copy of the
+# input (F.pad's modes). A conv can run on the constant zero and on the copies (torch's padding_mode).
+PAD_MODES = ("zero", "-inf", "reflect", "replicate", "circular")
+CONV_PAD_MODES = ("zero", "reflect", "replicate", "circular")
 
 
 class UnknownScheme(ValueError):
@@ -241,11 +252,119 @@ def pool_out_size(scheme: str, n: int, k: int = 3, s: int = 2) -> int:
     raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
 
 
+# --- what a built layer pads ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppliedPad:
+    """The pad one layer applies to an input of one size: cells added per side, and what they
+    hold (one of :data:`PAD_MODES`). Where the layer pads implicitly (a conv's ``padding``, a
+    ceil-mode pool's clipped windows), this is the explicit pad that gives the same output."""
+
+    top: int
+    bottom: int
+    left: int
+    right: int
+    mode: str = "zero"
+
+    def __post_init__(self) -> None:
+        if self.mode not in PAD_MODES:
+            raise ValueError(f"unknown pad mode {self.mode!r}; the modes are {', '.join(PAD_MODES)}")
+
+    @classmethod
+    def of(cls, pad_h: tuple[int, int], pad_w: tuple[int, int], mode: str = "zero") -> AppliedPad:
+        """From (top, bottom) and (left, right)."""
+        return cls(pad_h[0], pad_h[1], pad_w[0], pad_w[1], mode)
+
+    @classmethod
+    def from_f_pad(cls, pad: Pad2d, mode: str = "zero") -> AppliedPad:
+        """From F.pad's (left, right, top, bottom)."""
+        left, right, top, bottom = pad
+        return cls(top, bottom, left, right, mode)
+
+    @property
+    def h(self) -> tuple[int, int]:
+        return self.top, self.bottom
+
+    @property
+    def w(self) -> tuple[int, int]:
+        return self.left, self.right
+
+    @property
+    def f_pad(self) -> Pad2d:
+        """(left, right, top, bottom), the order F.pad takes."""
+        return self.left, self.right, self.top, self.bottom
+
+    @property
+    def symmetric(self) -> bool:
+        """The same before as after along each axis (a conv's or pool's own ``padding`` can apply it)."""
+        return self.top == self.bottom and self.left == self.right
+
+
+def layer_pad(module: nn.Module, input_hw: tuple[int, int]) -> AppliedPad:
+    """What ``module`` pads an ``input_hw`` (H, W) input by, and with what: the one place that says.
+
+    A layer of this project answers itself (its ``applied_pad``); the plain modules the builder
+    makes, torch's conv and max pool and timm's BlurPool2d, are answered here."""
+    own = getattr(module, "applied_pad", None)
+    if own is not None:
+        return own(tuple(input_hw))
+    h, w = input_hw
+    if is_blur_pool(module):  # timm's BlurPool2d: F.pad(x, padding, mode=pad_mode)
+        return AppliedPad.from_f_pad(tuple(module.padding), module.pad_mode)
+    if isinstance(module, nn.Conv2d):
+        if isinstance(module.padding, str):
+            raise ValueError(f"{module} pads by the name {module.padding!r}; the builder gives a conv its pad in cells")
+        (ph, pw), mode = module.padding, "zero" if module.padding_mode == "zeros" else module.padding_mode
+        return AppliedPad(ph, ph, pw, pw, mode)
+    if isinstance(module, nn.MaxPool2d):  # torch pads a max pool with -inf; ceil mode reads past the image
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_two(v) for v in (module.kernel_size, module.stride,
+                                                                     module.padding, module.dilation))
+        if not module.ceil_mode:
+            return AppliedPad(ph, ph, pw, pw, "-inf")
+        return AppliedPad.of((ph, _ceil_mode_after(h, effective_kernel(kh, dh), sh, ph)),
+                             (pw, _ceil_mode_after(w, effective_kernel(kw, dw), sw, pw)), "-inf")
+    raise TypeError(f"{type(module).__name__} is not a padding layer: no applied_pad, and not a conv, max pool "
+                    "or BlurPool2d")
+
+
+def pad_mode(module: nn.Module) -> str:
+    """What ``module``'s padded cells hold. The mode never depends on the input size, so any size tells it."""
+    return layer_pad(module, (1, 1)).mode
+
+
+def _two(value: int | tuple[int, int]) -> tuple[int, int]:
+    return tuple(value) if isinstance(value, tuple | list) else (value, value)
+
+
+def _ceil_mode_after(n: int, k: int, s: int, p: int) -> int:
+    """Cells a ceil-mode pool reads past the image (clipped windows), as an after-pad."""
+    out = math.ceil((n + 2 * p - k) / s) + 1
+    if (out - 1) * s >= n + p:
+        out -= 1
+    return max((out - 1) * s + k - n - p, p)
+
+
+def value_mode(value: float) -> str:
+    """The mode of a constant pad value: -inf or 0 (the inverse of :func:`pad_value`)."""
+    if value == -math.inf:
+        return "-inf"
+    if value == 0:
+        return "zero"
+    raise ValueError(f"a pool pads with -inf or 0, not {value}")
+
+
+_FILLS = {"zero": 0.0, "-inf": -math.inf}  # the constant modes
+
+
+def pad_input(x: torch.Tensor, pad: AppliedPad) -> torch.Tensor:
+    """``x`` padded as ``pad`` says: with its constant, or with copies of ``x``'s cells."""
+    if pad.mode in _FILLS:
+        return F.pad(x, pad.f_pad, value=_FILLS[pad.mode])
+    return F.pad(x, pad.f_pad, mode=pad.mode)
+
+
 # --- layers ------------------------------------------------------------------------
-
-
-def _pad_hw(pad_h: tuple[int, int], pad_w: tuple[int, int]) -> Pad2d:
-    return (pad_w[0], pad_w[1], pad_h[0], pad_h[1])
 
 
 class PadConv2d(nn.Conv2d):
@@ -255,6 +374,9 @@ class PadConv2d(nn.Conv2d):
     def __init__(self, *args, pad: Pad2d, **kwargs) -> None:
         super().__init__(*args, padding=0, **kwargs)
         self.pad = tuple(pad)
+
+    def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
+        return AppliedPad.from_f_pad(self.pad)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(F.pad(x, self.pad))
@@ -273,28 +395,24 @@ class SameConv2d(nn.Conv2d):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, padding=0, **kwargs)
 
-    def pad_for(self, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int]]:
-        return same_pads(self, h, w)
+    def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
+        """SAME's pads for this input size, per dimension."""
+        (h, w), (kh, kw), (sh, sw), (dh, dw) = input_hw, self.kernel_size, self.stride, self.dilation
+        return AppliedPad.of(same_pad(h, kh, sh, dh), same_pad(w, kw, sw, dw))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return conv_with_pads(self, x, *self.pad_for(x.shape[-2], x.shape[-1]))
+        return conv_with_pads(self, x, self.applied_pad(x.shape[-2:]))
 
 
-def same_pads(conv: nn.Conv2d, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """SAME's (before, after) pads of ``conv`` for an h x w input, per dimension."""
-    return (
-        same_pad(h, conv.kernel_size[0], conv.stride[0], conv.dilation[0]),
-        same_pad(w, conv.kernel_size[1], conv.stride[1], conv.dilation[1]),
-    )
-
-
-def conv_with_pads(conv: nn.Conv2d, x: torch.Tensor, pad_h: tuple[int, int], pad_w: tuple[int, int]) -> torch.Tensor:
-    """``conv``'s weights applied to ``x`` padded (before, after) by ``pad_h`` and ``pad_w``:
-    where the pads are symmetric the conv pads itself, so no copy of the input is made."""
-    if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:
-        return F.conv2d(x, conv.weight, conv.bias, conv.stride, (pad_h[0], pad_w[0]), conv.dilation, conv.groups)
-    x = F.pad(x, _pad_hw(pad_h, pad_w))
-    return F.conv2d(x, conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
+def conv_with_pads(conv: nn.Conv2d, x: torch.Tensor, pad: AppliedPad) -> torch.Tensor:
+    """``conv``'s weights applied to ``x`` padded as ``pad`` says: where the pad is symmetric
+    zeros the conv pads itself, so no copy of the input is made."""
+    if pad.mode not in CONV_PAD_MODES:
+        raise ValueError(f"a conv cannot run on cells padded with {pad.mode!r}; it pads with one of "
+                         f"{', '.join(CONV_PAD_MODES)}")
+    if pad.mode == "zero" and pad.symmetric:
+        return F.conv2d(x, conv.weight, conv.bias, conv.stride, (pad.top, pad.left), conv.dilation, conv.groups)
+    return F.conv2d(pad_input(x, pad), conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
 
 
 class PadMaxPool2d(nn.MaxPool2d):
@@ -305,6 +423,9 @@ class PadMaxPool2d(nn.MaxPool2d):
         super().__init__(kernel_size, stride, padding=0)
         self.pad = tuple(pad)
         self.value = value
+
+    def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
+        return AppliedPad.from_f_pad(self.pad, value_mode(self.value))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(F.pad(x, self.pad, value=self.value))
@@ -346,16 +467,20 @@ class SameMaxPool2d(nn.MaxPool2d):
         super().__init__(kernel_size, stride, padding=0)
         self.value = value
 
+    def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
+        """SAME's pads for this input size, per dimension."""
+        (h, w), k, s = input_hw, self.kernel_size, self.stride
+        return AppliedPad.of(same_pad(h, k, s), same_pad(w, k, s), value_mode(self.value))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k, s = self.kernel_size, self.stride
         h, w = x.shape[-2:]
-        pad_h, pad_w = same_pad(h, k, s), same_pad(w, k, s)
-        if self.value == -math.inf:
-            args = _ceil_mode_args(h, w, k, s, pad_h, pad_w)
+        pad = self.applied_pad((h, w))
+        if pad.mode == "-inf":
+            args = _ceil_mode_args(h, w, k, s, pad.h, pad.w)
             if args is not None:
                 return F.max_pool2d(x, k, s, args[0], ceil_mode=args[1])
-        x = F.pad(x, _pad_hw(pad_h, pad_w), value=self.value)
-        return F.max_pool2d(x, k, s)
+        return F.max_pool2d(pad_input(x, pad), k, s)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, value={self.value}"
@@ -388,6 +513,10 @@ class BlurMaxPool2d(nn.MaxPool2d):
         self.value = value
         self.blur = blur_pool(channels, blur_stride)
 
+    def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
+        """The stride-1 pool's pad (``blur``, the BlurPool2d, answers for its own)."""
+        return AppliedPad.from_f_pad(self.pad or (self.padding,) * 4, value_mode(self.value))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.pad is not None:
             x = F.pad(x, self.pad, value=self.value)
@@ -413,10 +542,10 @@ def init_blur_filters(model: nn.Module) -> nn.Module:
     return model
 
 
-def _static_conv(pad_h: tuple[int, int], pad_w: tuple[int, int], *args, **kwargs) -> nn.Conv2d:
-    if pad_h[0] == pad_h[1] and pad_w[0] == pad_w[1]:
-        return nn.Conv2d(*args, padding=(pad_h[0], pad_w[0]), **kwargs)
-    return PadConv2d(*args, pad=_pad_hw(pad_h, pad_w), **kwargs)
+def _static_conv(pad: AppliedPad, *args, **kwargs) -> nn.Conv2d:
+    if pad.symmetric:
+        return nn.Conv2d(*args, padding=(pad.top, pad.left), **kwargs)
+    return PadConv2d(*args, pad=pad.f_pad, **kwargs)
 
 
 def make_conv(
@@ -438,7 +567,7 @@ def make_conv(
         pad = fixed_pad(kernel_size, stride, dilation)
     else:
         pad = conv_pad(scheme, None, kernel_size, stride, dilation)
-    return _static_conv(pad, pad, *args, **kwargs)
+    return _static_conv(AppliedPad.of(pad, pad), *args, **kwargs)
 
 
 def pad_value(name: str) -> float:
@@ -531,11 +660,10 @@ def input_sizes(
 
 
 def _frozen(layer: nn.Module, h: int, w: int, explicit: bool) -> nn.Module:
+    pad = layer.applied_pad((h, w))
     if isinstance(layer, SameConv2d):
-        pad_h, pad_w = layer.pad_for(h, w)
         static = _static_conv(
-            pad_h,
-            pad_w,
+            pad,
             layer.in_channels,
             layer.out_channels,
             layer.kernel_size,
@@ -549,14 +677,13 @@ def _frozen(layer: nn.Module, h: int, w: int, explicit: bool) -> nn.Module:
         static.bias = layer.bias
         return static
     k, s = layer.kernel_size, layer.stride
-    pad_h, pad_w = same_pad(h, k, s), same_pad(w, k, s)
-    if layer.value == -math.inf:
-        if pad_h[0] == pad_h[1] == pad_w[0] == pad_w[1]:
-            return nn.MaxPool2d(k, s, padding=pad_h[0])
-        args = _ceil_mode_args(h, w, k, s, pad_h, pad_w)
+    if pad.mode == "-inf":
+        if pad.top == pad.bottom == pad.left == pad.right:
+            return nn.MaxPool2d(k, s, padding=pad.top)
+        args = _ceil_mode_args(h, w, k, s, pad.h, pad.w)
         if args is not None and not explicit:
             return nn.MaxPool2d(k, s, padding=args[0], ceil_mode=args[1])
-    return PadMaxPool2d(k, s, _pad_hw(pad_h, pad_w), layer.value)
+    return PadMaxPool2d(k, s, pad.f_pad, layer.value)
 
 
 def _set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:

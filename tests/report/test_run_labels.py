@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from resnet.report.charts import chart_rows
 from resnet.report.rows import run_labels
+from resnet.report.tables import cross_matrices, scheme_table
+from tests.report.realistic import realistic_rows
 
 SWEEP = "multirun/2026-11-28/12-18-10"
 
@@ -28,3 +31,12 @@ def test_runs_of_one_scheme_are_told_apart_by_the_shortest_part_of_their_path():
                                         "timm:resnet50.a1_in1k"]) == [
         "a (timm:resnet50.a1_in1k)", "a (torchvision:ResNet50_Weights.V2)", "a (timm:resnet50.a1_in1k)"]
     assert run_labels(["a", "a"], ["runs/x/last.pt", "runs/x/last.pt (EMA)"]) == ["a (x)", "a (x, EMA)"]
+def test_the_cross_matrix_and_the_bar_chart_name_runs_alike():
+    (matrix,) = cross_matrices(realistic_rows())
+    assert matrix.trained[:4] == ["symmetric (12-18-10)", "symmetric (12-18-10, EMA)", "symmetric (12-18-10/0)",
+                                  "symmetric (12-18-10/1)"]
+    assert not any("last.pt" in t for t in matrix.trained)
+    labelled, _ = chart_rows(scheme_table(realistic_rows()))
+    labels = [label for label, _ in labelled]
+    assert len(set(labels)) == len(labels) and not any("last.pt" in label for label in labels), labels
+    assert "resnet_tiny, trained symmetric (12-18-10/0)" in labels

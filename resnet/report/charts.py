@@ -57,14 +57,16 @@ def scheme_figure(table: SchemeTable):
     rows = [row for _, row in labelled]
     n, k = len(rows), len(table.schemes)
     panels = 2 if table.delta else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 3, 1.6 + 0.3 * n * k), squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 4, 1.6 + 0.3 * n * k), squeeze=False,
+                             layout="constrained")
     ax = axes[0, 0]
     height = 0.8 / k
     colours = plt.get_cmap("tab10")
     for j, scheme in enumerate(table.schemes):  # one bar slot per scheme; missing results leave it empty
         present = [(i, row.error(scheme, "top1_err")) for i, row in enumerate(rows)]
         present = [(i + (j - (k - 1) / 2) * height, v) for i, v in present if v is not None]
-        bars = ax.barh([y for y, _ in present], [v for _, v in present], height, label=scheme, color=colours(j))
+        bars = ax.barh([y for y, _ in present], [v for _, v in present], height, label=_wrap(scheme, 28),
+                       color=colours(j))
         ax.bar_label(bars, [VALUE.format(v) for _, v in present], padding=2, fontsize=7)
     ax.set_yticks(range(n), [label for label, _ in labelled], fontsize=8)
     ax.invert_yaxis()
@@ -72,7 +74,8 @@ def scheme_figure(table: SchemeTable):
     ax.set_title("Top-1 error per padding scheme" + (f"\n{textwrap.fill(common, 60)}" if common else ""), fontsize=9)
     for boundary in range(n - 1):
         ax.axhline(boundary + 0.5, color="0.85", linewidth=0.8)
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", ncol=min(k, 6), fontsize=8, frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8, frameon=False,
+              title="evaluated with", title_fontsize=8)  # beside the bars: never on a bar or a value
     ax.margins(x=0.15)
     if table.delta:
         ax = axes[0, 1]
@@ -87,7 +90,6 @@ def scheme_figure(table: SchemeTable):
         ax.set_xlabel("Δ top-1 error (points)")
         ax.set_title(f"{table.delta[0]} − {table.delta[1]}\n(> 0: {table.delta[0]} is worse)", fontsize=9)
         ax.margins(x=0.25)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))  # room for the legend on top
     return fig
 
 
@@ -191,9 +193,18 @@ def readable_on(background: Sequence[float]) -> str:
 
 
 def plot_regrid(table: Sequence[dict], path: Path) -> None:
+    """:func:`regrid_figure`, saved to ``path``."""
+    plt = pyplot()
+    fig = regrid_figure(table)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def regrid_figure(table: Sequence[dict]):
     """The re-gridding table (``resnet-demo``) as bars of top-1 error: the weights on
     their own grid, moved to the other grid as they are, then after each method (with the images
-    and seconds it used); a dashed line at the native error."""
+    and seconds it used); a dashed line at the native error. Each value is written past its bar
+    and past the dashed line (never on it); the legend sits beside the axes."""
     plt = pyplot()
     labels = [
         f"{row['method']}, under {row['evaluated with']}"
@@ -202,17 +213,18 @@ def plot_regrid(table: Sequence[dict], path: Path) -> None:
     ]
     errors = [row["top-1 err %"] for row in table]
     colours = ["tab:green", "tab:red"] + ["tab:blue"] * (len(table) - 2)
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * len(table)))
-    bars = ax.barh(range(len(table)), errors, 0.6, color=colours[: len(table)])
-    ax.bar_label(bars, [f"{e:.2f}" for e in errors], padding=3, fontsize=8)
-    ax.axvline(errors[0], color="tab:green", linestyle="--", linewidth=1, label="native grid")
+    fig, ax = plt.subplots(figsize=(8.5, 1.2 + 0.55 * len(table)), layout="constrained")
+    ax.barh(range(len(table)), errors, 0.6, color=colours[: len(table)])
+    native = errors[0]
+    ax.axvline(native, color="tab:green", linestyle="--", linewidth=1, label="native grid")
+    for y, error in enumerate(errors):
+        ax.annotate(VALUE.format(error), (max(error, native), y), xytext=(4, 0), textcoords="offset points",
+                    ha="left", va="center", fontsize=8)
     ax.set_yticks(range(len(table)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("top-1 error (%)")
     source, target = table[0]["evaluated with"], table[-1]["evaluated with"]
     ax.set_title(f"{source}-trained weights under {target}:\nbefore and after re-gridding", fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, frameon=False)
     ax.margins(x=0.12)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig

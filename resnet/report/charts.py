@@ -152,7 +152,7 @@ def _heatmap(ax, m: CrossMatrix, metric: str, cmap, np, plt) -> None:
     ax.set_xlabel("evaluated with")
     name = METRIC_TITLES[metric].lower()
     title = f"{m.arch}: {name} error (%), red = matched scheme"
-    ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 12 * len(m.evaluated) + 10),
+    ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 14 * len(m.evaluated) + 16),
                  fontsize=9)
     if not np.isnan(grid).all():
         ax.figure.colorbar(image, ax=ax, shrink=0.9)

@@ -3,11 +3,13 @@ one annotated heatmap per trained-with x evaluated-with matrix."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from .tables import CrossMatrix, ModelRow, SchemeTable
+from .rows import run_labels
+from .tables import METRIC_TITLES, CrossMatrix, ModelRow, SchemeTable
 
 
 def pyplot():
@@ -26,25 +28,18 @@ VALUE = "{:.2f}"  # every error (%) a chart writes, and its deltas (signed): the
 def chart_rows(table: SchemeTable) -> tuple[list[tuple[str, ModelRow]], str]:
     """The rows of ``table`` as the bar chart shows them, in the cross matrix's order (by arch,
     data and protocol, then trained scheme: :func:`resnet.report.tables.cross_matrices`), each
-    with a short label (``arch, trained <scheme>``; the weights' file where two rows would read
-    the same), and what every row shares (dataset, protocol), for the title."""
+    with a short label (``arch, trained <scheme>``, then the run where two rows would read the
+    same: :func:`resnet.report.rows.run_labels`), and what every row shares (dataset, protocol),
+    for the title."""
     from .tables import _arch_order, _scheme_order
 
     schemes = {s: i for i, s in enumerate(_scheme_order(r.trained_padding for r in table.rows))}
-    rows = sorted(table.rows, key=lambda r: (_arch_order(r.arch), r.dataset, r.protocol, schemes[r.trained_padding],
-                                             r.weights))  # fmt: skip
-    shared = {(r.dataset, r.protocol) for r in rows}
-    common = f"{rows[0].dataset}, {rows[0].protocol}" if len(shared) == 1 else ""
-    labels = [f"{r.arch}, trained {r.trained_padding}" + ("" if common else f", {r.dataset}") for r in rows]
-    labels = [f"{label}\n{_short_weights(r.weights)}" if labels.count(label) > 1 else label
-              for label, r in zip(labels, rows)]  # fmt: skip
-    return list(zip(labels, rows)), common
-
-
-def _short_weights(weights: str) -> str:
-    """``results/demo/train_symmetric/last.pt`` -> ``train_symmetric/last.pt``; a hub name as it is."""
-    parts = weights.replace("\\", "/").split("/")
-    return "/".join(parts[-2:]) if len(parts) > 2 else weights
+    shared = {(r.dataset, r.protocol) for r in table.rows}
+    common = f"{table.rows[0].dataset}, {table.rows[0].protocol}" if len(shared) == 1 else ""
+    keys = [f"{r.arch}, trained {r.trained_padding}" + ("" if common else f", {r.dataset}") for r in table.rows]
+    labelled = zip(run_labels(keys, [r.weights for r in table.rows]), table.rows)
+    return sorted(labelled, key=lambda lr: (_arch_order(lr[1].arch), lr[1].dataset, lr[1].protocol,
+                                            schemes[lr[1].trained_padding], lr[0])), common  # fmt: skip
 
 
 def plot_scheme_table(table: SchemeTable, path: Path) -> None:
@@ -62,14 +57,16 @@ def scheme_figure(table: SchemeTable):
     rows = [row for _, row in labelled]
     n, k = len(rows), len(table.schemes)
     panels = 2 if table.delta else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 3, 1.6 + 0.3 * n * k), squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 4, 1.6 + 0.3 * n * k), squeeze=False,
+                             layout="constrained")
     ax = axes[0, 0]
     height = 0.8 / k
     colours = plt.get_cmap("tab10")
     for j, scheme in enumerate(table.schemes):  # one bar slot per scheme; missing results leave it empty
         present = [(i, row.error(scheme, "top1_err")) for i, row in enumerate(rows)]
         present = [(i + (j - (k - 1) / 2) * height, v) for i, v in present if v is not None]
-        bars = ax.barh([y for y, _ in present], [v for _, v in present], height, label=scheme, color=colours(j))
+        bars = ax.barh([y for y, _ in present], [v for _, v in present], height, label=_wrap(scheme, 28),
+                       color=colours(j))
         ax.bar_label(bars, [VALUE.format(v) for _, v in present], padding=2, fontsize=7)
     ax.set_yticks(range(n), [label for label, _ in labelled], fontsize=8)
     ax.invert_yaxis()
@@ -77,7 +74,8 @@ def scheme_figure(table: SchemeTable):
     ax.set_title("Top-1 error per padding scheme" + (f"\n{textwrap.fill(common, 60)}" if common else ""), fontsize=9)
     for boundary in range(n - 1):
         ax.axhline(boundary + 0.5, color="0.85", linewidth=0.8)
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", ncol=min(k, 6), fontsize=8, frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8, frameon=False,
+              title="evaluated with", title_fontsize=8)  # beside the bars: never on a bar or a value
     ax.margins(x=0.15)
     if table.delta:
         ax = axes[0, 1]
@@ -92,7 +90,6 @@ def scheme_figure(table: SchemeTable):
         ax.set_xlabel("Δ top-1 error (points)")
         ax.set_title(f"{table.delta[0]} − {table.delta[1]}\n(> 0: {table.delta[0]} is worse)", fontsize=9)
         ax.margins(x=0.25)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))  # room for the legend on top
     return fig
 
 
@@ -105,40 +102,77 @@ def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
 
 
 def cross_figure(matrices: Sequence[CrossMatrix]):
-    """One annotated heatmap per matrix, stacked; the matched (diagonal) cells outlined in red; each
-    value in black or white, whichever reads on its cell's colour."""
+    """Per matrix, one annotated heatmap per metric (top-1, top-5) side by side, each on its own
+    colour scale; matrices stacked. The matched (diagonal) cells outlined in red; each value in
+    black or white, whichever reads on its cell's colour (:func:`readable_on`); a cell not
+    evaluated says "not run", one whose row has no top-5 (older rows) "not recorded"."""
     plt = pyplot()
     import numpy as np
 
     count = max(len(matrices), 1)
-    width = 5 + 1.3 * max((len(m.evaluated) for m in matrices), default=1)
-    heights = [2.6 + 0.55 * len(m.trained) for m in matrices] or [2.0]
-    fig, axes = plt.subplots(count, 1, figsize=(width, sum(heights)), squeeze=False,
+    panels = max((len(m.metrics) for m in matrices), default=1)
+    columns = max((len(m.evaluated) for m in matrices), default=1)
+    width = 2.2 + panels * (1.0 + 1.25 * columns)
+    heights = [2.0 + 0.15 * max(_wrap(e).count("\n") + 1 for e in m.evaluated) + 0.55 * len(m.trained)
+               for m in matrices] or [2.0]  # fmt: skip
+    fig, axes = plt.subplots(count, panels, figsize=(width, sum(heights)), squeeze=False, layout="constrained",
                              gridspec_kw={"height_ratios": heights})
     if not matrices:
         axes[0, 0].text(0.5, 0.5, "no checkpoint results", ha="center", va="center")
         axes[0, 0].axis("off")
-    for ax, m in zip(axes[:, 0], matrices):
-        grid = np.array([[np.nan if m.cell(t, e) is None else m.cell(t, e) for e in m.evaluated] for t in m.trained])
-        image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
-        for (i, j), value in np.ndenumerate(grid):
-            if np.isnan(value):
-                ax.text(j, i, "not run", ha="center", va="center", color="0.35", fontsize=8)
-            else:
-                ax.text(j, i, VALUE.format(value), ha="center", va="center", fontsize=9,
-                        color=readable_on(image.cmap(image.norm(value))))
-            if m.matched(m.trained[i], m.evaluated[j]):
-                ax.add_patch(plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="red",
-                                           linewidth=2.5))  # inset: neighbouring outlines stay apart
-        ax.set_xticks(range(len(m.evaluated)), m.evaluated, rotation=20, ha="right", fontsize=8)
-        ax.set_yticks(range(len(m.trained)), [t.replace(" (", "\n(") for t in m.trained], fontsize=8)
-        ax.set_xlabel("evaluated with")
-        ax.set_ylabel("trained with")
-        title = f"{m.arch}: {m.metric.replace('_err', '')} error (%), red = matched scheme"
-        ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 70), fontsize=9)
-        fig.colorbar(image, ax=ax, shrink=0.9)
-    fig.tight_layout()
+    cmap = plt.get_cmap("viridis_r").with_extremes(bad="white")
+    for row, m in zip(axes, matrices):
+        for ax, metric in zip(row, m.metrics):
+            _heatmap(ax, m, metric, cmap, np, plt)
+            ax.set_yticks(range(len(m.trained)), [_wrap(t.replace(" (", "\n(")) for t in m.trained] if ax is row[0]
+                          else [], fontsize=8)  # fmt: skip
+            if ax is row[0]:
+                ax.set_ylabel("trained with")
+        for ax in row[len(m.metrics):]:
+            ax.axis("off")
     return fig
+
+
+def _heatmap(ax, m: CrossMatrix, metric: str, cmap, np, plt) -> None:
+    grid = np.array([[np.nan if m.cell(t, e, metric) is None else m.cell(t, e, metric) for e in m.evaluated]
+                     for t in m.trained])  # fmt: skip
+    image = ax.imshow(grid, cmap=cmap, aspect="auto")
+    for (i, j), value in np.ndenumerate(grid):
+        t, e = m.trained[i], m.evaluated[j]
+        if np.isnan(value):
+            ax.text(j, i, "not recorded" if m.evaluated_under(t, e) else "not run", ha="center", va="center",
+                    color="0.35", fontsize=8)
+        else:
+            ax.text(j, i, VALUE.format(value), ha="center", va="center", fontsize=9,
+                    color=readable_on(image.cmap(image.norm(value))))
+        if m.matched(t, e):
+            ax.add_patch(plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="red",
+                                       linewidth=2.5))  # inset: neighbouring outlines stay apart
+    ax.set_xticks(range(len(m.evaluated)), [_wrap(e) for e in m.evaluated], fontsize=7)
+    ax.set_xlabel("evaluated with")
+    name = METRIC_TITLES[metric].lower()
+    title = f"{m.arch}: {name} error (%), red = matched scheme"
+    ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 14 * len(m.evaluated) + 16),
+                 fontsize=9)
+    if not np.isnan(grid).all():
+        ax.figure.colorbar(image, ax=ax, shrink=0.9)
+
+
+def _wrap(label: str, width: int = 16) -> str:
+    """A scheme's name on lines of about ``width`` characters, broken after ``+ [ ,`` (never
+    inside a name): ``custom(stem_conv=same, ...)``, ``symmetric+blur(block_conv)`` fit a column."""
+    lines: list[str] = []
+    for part in label.split("\n"):
+        current = ""
+        for token in re.split(r"(?<=[+\[,])\s*", part):
+            joined = current + (" " if current.endswith(",") else "") + token
+            if current and len(joined) > width:
+                lines.append(current)
+                current = token
+            else:
+                current = joined
+        lines.append(current)
+    return "\n".join(lines)
 
 
 def luminance(rgb: Sequence[float]) -> float:
@@ -159,9 +193,18 @@ def readable_on(background: Sequence[float]) -> str:
 
 
 def plot_regrid(table: Sequence[dict], path: Path) -> None:
+    """:func:`regrid_figure`, saved to ``path``."""
+    plt = pyplot()
+    fig = regrid_figure(table)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def regrid_figure(table: Sequence[dict]):
     """The re-gridding table (``resnet-demo``) as bars of top-1 error: the weights on
     their own grid, moved to the other grid as they are, then after each method (with the images
-    and seconds it used); a dashed line at the native error."""
+    and seconds it used); a dashed line at the native error. Each value is written past its bar
+    and past the dashed line (never on it); the legend sits beside the axes."""
     plt = pyplot()
     labels = [
         f"{row['method']}, under {row['evaluated with']}"
@@ -170,17 +213,18 @@ def plot_regrid(table: Sequence[dict], path: Path) -> None:
     ]
     errors = [row["top-1 err %"] for row in table]
     colours = ["tab:green", "tab:red"] + ["tab:blue"] * (len(table) - 2)
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * len(table)))
-    bars = ax.barh(range(len(table)), errors, 0.6, color=colours[: len(table)])
-    ax.bar_label(bars, [f"{e:.2f}" for e in errors], padding=3, fontsize=8)
-    ax.axvline(errors[0], color="tab:green", linestyle="--", linewidth=1, label="native grid")
+    fig, ax = plt.subplots(figsize=(8.5, 1.2 + 0.55 * len(table)), layout="constrained")
+    ax.barh(range(len(table)), errors, 0.6, color=colours[: len(table)])
+    native = errors[0]
+    ax.axvline(native, color="tab:green", linestyle="--", linewidth=1, label="native grid")
+    for y, error in enumerate(errors):
+        ax.annotate(VALUE.format(error), (max(error, native), y), xytext=(4, 0), textcoords="offset points",
+                    ha="left", va="center", fontsize=8)
     ax.set_yticks(range(len(table)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("top-1 error (%)")
     source, target = table[0]["evaluated with"], table[-1]["evaluated with"]
     ax.set_title(f"{source}-trained weights under {target}:\nbefore and after re-gridding", fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, frameon=False)
     ax.margins(x=0.12)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -128,9 +128,64 @@ def scheme_label(row: Mapping) -> str:
     return f"custom({', '.join(changed)})"
 
 
+EMA_MARK = " (EMA)"
+
+
 def weights_label(row: Mapping) -> str:
     """The weights= value, marked ``(EMA)`` for a checkpoint's EMA weights: they are other weights."""
-    return f"{row['weights']} (EMA)" if row.get("ema") else str(row["weights"])
+    return f"{row['weights']}{EMA_MARK}" if row.get("ema") else str(row["weights"])
+
+
+def run_labels(keys: Sequence[str], weights: Sequence[str]) -> list[str]:
+    """How a table or chart names each run: ``keys[i]`` (a scheme, or ``arch, trained scheme``)
+    where its weights are the only ones under that key, else ``key (run name)``, the run name
+    being the shortest tail of the weights' path that no other path under that key ends with
+    (:func:`run_names`), e.g. ``symmetric (12-18-10/0)``, ``symmetric (12-18-10, EMA)``.
+
+    ``weights``: :func:`weights_label` values (``(EMA)`` marks EMA weights). The one place
+    runs are named: the cross matrix's rows, the bar chart's."""
+    groups: dict[str, list[str]] = {}
+    for key, w in zip(keys, weights, strict=True):
+        groups.setdefault(key, [])
+        if w not in groups[key]:
+            groups[key].append(w)
+    names = {key: dict(zip(group, run_names(group))) for key, group in groups.items() if len(group) > 1}
+    return [f"{key} ({names[key][w]})" if key in names else key for key, w in zip(keys, weights)]
+
+
+def run_names(weights: Sequence[str]) -> list[str]:
+    """Short names that tell distinct weights apart (:func:`weights_label` values), e.g.
+    ``multirun/2026-11-28/12-18-10/0/last.pt``, ``.../1/last.pt`` and
+    ``outputs/2026-11-28/12-18-10/last.pt`` -> ``12-18-10/0``, ``12-18-10/1``, ``12-18-10``:
+
+    * a file name all of them share (``last.pt``) goes, and so do the folders all of them
+      start with; of what is left, each takes its shortest tail that no other path ends with;
+    * a number alone names a job of a Hydra sweep, not a run: its folder (the sweep's time)
+      comes with it;
+    * a hub name (``timm:resnet50.a1_in1k``) has no folders: it is its own name;
+    * EMA weights are named as their file, then ``, EMA``.
+    """
+    ema = [w.endswith(EMA_MARK) for w in weights]
+    paths = [tuple(w.removesuffix(EMA_MARK).replace("\\", "/").split("/")) for w in weights]
+    distinct = list(dict.fromkeys(paths))
+    if len(distinct) == 1:  # one file: its folder names it (results/demo/train_symmetric/last.pt)
+        parts = distinct[0]
+        stripped = {distinct[0]: list(parts[:-1] if len(parts) > 1 else parts)}
+    else:
+        shared_file = len({p[-1] for p in distinct}) == 1 and all(len(p) > 1 for p in distinct)
+        trimmed = [list(p[:-1]) if shared_file else list(p) for p in distinct]
+        lead = 0  # folders all of them start with, leaving each at least one part
+        while all(len(p) > lead + 1 for p in trimmed) and len({p[lead] for p in trimmed}) == 1:
+            lead += 1
+        stripped = {p: t[lead:] for p, t in zip(distinct, trimmed)}
+    short = {}
+    for path, parts in stripped.items():
+        others = [o for p, o in stripped.items() if p != path]
+        size = 1
+        while size < len(parts) and (parts[-size].isdigit() or any(o[-size:] == parts[-size:] for o in others)):
+            size += 1
+        short[path] = "/".join(parts[-size:])
+    return [short[p] + (", EMA" if e else "") for p, e in zip(paths, ema)]
 
 
 def protocol_label(row: Mapping) -> str:

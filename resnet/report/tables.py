@@ -29,7 +29,7 @@ from ..archs import ARCHS
 from ..grid import grid_members
 from ..padding import PRESETS
 from .published import TENSORNETS, tensornets_reference
-from .rows import latest_rows, protocol_label, scheme_label, weights_label
+from .rows import latest_rows, protocol_label, run_labels, scheme_label, weights_label
 
 METRICS = ("top1_err", "top5_err", "top5_err_10crop")  # the three columns of a scheme
 METRIC_TITLES = {"top1_err": "Top-1", "top5_err": "Top-5", "top5_err_10crop": "10-crop Top-5"}
@@ -114,9 +114,9 @@ def scheme_table(
         model_row = table.setdefault(key, ModelRow(*key))
         metrics = model_row.errors.setdefault(scheme, {})
         if int(r["crops"]) == 10:
-            metrics["top5_err_10crop"] = float(r["top5_err"])
+            metrics["top5_err_10crop"] = _error(r, "top5_err")
         else:
-            metrics.update(top1_err=float(r["top1_err"]), top5_err=float(r["top5_err"]))
+            metrics.update(top1_err=_error(r, "top1_err"), top5_err=_error(r, "top5_err"))
     ordered = sorted(table.values(), key=lambda m: (_arch_order(m.arch), m.weights, m.dataset, m.protocol))
     return SchemeTable(schemes, ordered, tuple(delta) if delta else None)
 
@@ -174,7 +174,7 @@ def to_markdown(
     columns: Sequence[str], records: Sequence[Mapping], bold: Collection[tuple[int, str]] = (), drop_empty: bool = True
 ) -> str:
     """A GitHub Markdown table; errors to 3 decimals as TensorNets prints them, deltas signed,
-    missing cells as '–'. ``bold``: (row index, column) cells to emphasise. ``drop_empty``:
+    missing cells as '–'. ``bold``: (row index, column) cells to emphasise (where they hold a value). ``drop_empty``:
     leave out columns with no value in any row (the CSV keeps them)."""
     if drop_empty:
         columns = [c for c in columns if any(r.get(c) is not None for r in records)]
@@ -187,7 +187,7 @@ def to_markdown(
             text = f"{value:+.3f}" if column.startswith("Δ") else f"{value:.3f}"
         else:
             text = str(value).replace("|", "\\|")
-        return f"**{text}**" if (i, column) in bold else text
+        return f"**{text}**" if (i, column) in bold and text != "–" else text  # a missing cell stays a dash
 
     numeric = [not any(isinstance(r.get(c), str) for r in records) for c in columns]
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
@@ -206,22 +206,29 @@ def write_csv(path: Path, columns: Sequence[str], records: Iterable[Mapping]) ->
 # --- the trained-with x evaluated-with matrix --------------------------------------
 
 
+CROSS_METRICS = ("top1_err", "top5_err")  # what the cross matrix shows, each as a matrix of its own
+
+
 @dataclass
 class CrossMatrix:
-    """Top-1 (or ``metric``) error of weights trained under each row's scheme, evaluated
+    """Top-1 and top-5 error (``metrics``) of weights trained under each row's scheme, evaluated
     under each column's scheme; one matrix per (arch, dataset, protocol)."""
 
     arch: str
     dataset: str
     protocol: str
-    trained: list[str]  # row labels: trained_padding, plus the weights where one scheme has several
+    trained: list[str]  # row labels: trained_padding, plus the run where one scheme has several (run_labels)
     evaluated: list[str]  # column labels: schemes
-    cells: dict[tuple[str, str], float]  # (row label, scheme) -> error in %
+    cells: dict[tuple[str, str], dict[str, float | None]]  # (row label, scheme) -> {metric: error in %}
     trained_scheme: dict[str, str]  # row label -> the scheme its weights were trained with
-    metric: str = "top1_err"
+    metrics: tuple[str, ...] = CROSS_METRICS
 
-    def cell(self, trained: str, evaluated: str) -> float | None:
-        return self.cells.get((trained, evaluated))
+    def cell(self, trained: str, evaluated: str, metric: str = "top1_err") -> float | None:
+        """The error, or None: not evaluated, or (older rows' top-5) not recorded."""
+        return self.cells.get((trained, evaluated), {}).get(metric)
+
+    def evaluated_under(self, trained: str, evaluated: str) -> bool:
+        return (trained, evaluated) in self.cells
 
     def matched(self, trained: str, evaluated: str) -> bool:
         """Trained and evaluated with the same scheme (the diagonal), or with one of a grid's."""
@@ -229,13 +236,21 @@ class CrossMatrix:
         return scheme == evaluated or evaluated in grid_members(scheme)
 
 
+def _error(row: Mapping, metric: str) -> float | None:
+    """A row's error in %, None where it has none (rows from before top-5 was recorded)."""
+    value = row.get(metric)
+    return None if value is None else float(value)
+
+
 def cross_matrices(
-    rows: Iterable[Mapping], metric: str = "top1_err", weights_sources: Collection[str] | None = ("checkpoint",)
+    rows: Iterable[Mapping], metrics: Sequence[str] = CROSS_METRICS,
+    weights_sources: Collection[str] | None = ("checkpoint",),
 ) -> list[CrossMatrix]:
     """Matrices from single-crop rows of the given ``weights_sources`` (None: all sources).
 
-    Several weights trained under the same scheme (seeds, recipes) get a row each,
-    labelled ``scheme (weights)``: they are never averaged.
+    Several weights trained under the same scheme (seeds, recipes, the runs of a sweep) get a
+    row each, labelled ``scheme (run)`` (:func:`resnet.report.rows.run_labels`): they are never
+    averaged.
     """
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in latest_rows(rows):
@@ -243,45 +258,51 @@ def cross_matrices(
             groups.setdefault((r["arch"], str(r["dataset"]), protocol_label(r)), []).append(r)
     matrices = []
     for (arch, dataset, protocol), group in sorted(groups.items(), key=lambda g: (_arch_order(g[0][0]), *g[0][1:])):
-        weights_per_scheme: dict[str, set] = {}
-        for r in group:
-            weights_per_scheme.setdefault(r["trained_padding"], set()).add((r["weights_source"], weights_label(r)))
-        shared = {scheme for scheme, weights in weights_per_scheme.items() if len(weights) > 1}
-        labels = [f"{r['trained_padding']} ({weights_label(r)})" if r["trained_padding"] in shared
-                  else r["trained_padding"] for r in group]
-        cells = {(label, scheme_label(r)): float(r[metric]) for label, r in zip(labels, group)}
+        labels = run_labels([r["trained_padding"] for r in group], [weights_label(r) for r in group])
+        cells = {(label, scheme_label(r)): {m: _error(r, m) for m in metrics} for label, r in zip(labels, group)}
         trained_scheme = {label: r["trained_padding"] for label, r in zip(labels, group)}
-        order = {s: i for i, s in enumerate(_scheme_order(weights_per_scheme))}
+        order = {s: i for i, s in enumerate(_scheme_order(trained_scheme.values()))}
         trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], t))
         evaluated = _scheme_order(e for _, e in cells)
-        matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme, metric))
+        matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme,
+                                    tuple(metrics)))
     return matrices
 
 
 def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict]]:
-    """All matrices as one wide table: arch, dataset, protocol, trained with, one column per scheme."""
+    """All matrices as one wide table: arch, dataset, protocol, trained with, then a column per
+    scheme and metric (``symmetric Top-1`` ..., then ``symmetric Top-5`` ...: tensornets.csv's names);
+    a cell not evaluated, or a top-5 not recorded, is empty."""
     schemes = _scheme_order(s for m in matrices for s in m.evaluated)
-    columns = ["arch", "dataset", "protocol", "trained with", *schemes]
+    metrics = [m for m in METRICS if any(m in matrix.metrics for matrix in matrices)] or list(CROSS_METRICS)
+    columns = ["arch", "dataset", "protocol", "trained with", *(f"{s} {METRIC_TITLES[k]}" for k in metrics
+                                                                for s in schemes)]
     records = [
         {"arch": m.arch, "dataset": m.dataset, "protocol": m.protocol, "trained with": t,
-         **{s: m.cell(t, s) for s in schemes}}
+         **{f"{s} {METRIC_TITLES[k]}": m.cell(t, s, k) for k in metrics for s in schemes}}
         for m in matrices
         for t in m.trained
-    ]
+    ]  # fmt: skip
     return columns, records
 
 
 def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
-    """One Markdown matrix per (arch, dataset, protocol); matched schemes (the diagonal) in bold."""
+    """Per (arch, dataset, protocol), a Markdown matrix for each metric (top-1, then top-5), rows
+    and columns in the same order; matched schemes (the diagonal) in bold; '–': not evaluated,
+    or a top-5 the row does not have."""
     if not matrices:
         return "No checkpoint results to cross: evaluate checkpoints under several schemes first."
     parts = []
     for m in matrices:
         columns = ["trained with \\ evaluated with", *m.evaluated]
-        records = [{columns[0]: t, **{s: m.cell(t, s) for s in m.evaluated}} for t in m.trained]
         diagonal = {(i, s) for i, t in enumerate(m.trained) for s in m.evaluated if m.matched(t, s)}
-        title = f"**{m.arch}**, {m.dataset}, {m.protocol}: {METRIC_TITLES[m.metric]} error (%)"
-        parts.append(title + "\n\n" + to_markdown(columns, records, bold=diagonal))
+        tables = []
+        for metric in m.metrics:
+            records = [{columns[0]: t, **{s: m.cell(t, s, metric) for s in m.evaluated}} for t in m.trained]
+            tables.append(f"*{METRIC_TITLES[metric]} error (%)*\n\n"
+                          + to_markdown(columns, records, bold=diagonal, drop_empty=False))
+        title = f"**{m.arch}**, {m.dataset}, {m.protocol} (matched schemes in bold)"
+        parts.append("\n\n".join([title, *tables]))
     return "\n\n".join(parts)
 
 
@@ -297,7 +318,8 @@ def wandb_table(columns: Sequence[str], records: Sequence[Mapping]):
 
 def log_to_wandb(run, table: SchemeTable, matrices: Sequence[CrossMatrix], reference: bool = False,
                  missing: Sequence[Mapping] = ()) -> None:
-    """Log both tables to a W&B run (``wandb.init(...)``), as ``padding/tensornets`` and ``padding/cross``."""
+    """Log both tables to a W&B run (``wandb.init(...)``), as ``padding/tensornets`` and ``padding/cross``
+    (the cross matrix's top-1 and top-5 columns: :func:`cross_records`)."""
     run.log({
         "padding/tensornets": wandb_table(*scheme_records(table, reference, missing)),
         "padding/cross": wandb_table(*cross_records(matrices)),

@@ -146,8 +146,8 @@ def test_cross_matrix_cells(written):
     out, _ = written
     (matrix,) = cross_matrices(read_rows(FIXTURE))  # checkpoints only: resnet_tiny
     assert (matrix.arch, matrix.dataset, matrix.protocol) == ("resnet_tiny", "fashion_mnist", TINY)
-    seed0, seed1 = "symmetric (runs/tiny-symmetric/last.pt)", "symmetric (runs/tiny-symmetric-seed1/last.pt)"
-    assert matrix.trained == [seed1, seed0, "tf_same"]  # two symmetric checkpoints: a row each
+    seed0, seed1 = "symmetric (tiny-symmetric)", "symmetric (tiny-symmetric-seed1)"  # runs/.../last.pt: run_labels
+    assert matrix.trained == [seed0, seed1, "tf_same"]  # two symmetric checkpoints: a row each
     assert matrix.evaluated == ["symmetric", "asymmetric", "tf_same", "custom(stem_conv=same)"]
     assert matrix.cell("tf_same", "tf_same") == 8.05 and matrix.cell("tf_same", "symmetric") == 10.90
     assert matrix.cell(seed0, "asymmetric") == 9.30 and matrix.cell(seed1, "asymmetric") is None
@@ -156,7 +156,7 @@ def test_cross_matrix_cells(written):
     assert "| tf_same | 10.900 | 9.800 | **8.050** | – |" in markdown
     rows = read_csv(out / "cross.csv")
     tf_same = next(r for r in rows if r["trained with"] == "tf_same")
-    assert (float(tf_same["symmetric"]), tf_same["custom(stem_conv=same)"]) == (10.90, "")
+    assert (float(tf_same["symmetric Top-1"]), tf_same["custom(stem_conv=same) Top-1"]) == (10.90, "")
     everything = cross_matrices(read_rows(FIXTURE), weights_sources=None)
     assert [m.arch for m in everything] == ["resnet50", "resnet50", "resnet50_v1", "resnet50_v2", "resnet_tiny"]
 

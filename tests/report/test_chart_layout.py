@@ -1,0 +1,116 @@
+"""No chart (regrid.png, tensornets.png, cross.png) draws text over text, a value label over a
+plotted line, text off the figure, or its legend away from its axes, checked with matplotlib's
+extents on charts drawn from realistic rows (issue 49)."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import pytest
+from matplotlib.text import Text
+
+from resnet.report.charts import plot_cross, plot_regrid, plot_scheme_table, pyplot
+from resnet.report.tables import cross_matrices, scheme_table
+from tests.report.realistic import drawn, realistic_rows
+
+
+def texts_of(fig) -> list[Text]:
+    """Every piece of text the figure draws: titles, axis labels, tick labels (of drawn ticks),
+    value labels, colorbar ticks, legend texts."""
+    found = [*fig.texts, *([fig._suptitle] if fig._suptitle else [])]
+    for ax in fig.axes:
+        found += [*ax.texts, ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        for axis in (ax.xaxis, ax.yaxis):
+            for tick in axis._update_ticks():
+                found += [tick.label1, tick.label2]
+            found.append(axis.offsetText)
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
+        if legend is not None:
+            found += [*legend.get_texts(), legend.get_title()]
+    return [t for t in found if t.get_visible() and t.get_text().strip()]
+
+
+def legends_of(fig) -> list:
+    return [legend for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)] if legend is not None]
+
+
+def overlap(a, b, tolerance: float = 0.5) -> bool:
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > tolerance and min(a.y1, b.y1) - max(a.y0, b.y0) > tolerance
+
+
+def gap(a, b) -> float:
+    """Distance in pixels between two boxes (0 when they touch or overlap)."""
+    dx = max(a.x0 - b.x1, b.x0 - a.x1, 0)
+    dy = max(a.y0 - b.y1, b.y0 - a.y1, 0)
+    return (dx**2 + dy**2) ** 0.5
+
+
+def layout_problems(fig) -> list[str]:
+    """What a reader would trip over: text over text (the legend's box counts as text), a text
+    out of the figure, a value label on a plotted line, a legend not at its axes."""
+    renderer = fig.canvas.get_renderer()
+    figure_box = fig.bbox
+    texts = texts_of(fig)
+    boxes = {id(t): t.get_window_extent(renderer) for t in texts}
+    problems = []
+    for t in texts:
+        box = boxes[id(t)]
+        if box.x0 < figure_box.x0 - 1 or box.y0 < figure_box.y0 - 1 or box.x1 > figure_box.x1 + 1 \
+                or box.y1 > figure_box.y1 + 1:  # fmt: skip
+            problems.append(f"{t.get_text()!r} is cut off by the figure's edge")
+    for a, b in combinations(texts, 2):
+        if overlap(boxes[id(a)], boxes[id(b)]):
+            problems.append(f"{a.get_text()!r} overlaps {b.get_text()!r}")
+    plots = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    for legend in legends_of(fig):
+        box = legend.get_window_extent(renderer)
+        own = {id(t) for t in [*legend.get_texts(), legend.get_title()]}
+        problems += [f"the legend covers {t.get_text()!r}" for t in texts
+                     if id(t) not in own and overlap(box, boxes[id(t)])]  # fmt: skip
+        nearest = min(gap(box, ax.get_window_extent(renderer)) for ax in plots)
+        if nearest > 0.15 * fig.dpi:
+            problems.append(f"the legend is {nearest:.0f} px from the nearest axes")
+    for ax in fig.axes:
+        for line in ax.lines:
+            path = line.get_transform().transform_path(line.get_path())
+            problems += [f"{t.get_text()!r} sits on a plotted line" for t in ax.texts
+                         if t.get_visible() and path.intersects_bbox(boxes.get(id(t)) or t.get_window_extent(renderer),
+                                                                     filled=False)]  # fmt: skip
+    return problems
+
+
+REGRID_TABLE = [  # the demo's regrid table (README), and a method that beats the native grid
+    {"weights": "trained under asymmetric", "evaluated with": "asymmetric", "method": "none (native grid)",
+     "images": 0, "seconds": 0.0, "top-1 err %": 7.02, "top-5 err %": 0.19},
+    {"weights": "trained under asymmetric", "evaluated with": "symmetric", "method": "none",
+     "images": 0, "seconds": 0.0, "top-1 err %": 18.51, "top-5 err %": 2.16},
+    {"weights": "re-gridded to symmetric", "evaluated with": "symmetric", "method": "bn",
+     "images": 5000, "seconds": 0.6, "top-1 err %": 13.95, "top-5 err %": 0.7},
+    {"weights": "re-gridded to symmetric", "evaluated with": "symmetric", "method": "distill + features, 2 passes",
+     "images": 15000, "seconds": 16.34, "top-1 err %": 7.42, "top-5 err %": 0.19},
+    {"weights": "re-gridded to symmetric", "evaluated with": "symmetric", "method": "distill + features, 4 passes",
+     "images": 30000, "seconds": 33.1, "top-1 err %": 6.71, "top-5 err %": 0.17},
+]  # fmt: skip
+FAILED_REGRID = [*REGRID_TABLE[:3], {**REGRID_TABLE[3], "method": "distill, 1 pass", "top-1 err %": 17.9}]
+
+
+@pytest.mark.parametrize("chart", ["regrid", "regrid, distillation failing", "tensornets", "tensornets, two schemes",
+                                   "cross", "cross, two schemes"])
+def test_no_chart_draws_text_over_text_or_lines_or_its_legend_away_from_its_axes(chart, monkeypatch, tmp_path):
+    rows = realistic_rows()
+    plot = {
+        "regrid": lambda: plot_regrid(REGRID_TABLE, tmp_path / "regrid.png"),
+        "regrid, distillation failing": lambda: plot_regrid(FAILED_REGRID, tmp_path / "regrid.png"),
+        "tensornets": lambda: plot_scheme_table(scheme_table(rows), tmp_path / "tensornets.png"),
+        "tensornets, two schemes": lambda: plot_scheme_table(scheme_table(rows, ["symmetric", "asymmetric"]),
+                                                             tmp_path / "tensornets.png"),
+        "cross": lambda: plot_cross(cross_matrices(rows), tmp_path / "cross.png"),
+        "cross, two schemes": lambda: plot_cross(cross_matrices([r for r in rows if r["padding_name"] in (
+            "symmetric", "asymmetric") and r["trained_padding"] in ("symmetric", "asymmetric")]), tmp_path / "c.png"),
+    }[chart]
+    figures = drawn(monkeypatch, plot)
+    try:
+        assert figures and all(layout_problems(fig) == [] for fig in figures), layout_problems(figures[0])
+    finally:
+        for fig in figures:
+            pyplot().close(fig)

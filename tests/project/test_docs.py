@@ -82,6 +82,7 @@ NOT_RUN = {
 QUICK = {
     "train.py": ["epochs=1", "max_steps_per_epoch=2", "val_images=50"],
     "eval.py": ["val_images=50"],
+    "resnet-cross": ["val_images=50"],
     "resnet-detect": ["images=20"],
     "resnet-regrid": ["images=16", "epochs=1"],
 }

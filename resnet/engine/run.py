@@ -266,7 +266,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=run_group(training.meta, training.grid),
                        resumed_epoch=start.epoch)
     with handing_over(stop, saver, run_dir, env) as fit:
-        fit.update(_fit(cfg, env, training, train_model, ctx, saver, logger, start))
+        fit.fill_from(_fit(cfg, env, training, train_model, ctx, saver, logger, start))
     results = _results(cfg, env, training, fit, run_dir, time.perf_counter() - wall_start)
     logger.finish(results, saver.path, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
     if env.is_main:

@@ -38,7 +38,7 @@ class OnDisk:
     def layouts(self, *splits: str) -> str:
         return " and ".join(self.layout(split) for split in splits)
 
-    def holding(self, *splits: str) -> str:
+    def required_contents(self, *splits: str) -> str:
         """What ``root`` must hold for ``splits``, as an error names it (and what makes it)."""
         return self.layouts(*splits) + self.hint
 
@@ -47,7 +47,7 @@ class OnDisk:
         (``purpose``: what needs them, after the name: " evaluation")."""
         if root is None or not all((Path(root) / split).is_dir() for split in splits):
             raise FileNotFoundError(f"{self.name}{purpose} needs data.root=/path/to/{self.name} holding "
-                                    f"{self.holding(*splits)}; got root={root}")
+                                    f"{self.required_contents(*splits)}; got root={root}")
         return [Path(root) / split for split in splits]
 
 

@@ -108,8 +108,8 @@ def check_data_config(data_cfg: DictConfig) -> None:
 
         what = "a file" if root is not None and Path(root).exists() else "not a directory"
         entry = find(data_cfg.name)
-        holding = LAYOUTS.get(data_cfg.name) or (entry.holding("train", "val") if entry else "its images")
-        raise ConfigError(f"data.root={root} is {what}; {data_cfg.name} needs a directory holding {holding}")
+        contents = LAYOUTS.get(data_cfg.name) or (entry.required_contents("train", "val") if entry else "its images")
+        raise ConfigError(f"data.root={root} is {what}; {data_cfg.name} needs a directory holding {contents}")
 
 
 def _site_override(cfg: DictConfig, site: str, scheme: str) -> str:

@@ -78,14 +78,15 @@ class Checkpointer:
         return lambda: time.monotonic() - self.saved_at >= 60 * minutes
 
     def _write(self, epoch_done: int, step: int, rng: list, partials: list | None) -> None:
-        t = self.training
+        training = self.training
         TrainingState(
-            epoch=epoch_done, step=step, optimizer=t.optimizer.state_dict(), scheduler=scheduler_state(t.scheduler),
-            rng=rng, history=self.history, config=self.config, layout=self.layout, grid=t.grid or None,
-            scaler=t.scaler.state_dict() if t.scaler is not None else None,
-            ema=t.ema.module.state_dict() if t.ema is not None else None,
+            epoch=epoch_done, step=step, optimizer=training.optimizer.state_dict(),
+            scheduler=scheduler_state(training.scheduler), rng=rng, history=self.history, config=self.config,
+            layout=self.layout, grid=training.grid or None,
+            scaler=training.scaler.state_dict() if training.scaler is not None else None,
+            ema=training.ema.module.state_dict() if training.ema is not None else None,
             epoch_partial=partials[0] if partials is not None else None, epoch_partial_ranks=partials,
-        ).save(self.path, t.model)
+        ).save(self.path, training.model)
 
 
 def nonfinite(training) -> list[str]:

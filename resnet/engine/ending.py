@@ -46,8 +46,11 @@ class Fit:
     def finished(self) -> bool:
         return self.trained_to >= self.epochs > 0
 
-    def update(self, other: Fit) -> None:
-        self.__dict__.update(other.__dict__)
+    def fill_from(self, other: Fit) -> None:
+        """Every field of ``other`` into this one (the fit :func:`handing_over` yielded and reads after
+        the epochs), each by name (tests/engine/test_fit.py checks that none is left out)."""
+        self.epochs, self.val, self.ema_val = other.epochs, other.val, other.ema_val
+        self.train_rate, self.history, self.trained_to = other.train_rate, other.history, other.trained_to
 
     @classmethod
     def from_history(cls, epochs: int, history: list[dict]) -> Fit:

@@ -163,7 +163,7 @@ class StepResult:
     images: int
     taken: bool
     lr: float | None = None
-    value: float | None = None
+    host_loss: float | None = None  # on_nonfinite=skip: the loss read on the host (else None, read later)
 
 
 def train_step(
@@ -193,20 +193,20 @@ def train_step(
         dynamo.maybe_mark_dynamic(images, 0)  # at a short batch (tests/models/test_recompiles.py); else a no-op
     with ctx.runtime.autocast():
         loss = ctx.loss_fn(model(images), labels)
-    value = None
+    host_loss = None
     if ctx.on_nonfinite == "skip":
         checked = _queue_check([loss], ctx.env)  # [loss, processes where it is finite]
         _backward(loss, optimizer, ctx)
-        value, finite = checked.tolist()  # the forward is done; the backward may still run
+        host_loss, finite = checked.tolist()  # the forward is done; the backward may still run
         if finite < ctx.env.world_size:
             optimizer.zero_grad(set_to_none=True)
-            return StepResult(loss.detach(), images.shape[0], taken=False, value=value)
+            return StepResult(loss.detach(), images.shape[0], taken=False, host_loss=host_loss)
     else:
         if on_loss is not None:
             on_loss(loss.detach())
         _backward(loss, optimizer, ctx)
     lr = _step(model, optimizer, scheduler, ctx, step)
-    return StepResult(loss.detach(), images.shape[0], taken=True, lr=lr, value=value)
+    return StepResult(loss.detach(), images.shape[0], taken=True, lr=lr, host_loss=host_loss)
 
 
 class _Epoch:
@@ -286,11 +286,11 @@ class _Epoch:
         stats.images += done.images
         stats.steps += 1
         self.window_images += done.images
-        if done.value is not None:  # on_nonfinite=skip: read on the host every step
-            self.read_sum += done.value * done.images
+        if done.host_loss is not None:  # on_nonfinite=skip: read on the host every step
+            self.read_sum += done.host_loss * done.images
             self.read_images += done.images
         if logs:
-            self.log(self.read_losses(queued[0]) if self.unread else done.value)
+            self.log(self.read_losses(queued[0]) if self.unread else done.host_loss)
 
     def log(self, loss: float) -> None:
         """``loss``: this step's, for steps.csv; the bar shows the epoch's running mean (its last value is

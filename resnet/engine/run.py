@@ -234,48 +234,49 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
 
     wall_start = time.perf_counter()
     seed_everything(cfg.seed + env.rank)
-    t = build_training(cfg, env, cleanup)
+    training = build_training(cfg, env, cleanup)
     from data.identity import train_identity
 
-    layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **t.loaders.order_depends_on,
-              **train_identity(t.loaders.train.dataset)}  # the set trained on: a resume on another is refused
-    start = resume(cfg, t, env, run_dir, layout)
-    train_model = wrap_for_training(t.model, env, cfg.compile, compiled_graphs(t.grid))
+    layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **training.loaders.order_depends_on,
+              **train_identity(training.loaders.train.dataset)}  # the set trained on: a resume on another is refused
+    start = resume(cfg, training, env, run_dir, layout)
+    train_model = wrap_for_training(training.model, env, cfg.compile, compiled_graphs(training.grid))
     stop = StopRequest(env).install()
     ctx = StepContext(
-        runtime=t.runtime,
-        normalize=Normalize(t.meta.preprocessing).to(env.device),
-        augment=t.augment,
-        loss_fn=t.loss_fn,
-        scaler=t.scaler,
+        runtime=training.runtime,
+        normalize=Normalize(training.meta.preprocessing).to(env.device),
+        augment=training.augment,
+        loss_fn=training.loss_fn,
+        scaler=training.scaler,
         grad_clip=cfg.grad_clip,
         on_nonfinite=cfg.on_nonfinite,
-        ema=t.ema,
+        ema=training.ema,
         ema_every=cfg.ema_every,
         freeze_bn=cfg.freeze_bn,
         log_every=cfg.log_every,
         max_steps=cfg.max_steps_per_epoch,
         checkpoint_every=cfg.checkpoint_every,
         stop=stop,
-        before_step=(lambda step: set_grid(t.model, draw(cfg.seed, step, len(t.grid)))) if t.grid else None,
+        before_step=((lambda step: set_grid(training.model, draw(cfg.seed, step, len(training.grid))))
+                     if training.grid else None),
     )
     config = OmegaConf.to_container(cfg, resolve=True)
-    saver = Checkpointer(run_dir / "last.pt", t, env, config, layout, start.history)
+    saver = Checkpointer(run_dir / "last.pt", training, env, config, layout, start.history)
     ctx.save_due = saver.due_every(cfg.get("checkpoint_minutes") or 0)
-    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=run_group(t.meta, t.grid),
+    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=run_group(training.meta, training.grid),
                        resumed_epoch=start.epoch)
     with handing_over(stop, saver, run_dir, env) as fit:
-        fit.update(_fit(cfg, env, t, train_model, ctx, saver, logger, start))
-    results = _results(cfg, env, t, fit, run_dir, time.perf_counter() - wall_start)
+        fit.fill_from(_fit(cfg, env, training, train_model, ctx, saver, logger, start))
+    results = _results(cfg, env, training, fit, run_dir, time.perf_counter() - wall_start)
     logger.finish(results, saver.path, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
     if env.is_main:
         print(_summary(results, f"results: {run_dir / 'results.json'}; weights: {saver.path}\n"
                                 f"evaluate them: {eval_command(cfg, saver.path)}"
-                                + (" (their EMA: add ema=true)" if t.ema is not None else "")))
+                                + (" (their EMA: add ema=true)" if training.ema is not None else "")))
     return results
 
 
-def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx: StepContext,
+def _fit(cfg: DictConfig, env: DistEnv, training: Training, train_model: nn.Module, ctx: StepContext,
          saver: Checkpointer, logger: RunLogger, start: ResumePoint) -> Fit:
     """The epochs from ``start``: train, validate every ``eval_every`` epochs and at the last, log,
     save ``last.pt`` at every epoch's end (and mid-epoch, through ``train_one_epoch``)."""
@@ -293,9 +294,10 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         else:  # where the interrupted run was, to the generator state
             set_rng_state(start.rng)
         steps_before = resumed.steps if resumed is not None else 0  # resumed is updated in place
-        t.loaders.set_epoch(epoch, start_step=resumed.batches if resumed is not None else 0)
+        training.loaders.set_epoch(epoch, start_step=resumed.batches if resumed is not None else 0)
         stats = train_one_epoch(
-            train_model, t.loaders.train, t.optimizer, t.scheduler, ctx, epoch, global_step, resume=resumed,
+            train_model, training.loaders.train, training.optimizer, training.scheduler, ctx, epoch, global_step,
+            resume=resumed,
             checkpoint=lambda step, s, e=epoch: saver.save(e, step, s.state()),
         )
         if stats.interrupted:
@@ -306,11 +308,11 @@ def _fit(cfg: DictConfig, env: DistEnv, t: Training, train_model: nn.Module, ctx
         fit.train_rate = stats.images_per_s
         row = _epoch_row(epoch, global_step, stats)
         if epoch == fit.epochs - 1 or (epoch + 1) % cfg.eval_every == 0:
-            fit.val, fit.ema_val = _validate(cfg, t, ctx, row)
+            fit.val, fit.ema_val = _validate(cfg, training, ctx, row)
         fit.history.append(row)
         _log_epoch(logger, stats, row, epoch, saver, env)
         if env.is_main:
-            _print_epoch(row, t.loaders.val_split_size)
+            _print_epoch(row, training.loaders.val_split_size)
         saver.save(epoch + 1, global_step)
         fit.trained_to = epoch + 1
         if ctx.stop.agreed():
@@ -372,32 +374,33 @@ def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:
             "unused_images": stats.unused_images, "epoch_seconds": stats.seconds}
 
 
-def _validate(cfg: DictConfig, t: Training, ctx: StepContext, row: dict) -> tuple[dict, dict]:
+def _validate(cfg: DictConfig, training: Training, ctx: StepContext, row: dict) -> tuple[dict, dict]:
     """The model's (and its EMA's) val metrics, added to the epoch's ``row`` as ``val_*``/``ema_*``."""
     # eval_flip: each val image and its mirror image, softmax averaged (FFCV's test-time flip)
     protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if cfg.get("eval_flip") else {}
     protocol["log_every"] = cfg.log_every  # a progress line every log_every batches in a log
-    if t.grid:  # validated under the grid's first preset, the one its meta records
-        set_grid(t.model, 0)
-        if t.ema is not None:
-            set_grid(t.ema.module, 0)
-    share = f" ({val_share(t.loaders)})" if val_share(t.loaders) else ""  # val_images=N: "N of <all> images"
-    val = evaluate(t.model, t.loaders.val, t.runtime, ctx.normalize, desc=f"val{share}", **protocol).metrics()
+    if training.grid:  # validated under the grid's first preset, the one its meta records
+        set_grid(training.model, 0)
+        if training.ema is not None:
+            set_grid(training.ema.module, 0)
+    loaders, runtime = training.loaders, training.runtime
+    share = f" ({val_share(loaders)})" if val_share(loaders) else ""  # val_images=N: "N of <all> images"
+    val = evaluate(training.model, loaders.val, runtime, ctx.normalize, desc=f"val{share}", **protocol).metrics()
     row.update({f"val_{k}": v for k, v in val.items()})
     ema_val = {}
-    if t.ema is not None:
-        ema_val = evaluate(t.ema.module, t.loaders.val, t.runtime, ctx.normalize, desc=f"val EMA{share}",
+    if training.ema is not None:
+        ema_val = evaluate(training.ema.module, loaders.val, runtime, ctx.normalize, desc=f"val EMA{share}",
                            **protocol).metrics()
         row.update({f"ema_{k}": v for k, v in ema_val.items()})
     return val, ema_val
 
 
-def _results(cfg: DictConfig, env: DistEnv, t: Training, fit: Fit, run_dir: Path, wall_seconds: float) -> dict:
+def _results(cfg: DictConfig, env: DistEnv, training: Training, fit: Fit, run_dir: Path, wall_seconds: float) -> dict:
     val, ema_val = fit.val, fit.ema_val
     return results_row(
-        t.meta, cfg.data.name, cfg.amp, val,
-        grid=t.grid,  # None, or the presets trained for (validated under the first)
-        preprocessing=t.meta.preprocessing,
+        training.meta, cfg.data.name, cfg.amp, val,
+        grid=training.grid,  # None, or the presets trained for (validated under the first)
+        preprocessing=training.meta.preprocessing,
         epochs=fit.epochs,
         global_batch=cfg.batch_size * env.world_size,
         world_size=env.world_size,
@@ -405,7 +408,8 @@ def _results(cfg: DictConfig, env: DistEnv, t: Training, fit: Fit, run_dir: Path
         ema_top1_err=ema_val.get("top1_err"),  # None without EMA
         ema_top5_err=ema_val.get("top5_err"),
         n_val_images=val.get("n_images"),
-        val_split_images=t.loaders.val_split_size or t.loaders.val_size,  # n_val_images less: val_images=N, skips
+        # n_val_images less: val_images=N, skips
+        val_split_images=training.loaders.val_split_size or training.loaders.val_size,
         skipped_images=sum(int(r.get("skipped_images") or 0) for r in fit.history),  # training, every epoch
         val_skipped_images=val.get("skipped_images"),
         train_images_per_s=fit.train_rate,

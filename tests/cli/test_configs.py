@@ -180,9 +180,9 @@ def test_the_evaluation_protocol_is_written_once_and_read_by_each_command():
 
 
 def test_the_weights_a_command_reads_are_configured_once():
-    # configs/input/weights.yaml: weights=, ema=, download= and the optional model=<arch>, for each
+    # configs/weights_input/weights.yaml: weights=, ema=, download= and the optional model=<arch>, for each
     # command that reads one set of weights; no command writes those keys again itself
-    shared = OmegaConf.load(CONFIGS / "input" / "weights.yaml")
+    shared = OmegaConf.load(CONFIGS / "weights_input" / "weights.yaml")
     keys = set(shared) - {"defaults"}
     assert keys == {"weights", "ema", "download"}
     for name, required in (("eval", []), ("detect", []), ("regrid", ["out=o.pt"]), ("export", ["out=o.onnx"])):
@@ -194,11 +194,11 @@ def test_the_weights_a_command_reads_are_configured_once():
 
 
 def test_the_commands_that_write_only_out_share_one_hydra_block():
-    # configs/command/writes_only_out.yaml: no run folder, no .hydra/ copy, for each command that
+    # configs/hydra_output/writes_only_out.yaml: no run folder, no .hydra/ copy, for each command that
     # includes it, and no command writes the block again itself
     from resnet.config import compose
 
-    shared = OmegaConf.load(CONFIGS / "command" / "writes_only_out.yaml")
+    shared = OmegaConf.load(CONFIGS / "hydra_output" / "writes_only_out.yaml")
     for name, required in (("detect", ["weights=w"]), ("regrid", ["weights=w", "out=o.pt"]),
                            ("export", ["weights=w", "out=o.onnx"])):  # fmt: skip
         own = OmegaConf.load(CONFIGS / f"{name}.yaml").hydra

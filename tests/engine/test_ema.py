@@ -67,7 +67,7 @@ def test_ema_true_without_ema_weights_is_one_line(tiny_folder, tmp_path):
 
 
 def test_detect_reads_the_ema_as_eval_does(tiny_folder, run):
-    # configs/input/weights.yaml gives every command that reads weights ema=; each loads the same
+    # configs/weights_input/weights.yaml gives every command that reads weights ema=; each loads the same
     # EMA weights eval.py ema=true scores
     from resnet.cli.detect import read_inputs
 

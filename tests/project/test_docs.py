@@ -1,6 +1,7 @@
 """The documentation's frame: README.md short, every relative link in README.md and docs/*.md a file of
 the repo (and an anchor, a heading of that file), no test function names, nothing outside the repo;
-and every README command that a CPU runs in seconds runs, as written (with options that make it quick)."""
+every path docs/code_map.md names a path of the repo; and every README command that a CPU runs in
+seconds runs, as written (with options that make it quick)."""
 
 import os
 import re
@@ -54,6 +55,55 @@ def test_no_test_function_names_and_nothing_outside_the_repo(doc):
     names = re.findall(r"::test_\w+|\btest_[a-z0-9_]+\(|(?<![/.\w])test_[a-z0-9]+_[a-z0-9_]+(?!\.py|[\w/])", text)
     assert not names, f"{doc.name} names tests (name their files instead): {names[:5]}"
     assert "../shared" not in text
+
+
+# --- the code map and its recipes name files that exist ----------------------------------------
+
+CODE_MAP = REPO / "docs" / "code_map.md"
+CODE_SUFFIXES = (".py", ".yaml", ".sh", ".sbatch", ".md", ".toml")  # a bare name with one of these is a file here
+
+
+def code_map_paths(text: str) -> list[tuple[str, Path]]:
+    """Every backticked path of ``text`` and where it must be: a token with a '/' (``resnet/padding.py``,
+    ``configs/experiment/``; a ``<placeholder>`` segment: its folder) from the repo root; a bare file name
+    (``loop.py``) in the folder its row, list item or paragraph named last, or else at the root."""
+    found = []
+    units, unit = [], []
+    for line in text.splitlines():  # a table row, a list item or a paragraph: where a bare name's folder is named
+        if not line.strip() or line.startswith("|") or re.match(r"\s*(\d+\.|-) ", line):
+            units.append(unit)
+            unit = []
+        unit.append(line)
+    units.append(unit)
+    for lines in units:
+        folder = None
+        for token in re.findall(r"`([^`\s]+)`", " ".join(lines)):
+            if "/" in token and not token.startswith("/"):
+                path = token.split("<")[0].rpartition("/")[0] if "<" in token else token
+                found.append((token, REPO / path))
+                if token.endswith("/") and "<" not in token:
+                    folder = REPO / token
+            elif token.endswith(CODE_SUFFIXES) and re.fullmatch(r"[\w.-]+", token):
+                where = folder / token if folder is not None and (folder / token).exists() else REPO / token
+                found.append((token, where))
+    return found
+
+
+def test_every_path_the_code_map_and_its_recipes_name_exists():
+    text = CODE_MAP.read_text()
+    for recipe in ("a padding scheme", "a dataset", "a metric", "a recipe"):
+        assert f"## How to add {recipe}" in text, recipe
+    paths = code_map_paths(text)
+    assert len(paths) > 50, f"the map names only {len(paths)} paths: is the parsing still right?"
+    missing = sorted({token for token, path in paths if not path.exists()})
+    assert not missing, f"docs/code_map.md names paths that do not exist: {missing}"
+
+
+def test_the_code_map_check_catches_a_path_that_moved():
+    stale = ("| engine | `resnet/engine/`: `run.py`, `gone.py` |\n\n"
+             "`resnet/nowhere.py`, `configs/none/<name>.yaml`, `x.py`")
+    missing = sorted(token for token, path in code_map_paths(stale) if not path.exists())
+    assert missing == ["configs/none/<name>.yaml", "gone.py", "resnet/nowhere.py", "x.py"]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)

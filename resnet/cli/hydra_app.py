@@ -176,6 +176,8 @@ def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], ob
 
 
 def program_name(installed: str) -> str:
-    """How the user started this command, for its messages: ``train.py`` for the checkout's script
-    (directly or under torchrun), else the installed name (``resnet-train``)."""
-    return Path(sys.argv[0]).name if started_from_checkout() else installed
+    """How the user started this command, for its messages: ``train.py`` / ``eval.py`` for the
+    checkout's script (directly or under torchrun), else the installed name (``resnet-train``,
+    ``resnet-regrid``), which ``python -m resnet.cli.<name>`` runs too."""
+    started = Path(sys.argv[0]).name if sys.argv else ""
+    return started if started in ("train.py", "eval.py") and started_from_checkout() else installed

@@ -14,10 +14,10 @@ Keys whose values are names (``device``, ``amp``, ``loss``, ``grid_bn``, ``on_no
 choices from :func:`choices`; a padding preset and ``data.workers`` are checked in :mod:`resnet.config`.
 
 From :data:`KEYS` come :data:`SCHEMA` (the checks), :data:`resnet.engine.resume_rules.RULES` (what a
-resume may change) and the resume table of docs/training.md (``python -m resnet.schema`` prints
-it; ``--write`` puts it there); ``tests/cli/test_configs.py`` holds train.yaml's values to the
-declared defaults. A new training key: its line in train.yaml (value and comment), its
-:class:`Key` here, then ``python -m resnet.schema --write``.
+resume may change) and the resume table of docs/training.md (:func:`resume_table`, written there
+by ``python scripts/resume_table.py``); ``tests/cli/test_configs.py`` holds train.yaml's values to
+the declared defaults. A new training key: its line in train.yaml (value and comment), its
+:class:`Key` here, then ``python scripts/resume_table.py``.
 """
 
 from __future__ import annotations
@@ -174,18 +174,19 @@ KEYS: dict[str, Key] = {
     "padding": Key(rule=FIXED, doc="the padding of every site"),  # compared as built: resnet.engine.resume
     "logger": Key(rule=CHANGES, doc="where the run logs"),
     "optim": Key(rule=FIXED, doc="the optimizer and its settings (their state is in the checkpoint)"),
+    # (the two list keys before optim.lr, sched: the order schema_problems has always reported in)
     "optim.betas": Key(Field(list, items=float, low=0, high=1, open_high=True, example="optim.betas=[0.9,0.999]")),
-    "sched": Key(rule=FIXED, doc="the schedule's shape"),
     "sched.milestones": Key(Field(list, items=float, low=0, example="sched.milestones=[30,60,80]")),
     "optim.lr": Key(Field(float, low=0, open_low=True, example="optim.lr=0.1"), rule=CHANGES,
-                      doc="the LR scale: every LR of the schedule from here on scales with it"),
+                    doc="the LR scale: every LR of the schedule from here on scales with it"),
+    "sched": Key(rule=FIXED, doc="the schedule's shape"),
     "optim.momentum": Key(Field(float, low=0, high=1, open_high=True, example="optim.momentum=0.9")),
     "optim.nesterov": Key(SWITCH),
     "optim.weight_decay": Key(Field(float, low=0, example="optim.weight_decay=1e-4")),
     "optim.ref_batch": Key(COUNT),
     "sched.warmup_epochs": Key(Field(float, low=0, example="sched.warmup_epochs=5")),
     "sched.warmup_start_factor": Key(Field(float, low=0, high=1, open_low=True,
-                                             example="sched.warmup_start_factor=0.01")),
+                                           example="sched.warmup_start_factor=0.01")),
     "sched.min_lr_ratio": Key(FRACTION),
     "sched.pct_start": Key(Field(float, low=0, high=1, open_low=True, open_high=True, example="sched.pct_start=0.25")),
     "sched.div_factor": Key(POSITIVE),
@@ -275,21 +276,3 @@ def with_resume_table(markdown: str) -> str:
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "".join(lines[:start]) + resume_table() + "".join(lines[end:])
 
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m resnet.schema``: print the resume table; ``--write``: put it in docs/training.md."""
-    import argparse
-    from pathlib import Path
-
-    parser = argparse.ArgumentParser(prog="python -m resnet.schema", description=main.__doc__)
-    parser.add_argument("--write", action="store_true", help="rewrite the table in the checkout's docs/training.md")
-    if not parser.parse_args(argv).write:
-        print(resume_table(), end="")
-        return
-    doc = Path(__file__).resolve().parents[1] / "docs" / "training.md"
-    doc.write_text(with_resume_table(doc.read_text()))
-    print(f"wrote the resume table of {doc}")
-
-
-if __name__ == "__main__":
-    main()

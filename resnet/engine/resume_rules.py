@@ -6,7 +6,7 @@ now, key by key: a key the run is *fixed* by (what is trained, on what data, how
 in one line naming both values; a key that may *change* (how fast, where to, how often to log or
 save, how long to train) is applied and reported. Nothing is recorded and then ignored. The rule
 of a key is its longest entry in :data:`RULES` (``data`` covers ``data.image_size``; ``data.workers``
-overrides it), and docs/training.md shows the table (``python -m resnet.schema`` prints it).
+overrides it), and docs/training.md shows the table (generated: scripts/resume_table.py).
 """
 
 from __future__ import annotations

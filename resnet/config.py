@@ -33,7 +33,8 @@ from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
 from .schema import schema_problems
 from .workers import auto_workers
 
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # amp=: autocast dtype (resnet.runtime)
+# amp=: autocast dtype (resnet.runtime), one per name of schema.choices("amp") (tests/cli/test_configs.py)
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 

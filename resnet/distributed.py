@@ -35,7 +35,9 @@ from datetime import datetime, timedelta
 import torch
 import torch.distributed as dist
 
-DEVICES = ("auto", "cpu", "cuda")  # the values of a run config's `device`
+from .schema import choices
+
+DEVICES = choices("device")  # the values of a run config's `device` (auto, cpu, cuda)
 LAUNCHERS = ("single", "torchrun", "submitit", "srun")
 NCCL_MARGIN = 60.0  # seconds NCCL's watchdog waits beyond the gloo groups' timeout
 JOIN_TIMEOUT = 300.0  # seconds the rendezvous waits for every process to start (at least)

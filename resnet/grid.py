@@ -37,6 +37,7 @@ from .padding import (
     pad_mode,
     resolve_padding,
 )
+from .schema import choices
 
 
 class GridConv2d(nn.Conv2d):
@@ -211,7 +212,7 @@ def grid_paddings(presets: Sequence[str]) -> list[Padding]:
 
 # What each BatchNorm keeps per preset (train.py's grid_bn=): its running statistics; those and its
 # affine weight and bias; nothing (one BatchNorm for every preset).
-GRID_BN = ("statistics", "affine", "shared")
+GRID_BN = choices("grid_bn")  # statistics, affine, shared
 
 
 def make_grid(model: nn.Module, presets: Sequence[str], bn: str = "shared") -> nn.Module:

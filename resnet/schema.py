@@ -1,4 +1,5 @@
-"""The type and range of every number and switch a config of ``configs/`` holds.
+"""Every key of the configs of ``configs/``, declared once (:data:`KEYS`): its type and range,
+its default in ``configs/train.yaml``, whether a resume may change it, and the one line the docs say.
 
 The YAML files give each key a default and a comment; they cannot say that ``epochs`` is a whole
 number or that ``optim.lr`` is positive, so an override such as ``optim.lr=abc`` would reach the
@@ -7,8 +8,16 @@ value. :func:`schema_problems` checks every key of :data:`SCHEMA` that a compose
 any work (:func:`resnet.config.check_run_config` raises the first as a one-line
 :class:`resnet.config.ConfigError`), quoting the override as typed.
 
-Keys whose values are names (``device``, ``amp``, ``loss``, a padding preset, ``data.workers``) are
-checked where their choices are defined (:mod:`resnet.config`, :mod:`resnet.engine.checks`).
+Keys whose values are names (``device``, ``amp``, ``loss``, ``grid_bn``, ``on_nonfinite``,
+``data_changed``) declare their ``choices`` here; they are checked where they act
+(:mod:`resnet.config`, :mod:`resnet.engine.checks`), each with its own one line, reading the
+choices from :func:`choices`; a padding preset and ``data.workers`` are checked in :mod:`resnet.config`.
+
+From :data:`KEYS` come :data:`SCHEMA` (the checks), :data:`resnet.engine.resume_rules.RULES` (what a
+resume may change) and the resume table of docs/training.md (:func:`resume_table`, written there
+by ``python scripts/resume_table.py``); ``tests/cli/test_configs.py`` holds train.yaml's values to
+the declared defaults. A new training key: its line in train.yaml (value and comment), its
+:class:`Key` here, then ``python scripts/resume_table.py``.
 """
 
 from __future__ import annotations
@@ -85,56 +94,135 @@ FRACTION = Field(float, low=0, high=1)
 POSITIVE = Field(float, low=0, open_low=True)
 SIDE = Field(int, low=1, nullable=True)  # a side in pixels; null: the weights' or dataset's own
 
-# Dotted key -> what it may hold; a config without the key skips it (each config has a subset).
-SCHEMA: dict[str, Field] = {
+FIXED, CHANGES = "fixed", "may change"  # a key's resume rule (resnet.engine.resume_rules)
+NOT_IN_TRAIN_YAML = object()  # the default of a key train.yaml does not set (a group's, eval.yaml's)
+
+
+@dataclass(frozen=True)
+class Key:
+    """Everything about one key, stated once: what it may hold (``field``, checked by
+    :func:`schema_problems`; or ``choices``, names checked where they act, see the module's
+    docstring), its ``default`` in ``configs/train.yaml`` (which a test holds the YAML to), its
+    resume ``rule`` (:data:`FIXED` or :data:`CHANGES`; None: its longest prefix's, or no training
+    key) and the one line ``doc`` that the resume table of docs/training.md shows."""
+
+    field: Field | None = None
+    default: object = NOT_IN_TRAIN_YAML
+    rule: str | None = None
+    doc: str = ""
+    choices: tuple[str, ...] = ()  # a key whose value is a name: the names it takes
+    absence_matters: bool = False  # a resume: present or absent is part of what is trained (absent: not set)
+    quiet: bool = False  # a resume: differs on every resume by nature; applied, not reported
+
+
+# Dotted key -> its declaration. A config without the key skips it (each config has a subset). The
+# order is the order :func:`schema_problems` reports in, and the docs table's: train.yaml's keys,
+# then the groups' (a group's name: the rule of every key under it), then eval.yaml's and the others'.
+KEYS: dict[str, Key] = {
     # train.yaml
-    "epochs": Field(int, low=1, example="epochs=8"),
-    "batch_size": Field(int),  # its range: resnet.config.check_run_config
-    "seed": WHOLE,
-    "channels_last": Field(bool, words=("auto",)),  # eval.py: auto (on for CUDA)
-    "compile": SWITCH, "sync_bn": SWITCH, "freeze_bn": SWITCH, "deterministic": SWITCH, "eval_flip": SWITCH,
-    "bce_target_threshold": Field(float, low=0, high=1, nullable=True),
-    "label_smoothing": Field(float), "mixup": Field(float), "cutmix": Field(float),  # ranges: engine/checks.py
-    "random_erasing": Field(float), "ema_decay": Field(float), "ema_every": Field(int),
-    "grad_clip": Field(float, low=0, example="grad_clip=1.0"),
-    "checkpoint_every": Field(int),
-    "dist_timeout": Field(float, low=0, open_low=True, example="dist_timeout=600"),
-    "checkpoint_minutes": Field(float, low=0, example="checkpoint_minutes=10"),
-    "max_skipped": FRACTION,
-    "max_unreadable": FRACTION,
-    "stop_after": Field(int, low=1, nullable=True, example="stop_after=2"),
-    "eval_every": Field(int, low=1, example="eval_every=1"),
-    "log_every": Field(int, low=1, example="log_every=50"),
-    "max_steps_per_epoch": Field(int, low=1, nullable=True, example="max_steps_per_epoch=20"),
-    "val_images": Field(int, low=1, nullable=True, example="val_images=1000"),
-    "grid": Field(list, nullable=True, example="grid=[symmetric,asymmetric]"),
-    "optim.betas": Field(list, items=float, low=0, high=1, open_high=True, example="optim.betas=[0.9,0.999]"),
-    "sched.milestones": Field(list, items=float, low=0, example="sched.milestones=[30,60,80]"),
-    "optim.lr": Field(float, low=0, open_low=True, example="optim.lr=0.1"),
-    "optim.momentum": Field(float, low=0, high=1, open_high=True, example="optim.momentum=0.9"),
-    "optim.nesterov": SWITCH,
-    "optim.weight_decay": Field(float, low=0, example="optim.weight_decay=1e-4"),
-    "optim.ref_batch": COUNT,
-    "sched.warmup_epochs": Field(float, low=0, example="sched.warmup_epochs=5"),
-    "sched.warmup_start_factor": Field(float, low=0, high=1, open_low=True, example="sched.warmup_start_factor=0.01"),
-    "sched.min_lr_ratio": FRACTION,
-    "sched.pct_start": Field(float, low=0, high=1, open_low=True, open_high=True, example="sched.pct_start=0.25"),
-    "sched.div_factor": POSITIVE, "sched.final_div_factor": POSITIVE,
-    "sched.gamma": Field(float, low=0, open_low=True, example="sched.gamma=0.1"),
-    "data.image_size": COUNT, "data.val_size": SIDE, "data.num_classes": COUNT, "data.in_chans": COUNT,
-    "data.crop_pct": Field(float, low=0, high=1, open_low=True, example="data.crop_pct=0.875"),
-    "data.augment": SWITCH, "data.repeated_aug": STEPS,
-    "model.zero_init_residual": SWITCH,
-    # eval.yaml (and detect, regrid, export: the same protocol keys)
-    "ema": SWITCH, "download": SWITCH,
-    "crop": SIDE, "resize": SIDE,
-    "crop_pct": Field(float, low=0, high=1, open_low=True, nullable=True, example="crop_pct=0.875"),
+    "epochs": Key(Field(int, low=1, example="epochs=8"), 8, CHANGES,
+                  "how long: beyond the planned end only where the schedule can extend"),
+    "batch_size": Key(Field(int), 128, FIXED,  # its range: resnet.config.check_run_config
+                      "the batch per process (and, with the world size, the global batch)"),
+    "world_size": Key(rule=FIXED, doc="the global batch: batch_size x processes"),  # the launch's, not a key
+    "seed": Key(WHOLE, 0, FIXED, "every random draw"),
+    "device": Key(None, "auto", CHANGES, "where it runs", choices=("auto", "cpu", "cuda")),
+    "amp": Key(None, "none", FIXED, "the arithmetic of every step", choices=("none", "bf16", "fp16")),
+    "channels_last": Key(Field(bool, words=("auto",)), True, CHANGES, "how fast"),  # eval.py: auto (on for CUDA)
+    "compile": Key(SWITCH, False, CHANGES, "how fast"),
+    "sync_bn": Key(SWITCH, False, FIXED, "the batch statistics"),
+    "freeze_bn": Key(SWITCH, False, FIXED, "the batch statistics"),
+    "deterministic": Key(SWITCH, False, CHANGES, "how reproducible the kernels are"),
+    "eval_flip": Key(SWITCH, False, FIXED, "what the val errors measure"),
+    "loss": Key(None, "ce", FIXED, "the loss", choices=("ce", "bce")),
+    "bce_target_threshold": Key(Field(float, low=0, high=1, nullable=True), None, FIXED, "the loss"),
+    # ranges of these four and of ema_decay, ema_every: resnet/engine/checks.py
+    "label_smoothing": Key(Field(float), 0.1, FIXED, "the loss"),
+    "mixup": Key(Field(float), 0.0, FIXED, "the loss"),
+    "cutmix": Key(Field(float), 0.0, FIXED, "the loss"),
+    "random_erasing": Key(Field(float), 0.0, FIXED, "the augmentation"),
+    "ema_decay": Key(Field(float), 0.0, FIXED, "the EMA weights"),
+    "ema_every": Key(Field(int), 1, FIXED, "the EMA weights"),
+    "grad_clip": Key(Field(float, low=0, example="grad_clip=1.0"), 0.0, FIXED, "the update"),
+    "on_nonfinite": Key(None, "stop", CHANGES, "what a non-finite loss does", choices=("stop", "skip")),
+    "resume": Key(None, False, CHANGES, "where to resume from", quiet=True),
+    "data_changed": Key(None, "refuse", CHANGES, "what a resume on another training set does",
+                        choices=("refuse", "rescale")),
+    "init": Key(None, None, CHANGES,
+                "the weights a fine-tune starts from (read only when there is nothing to resume)"),
+    "checkpoint_every": Key(Field(int), 0, CHANGES, "how often last.pt is saved"),
+    "dist_timeout": Key(Field(float, low=0, open_low=True, example="dist_timeout=600"), 600, CHANGES,
+                        "how long a collective waits for a stalled process"),
+    "checkpoint_minutes": Key(Field(float, low=0, example="checkpoint_minutes=10"), 10, CHANGES,
+                              "how often last.pt is saved, by the clock"),
+    "max_skipped": Key(FRACTION, 0.05, CHANGES, "the share of skipped steps that stops a run"),
+    "max_unreadable": Key(FRACTION, 0.05, CHANGES, "the share of unreadable images that stops a run"),
+    "stop_after": Key(Field(int, low=1, nullable=True, example="stop_after=2"), None, CHANGES,
+                      "epochs in this invocation"),
+    "eval_every": Key(Field(int, low=1, example="eval_every=1"), 1, CHANGES, "how often the run validates"),
+    "log_every": Key(Field(int, low=1, example="log_every=50"), 50, CHANGES, "how often the run logs"),
+    "max_steps_per_epoch": Key(Field(int, low=1, nullable=True, example="max_steps_per_epoch=20"), None, FIXED,
+                               "the schedule's length"),
+    "val_images": Key(Field(int, low=1, nullable=True, example="val_images=1000"), None, CHANGES,
+                      "how many val images a validation scores"),
+    "grid": Key(Field(list, nullable=True, example="grid=[symmetric,asymmetric]"), None, FIXED,
+                "the presets a grid model trains for", absence_matters=True),
+    "grid_bn": Key(None, "statistics", FIXED, "what each BatchNorm keeps per preset",
+                     choices=("statistics", "affine", "shared")),
+    "run_dir": Key(None, "${hydra:runtime.output_dir}", CHANGES, "where the run is written", quiet=True),
+    # the groups (their defaults: configs/<group>/<option>.yaml); a key under one has its group's rule
+    "padding": Key(rule=FIXED, doc="the padding of every site"),  # compared as built: resnet.engine.resume
+    "logger": Key(rule=CHANGES, doc="where the run logs"),
+    "optim": Key(rule=FIXED, doc="the optimizer and its settings (their state is in the checkpoint)"),
+    # (the two list keys before optim.lr, sched: the order schema_problems has always reported in)
+    "optim.betas": Key(Field(list, items=float, low=0, high=1, open_high=True, example="optim.betas=[0.9,0.999]")),
+    "sched.milestones": Key(Field(list, items=float, low=0, example="sched.milestones=[30,60,80]")),
+    "optim.lr": Key(Field(float, low=0, open_low=True, example="optim.lr=0.1"), rule=CHANGES,
+                    doc="the LR scale: every LR of the schedule from here on scales with it"),
+    "sched": Key(rule=FIXED, doc="the schedule's shape"),
+    "optim.momentum": Key(Field(float, low=0, high=1, open_high=True, example="optim.momentum=0.9")),
+    "optim.nesterov": Key(SWITCH),
+    "optim.weight_decay": Key(Field(float, low=0, example="optim.weight_decay=1e-4")),
+    "optim.ref_batch": Key(COUNT),
+    "sched.warmup_epochs": Key(Field(float, low=0, example="sched.warmup_epochs=5")),
+    "sched.warmup_start_factor": Key(Field(float, low=0, high=1, open_low=True,
+                                           example="sched.warmup_start_factor=0.01")),
+    "sched.min_lr_ratio": Key(FRACTION),
+    "sched.pct_start": Key(Field(float, low=0, high=1, open_low=True, open_high=True, example="sched.pct_start=0.25")),
+    "sched.div_factor": Key(POSITIVE),
+    "sched.final_div_factor": Key(POSITIVE),
+    "sched.gamma": Key(Field(float, low=0, open_low=True, example="sched.gamma=0.1")),
+    "data": Key(rule=FIXED, doc="the data, its image size and augmentation"),
+    "data.root": Key(rule=CHANGES, doc="the same data, moved (a node-local copy)"),
+    "data.workers": Key(rule=CHANGES, doc="loader processes (a mid-epoch resume also needs the same; it says so)"),
+    "data.val_labels": Key(rule=CHANGES, doc="where the val labels are read from"),
+    "data.devkit": Key(rule=CHANGES, doc="where the val labels are read from"),
+    "data.image_size": Key(COUNT),
+    "data.val_size": Key(SIDE),
+    "data.num_classes": Key(COUNT),
+    "data.in_chans": Key(COUNT),
+    "data.crop_pct": Key(Field(float, low=0, high=1, open_low=True, example="data.crop_pct=0.875")),
+    "data.augment": Key(SWITCH),
+    "data.repeated_aug": Key(STEPS),
+    "model": Key(rule=FIXED, doc="the architecture and its classes"),
+    "model.zero_init_residual": Key(SWITCH),
+    # eval.yaml (and detect, regrid, export: the same protocol keys): no training keys, no rule
+    "ema": Key(SWITCH), "download": Key(SWITCH),
+    "crop": Key(SIDE), "resize": Key(SIDE),
+    "crop_pct": Key(Field(float, low=0, high=1, open_low=True, nullable=True, example="crop_pct=0.875")),
     # regrid.yaml, detect.yaml, export.yaml
-    "images": Field(int, low=1, example="images=512"),
-    "lr": Field(float, low=0, open_low=True, example="lr=0.01"),
-    "features": Field(float, low=0, example="features=3.0"),
-    "opset": COUNT,
-}  # fmt: skip
+    "images": Key(Field(int, low=1, example="images=512")),
+    "lr": Key(Field(float, low=0, open_low=True, example="lr=0.01")),
+    "features": Key(Field(float, low=0, example="features=3.0")),
+    "opset": Key(COUNT),
+}
+
+SCHEMA: dict[str, Field] = {name: key.field for name, key in KEYS.items() if key.field is not None}
+
+
+def choices(name: str) -> tuple[str, ...]:
+    """The names key ``name`` takes (``choices("device")``): the one list its check and its code read."""
+    return KEYS[name].choices
 
 
 def schema_problems(cfg: DictConfig) -> list[str]:
@@ -166,3 +254,25 @@ def typed_value(key: str, value: object) -> str:
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "null"}[value]
     return str(value)
+
+
+# --- the resume table of docs/training.md ------------------------------------------------------
+
+TABLE_HEADER = "| key | rule | what it is |"
+
+
+def resume_table() -> str:
+    """The resume table of docs/training.md, one row per key of :data:`KEYS` with a rule, in its order."""
+    rows = [TABLE_HEADER, "|---|---|---|"]
+    rows += [f"| `{name}` | {key.rule} | {key.doc} |" for name, key in KEYS.items() if key.rule is not None]
+    return "\n".join(rows) + "\n"
+
+
+def with_resume_table(markdown: str) -> str:
+    """``markdown`` (docs/training.md) with its resume table, from :data:`TABLE_HEADER` to the first
+    line that is not a table row, replaced by :func:`resume_table`."""
+    lines = markdown.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.rstrip("\n") == TABLE_HEADER)
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "".join(lines[:start]) + resume_table() + "".join(lines[end:])
+

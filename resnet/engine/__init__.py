@@ -10,7 +10,7 @@
 * :mod:`.state`: seeding and RNG snapshots (plain data, for the checkpoint);
 * :mod:`.checkpointer`: ``last.pt``, written by rank 0 for every rank, and what is intact when a write fails;
 * :mod:`.resume`: where a run starts: from scratch, or from a checkpoint whose state fits this run;
-* :mod:`.resume_rules`: what a resumed run may change, one table of every config key;
+* :mod:`.resume_rules`: what a resumed run may change, by each key's rule (:data:`resnet.schema.KEYS`);
 * :mod:`.latest_run`: ``resume=true`` without a run dir, the unfinished run of this config under ``outputs/``;
 * :mod:`.lock`: one run at a time in a run dir (a ``flock`` on ``<run dir>/.lock``);
 * :mod:`.preempt`: a stop signal -> save at the next step boundary -> requeue;

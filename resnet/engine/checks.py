@@ -10,6 +10,7 @@ from data.testsets import TEST_SETS
 
 from ..config import ConfigError, check_run_config
 from ..grid import GRID_BN, grid_paddings
+from ..schema import choices
 from .losses import LOSSES
 
 
@@ -30,10 +31,10 @@ def check_train_config(cfg: DictConfig) -> None:
         raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
     if cfg.checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a step count, got {cfg.checkpoint_every}")
-    if cfg.get("data_changed", "refuse") not in ("refuse", "rescale"):
-        raise ConfigError(f"unknown data_changed {cfg.data_changed!r}; choose refuse or rescale")
-    if cfg.on_nonfinite not in ("stop", "skip"):
-        raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose stop or skip")
+    if cfg.get("data_changed", "refuse") not in choices("data_changed"):
+        raise ConfigError(f"unknown data_changed {cfg.data_changed!r}; choose {' or '.join(choices('data_changed'))}")
+    if cfg.on_nonfinite not in choices("on_nonfinite"):
+        raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose {' or '.join(choices('on_nonfinite'))}")
     _check_augmentation(cfg)
     if cfg.ema_decay and not 0 < cfg.ema_decay < 1:
         raise ConfigError(f"ema_decay={cfg.ema_decay} must be in (0, 1), e.g. ema_decay=0.9999, or 0 for no EMA")

@@ -9,7 +9,9 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-LOSSES = ("ce", "bce")
+from ..schema import choices
+
+LOSSES = choices("loss")  # ce, bce
 
 
 def loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):

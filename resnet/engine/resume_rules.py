@@ -1,11 +1,12 @@
-"""What a resumed run may change: one table, every key of the training config in it.
+"""What a resumed run may change: the rule of every key of the training config, declared with the
+key in :data:`resnet.schema.KEYS`.
 
 A checkpoint records the config it was trained with. A resume compares it with the config given
 now, key by key: a key the run is *fixed* by (what is trained, on what data, how) refuses a change
 in one line naming both values; a key that may *change* (how fast, where to, how often to log or
 save, how long to train) is applied and reported. Nothing is recorded and then ignored. The rule
-of a key is its longest entry below (``data`` covers ``data.image_size``; ``data.workers`` overrides
-it), and docs/training.md shows the table.
+of a key is its longest entry in :data:`RULES` (``data`` covers ``data.image_size``; ``data.workers``
+overrides it), and docs/training.md shows the table (generated: scripts/resume_table.py).
 """
 
 from __future__ import annotations
@@ -13,67 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-FIXED, CHANGES = "fixed", "may change"
+from ..schema import FIXED, KEYS
 
-RULES: dict[str, tuple[str, str]] = {
-    # what is trained
-    "model": (FIXED, "the architecture and its classes"),
-    "padding": (FIXED, "the padding of every site"),
-    "grid": (FIXED, "the presets a grid model trains for"),
-    "grid_bn": (FIXED, "what each BatchNorm keeps per preset"),
-    # on what data
-    "data": (FIXED, "the data, its image size and augmentation"),
-    "data.root": (CHANGES, "the same data, moved (a node-local copy)"),
-    "data.workers": (CHANGES, "loader processes (a mid-epoch resume also needs the same; it says so)"),
-    "data.val_labels": (CHANGES, "where the val labels are read from"),
-    "data.devkit": (CHANGES, "where the val labels are read from"),
-    "seed": (FIXED, "every random draw"),
-    "batch_size": (FIXED, "the batch per process (and, with the world size, the global batch)"),
-    "world_size": (FIXED, "the global batch: batch_size x processes"),
-    # how it is trained
-    "optim": (FIXED, "the optimizer and its settings (their state is in the checkpoint)"),
-    "optim.lr": (CHANGES, "the LR scale: every LR of the schedule from here on scales with it"),
-    "sched": (FIXED, "the schedule's shape"),
-    "max_steps_per_epoch": (FIXED, "the schedule's length"),
-    "loss": (FIXED, "the loss"),
-    "label_smoothing": (FIXED, "the loss"),
-    "bce_target_threshold": (FIXED, "the loss"),
-    "mixup": (FIXED, "the loss"),
-    "cutmix": (FIXED, "the loss"),
-    "random_erasing": (FIXED, "the augmentation"),
-    "grad_clip": (FIXED, "the update"),
-    "amp": (FIXED, "the arithmetic of every step"),
-    "sync_bn": (FIXED, "the batch statistics"),
-    "freeze_bn": (FIXED, "the batch statistics"),
-    "ema_decay": (FIXED, "the EMA weights"),
-    "ema_every": (FIXED, "the EMA weights"),
-    "eval_flip": (FIXED, "what the val errors measure"),
-    # how long, where, how fast, how it is watched
-    "epochs": (CHANGES, "how long: beyond the planned end only where the schedule can extend"),
-    "stop_after": (CHANGES, "epochs in this invocation"),
-    "resume": (CHANGES, "where to resume from"),
-    "init": (CHANGES, "the weights a fine-tune starts from (read only when there is nothing to resume)"),
-    "run_dir": (CHANGES, "where the run is written"),
-    "checkpoint_every": (CHANGES, "how often last.pt is saved"),
-    "checkpoint_minutes": (CHANGES, "how often last.pt is saved, by the clock"),
-    "dist_timeout": (CHANGES, "how long a collective waits for a stalled process"),
-    "max_unreadable": (CHANGES, "the share of unreadable images that stops a run"),
-    "eval_every": (CHANGES, "how often the run validates"),
-    "val_images": (CHANGES, "how many val images a validation scores"),
-    "log_every": (CHANGES, "how often the run logs"),
-    "logger": (CHANGES, "where the run logs"),
-    "on_nonfinite": (CHANGES, "what a non-finite loss does"),
-    "data_changed": (CHANGES, "what a resume on another training set does"),
-    "max_skipped": (CHANGES, "the share of skipped steps that stops a run"),
-    "device": (CHANGES, "where it runs"),
-    "compile": (CHANGES, "how fast"),
-    "channels_last": (CHANGES, "how fast"),
-    "deterministic": (CHANGES, "how reproducible the kernels are"),
-}
+# Key -> (rule, the line the docs show), from each key's declaration in resnet.schema.KEYS.
+RULES: dict[str, tuple[str, str]] = {name: (key.rule, key.doc) for name, key in KEYS.items() if key.rule is not None}
 # present or absent, part of what is trained: absent is "no grid". (The padding is compared as
 # built, resnet.engine.resume: without +padding= the model's own applies, which may be the same.)
-ABSENCE_MATTERS = ("grid",)
-QUIET = ("resume", "run_dir")  # differ on every resume by nature: applied, not reported
+ABSENCE_MATTERS = tuple(name for name, key in KEYS.items() if key.absence_matters)
+# differ on every resume by nature: applied, not reported
+QUIET = tuple(name for name, key in KEYS.items() if key.quiet)
 
 
 def rule(key: str) -> tuple[str, str] | None:

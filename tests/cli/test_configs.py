@@ -42,6 +42,21 @@ def test_padding_is_not_in_the_defaults():
     assert build_run_model(compose_train()).meta.padding_name == "symmetric"  # resnet_small's native
 
 
+def test_train_yaml_holds_the_declared_default_of_every_key():
+    # resnet.schema.KEYS declares each key once; train.yaml, the root config a user reads (its
+    # comments, its defaults list without padding), is held to it here: no value of its own
+    from resnet.config import AMP_DTYPES
+    from resnet.schema import KEYS, NOT_IN_TRAIN_YAML, choices
+
+    written = OmegaConf.to_container(OmegaConf.load(CONFIGS / "train.yaml"), resolve=False)
+    written = {k: v for k, v in written.items() if k not in ("defaults", "hydra")}
+    declared = {name: key.default for name, key in KEYS.items() if key.default is not NOT_IN_TRAIN_YAML}
+    assert {k: (type(v), v) for k, v in written.items()} == {k: (type(v), v) for k, v in declared.items()}
+    named = {name: key for name, key in KEYS.items() if key.choices}
+    assert all(key.default in key.choices for key in named.values()), named
+    assert tuple(AMP_DTYPES) == choices("amp")  # the autocast dtype of each name amp= takes
+
+
 @pytest.mark.parametrize("group", FILE_GROUPS)
 def test_every_option_composes(group):
     for option in sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")):

@@ -39,6 +39,14 @@ def test_the_docs_show_the_table():
     assert shown == {key: kind for key, (kind, _) in RULES.items()}
 
 
+def test_the_docs_table_is_the_one_generated_from_the_declarations():
+    # every row, in order, as resnet.schema.KEYS declares it: `python scripts/resume_table.py` writes it
+    from resnet.schema import resume_table, with_resume_table
+
+    text = (REPO / "docs" / "training.md").read_text()
+    assert resume_table() in text and with_resume_table(text) == text, "run python scripts/resume_table.py"
+
+
 def test_compare_splits_changes_by_rule_and_skips_keys_of_another_version():
     recorded = {"seed": 0, "data": {"root": "/a", "workers": 2, "image_size": 32}, "old_key": 1, "grid": None}
     now = {"seed": 0, "data": {"root": "/b", "workers": 4, "image_size": 64}, "new_key": 2, "grid": ["a", "b"]}

@@ -199,7 +199,8 @@ def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path, monkeyp
     # there); keys and JSON values are plain UTF-8.
     records = finished_log(runs[0]).read_bytes()
     val_top1_err = float(read_csv(tmp_path / "metrics.csv")[0]["val_top1_err"])
-    for needle in ("epoch/val_top1_err", "train/loss", "train/lr", json.dumps(val_top1_err), "resnet_tiny"):
+    needles = ("epoch/val_top1_err", "epoch/train_top1_err", "train/loss", "train/lr", json.dumps(val_top1_err))
+    for needle in (*needles, "resnet_tiny"):
         assert needle.encode() in records, needle
     assert b"api_key" not in records.lower()
     table = json.loads(next(runs[0].rglob("results*.table.json")).read_text())

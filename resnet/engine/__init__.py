@@ -7,6 +7,7 @@
 * :mod:`.mixup`: timm's Mixup / CutMix for batches of any size, odd ones too;
 * :mod:`.sync_bn`: ``sync_bn=true``, batch statistics over every process's batch, on any device;
 * :mod:`.loop`: one epoch, DDP-aware and resumable mid-epoch;
+* :mod:`.totals`: an epoch's totals by name, summed in one all-reduce, and the train metrics made from them;
 * :mod:`.state`: seeding and RNG snapshots (plain data, for the checkpoint);
 * :mod:`.checkpointer`: ``last.pt``, written by rank 0 for every rank, and what is intact when a write fails;
 * :mod:`.resume`: where a run starts: from scratch, or from a checkpoint whose state fits this run;

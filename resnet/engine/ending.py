@@ -33,12 +33,12 @@ class LoaderWorkerDied(RunFailed):
 @dataclass
 class Fit:
     """What the epochs left for the results row: the last validation (model and EMA), the last
-    epoch's training rate, and the epochs the run went to."""
+    epoch's train metrics (resnet/engine/totals.py: loss, images_per_s, ...), and the epochs the run went to."""
 
     epochs: int
     val: dict = field(default_factory=dict)
     ema_val: dict = field(default_factory=dict)
-    train_rate: float = 0.0
+    train: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     trained_to: int = 0  # the epochs done when it returned: == epochs when the run finished
 
@@ -50,16 +50,17 @@ class Fit:
         """Every field of ``other`` into this one (the fit :func:`handing_over` yielded and reads after
         the epochs), each by name (tests/engine/test_fit.py checks that none is left out)."""
         self.epochs, self.val, self.ema_val = other.epochs, other.val, other.ema_val
-        self.train_rate, self.history, self.trained_to = other.train_rate, other.history, other.trained_to
+        self.train, self.history, self.trained_to = other.train, other.history, other.trained_to
 
     @classmethod
     def from_history(cls, epochs: int, history: list[dict]) -> Fit:
         """The fit of a run whose every epoch is already saved (killed or requeued between its last
-        save and results.json): its last validation and training rate, as the last epoch's row holds them."""
+        save and results.json): its last validation and train metrics, as the last epoch's row holds them."""
         last = history[-1] if history else {}
         val = {k[4:]: v for k, v in last.items() if k.startswith("val_")}
         ema_val = {k[4:]: v for k, v in last.items() if k.startswith("ema_")}
-        return cls(epochs, val, ema_val, last.get("train_images_per_s", 0.0), history, trained_to=epochs)
+        train = {k[6:]: v for k, v in last.items() if k.startswith("train_")}
+        return cls(epochs, val, ema_val, train, history, trained_to=epochs)
 
 
 @contextlib.contextmanager

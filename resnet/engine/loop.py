@@ -23,6 +23,7 @@ from ..distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objec
 from ..runtime import Runtime
 from . import peers
 from .preempt import StopRequest
+from .totals import HOST_SUMS, STEP_SUMS, StepOutput, Totals, step_sums, train_metrics
 
 # the bar's loss: the mean over the epoch so far (the epoch line's is the whole epoch's: "train loss (epoch mean)")
 RUNNING_LOSS = "loss (running mean)"
@@ -63,10 +64,13 @@ class StepContext:
 @dataclass
 class EpochStats:
     """One epoch's running totals on this process; ``train_one_epoch`` returns them summed over
-    processes. :meth:`state` / :meth:`from_state` carry them through a mid-epoch checkpoint."""
+    processes, and the epoch's train metrics made from them (:mod:`resnet.engine.totals`).
+    :meth:`state` / :meth:`from_state` carry them through a mid-epoch checkpoint."""
 
-    loss: float = 0.0  # mean training loss (set at the end of the epoch)
-    loss_sum: float = 0.0  # sum of per-image losses so far
+    # the device sums by name (resnet.engine.totals.STEP_SUMS: the loss summed over images, ...) as
+    # last read: None until a checkpoint reads them; at the end of the epoch, every total summed over processes
+    sums: dict[str, float] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # the epoch's TRAIN_METRICS (set at its end)
     images: int = 0
     steps: int = 0  # optimizer steps taken
     batches: int = 0  # loader batches consumed: where a resumed run starts reading
@@ -81,18 +85,26 @@ class EpochStats:
     interrupted: bool = False  # a stop signal ended the epoch early (resnet.engine.preempt)
 
     @property
+    def loss(self) -> float:
+        """The epoch's mean training loss (0 before its end)."""
+        return self.metrics.get("loss", 0.0)
+
+    @property
     def images_per_s(self) -> float:
         return self.images / self.seconds if self.seconds else 0.0
 
-    _STATE = ("loss_sum", "images", "steps", "batches", "skipped_images", "skipped_paths", "skipped_steps",
+    _STATE = ("images", "steps", "batches", "skipped_images", "skipped_paths", "skipped_steps",
               "empty_steps", "unused_images", "seconds", "history")
 
     def state(self) -> dict:
-        return {name: getattr(self, name) for name in self._STATE}
+        """The device sums under their own names (``loss_sum``, ...), then the rest."""
+        return {**(self.sums or {}), **{name: getattr(self, name) for name in self._STATE}}
 
     @classmethod
     def from_state(cls, state: dict) -> EpochStats:
-        return cls(**{name: state[name] for name in cls._STATE if name in state})  # older files lack newer keys
+        stats = cls(**{name: state[name] for name in cls._STATE if name in state})  # older files lack newer keys
+        stats.sums = {name: state[name] for name in STEP_SUMS if name in state}  # a sum not there: NaN
+        return stats
 
 
 def _split(batch) -> tuple[torch.Tensor, torch.Tensor, int, list[str]]:
@@ -156,14 +168,16 @@ def train_one_epoch(
 @dataclass
 class StepResult:
     """What :func:`train_step` did: the loss (detached, on the device), the images it trained on,
-    whether the optimizer stepped, the learning rate it used, and (``on_nonfinite=skip``) the loss
-    as the host read it."""
+    whether the optimizer stepped, the learning rate it used, (``on_nonfinite=skip``) the loss
+    as the host read it, and (a step taken) what it adds to the epoch's sums (on the device,
+    :data:`resnet.engine.totals.STEP_SUMS`)."""
 
     loss: torch.Tensor
     images: int
     taken: bool
     lr: float | None = None
     host_loss: float | None = None  # on_nonfinite=skip: the loss read on the host (else None, read later)
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def train_step(
@@ -192,7 +206,8 @@ def train_step(
     if dynamo is not None:  # compile=true: one graph for every batch size, not one more per grid preset
         dynamo.maybe_mark_dynamic(images, 0)  # at a short batch (tests/models/test_recompiles.py); else a no-op
     with ctx.runtime.autocast():
-        loss = ctx.loss_fn(model(images), labels)
+        logits = model(images)
+        loss = ctx.loss_fn(logits, labels)
     host_loss = None
     if ctx.on_nonfinite == "skip":
         checked = _queue_check([loss], ctx.env)  # [loss, processes where it is finite]
@@ -206,7 +221,8 @@ def train_step(
             on_loss(loss.detach())
         _backward(loss, optimizer, ctx)
     lr = _step(model, optimizer, scheduler, ctx, step)
-    return StepResult(loss.detach(), images.shape[0], taken=True, lr=lr, host_loss=host_loss)
+    sums = step_sums(StepOutput(logits.detach(), labels, loss.detach(), images.shape[0]))
+    return StepResult(loss.detach(), images.shape[0], taken=True, lr=lr, host_loss=host_loss, sums=sums)
 
 
 class _Epoch:
@@ -227,7 +243,7 @@ class _Epoch:
         self.end = first + batches if ctx.max_steps is None else min(first + batches, ctx.max_steps)
         self.bar = Progress(self.end, f"train {epoch + 1}", initial=first, unit="batches",  # 1-based, as the epoch line
                             enabled=ctx.progress and ctx.env.is_main)
-        self.loss_sum = torch.full((), stats.loss_sum, device=ctx.env.device)
+        self.totals = Totals(ctx.env.device, stats.sums)  # a resumed epoch's sums, else zeros
         self.lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
         self.start = self.window_start = time.perf_counter()
         self.seconds_before = stats.seconds
@@ -235,7 +251,7 @@ class _Epoch:
         # on_nonfinite=stop: (loss, step, batch, images) not read yet
         self.unread: list[tuple[torch.Tensor, int, int, int]] = []
         # the bar's running mean: this process's losses of the epoch as read on the host, x images (from a resume's)
-        self.read_sum, self.read_images = stats.loss_sum, stats.images
+        self.read_sum, self.read_images = (stats.sums or {}).get("loss_sum", 0.0), stats.images
 
     def consume(self, batch) -> bool:
         """Train on one loader batch; False when the epoch ends before it (its last batch was
@@ -282,7 +298,7 @@ class _Epoch:
             stats.skipped_steps += 1
             return
         self.lr = done.lr
-        self.loss_sum += done.loss * done.images
+        self.totals.add(done.sums)
         stats.images += done.images
         stats.steps += 1
         self.window_images += done.images
@@ -320,24 +336,20 @@ class _Epoch:
     def save(self) -> None:
         if self.unread:  # a checkpoint holds only steps whose losses were read finite
             self.read_losses()
-        self.stats.loss_sum = self.loss_sum.item()
+        self.stats.sums = self.totals.read()
         self.stats.seconds = self.seconds_before + time.perf_counter() - self.start
         self.checkpoint(self.steps_before + self.stats.steps, self.stats)
 
     def finish(self) -> EpochStats:
-        """The epoch's totals, summed over processes in one all-reduce (one read)."""
+        """The epoch's totals, summed over processes in one all-reduce (one read), and its train metrics."""
         stats, env = self.stats, self.ctx.env
         stats.seconds = self.seconds_before + time.perf_counter() - self.start
         stats.lr = self.lr
-        totals = torch.tensor([0.0, stats.images, stats.skipped_images, stats.unused_images], dtype=torch.float64,
-                              device=env.device)
-        totals[0] = self.loss_sum  # float32 to float64 on the device: exact, and no transfer of its own
-        summed = all_reduce_sum(totals, env).tolist()
-        stats.loss = summed[0] / max(summed[1], 1)
-        stats.images = int(summed[1])  # global, for images/s
-        stats.skipped_images = int(summed[2])
-        stats.unused_images = int(summed[3])
-        if summed[2]:  # examples from every process, not only this one's
+        stats.sums = self.totals.summed({name: getattr(stats, name) for name in HOST_SUMS}, env)
+        for name in HOST_SUMS:  # global: images for images/s, the others for the run's checks
+            setattr(stats, name, int(stats.sums[name]))
+        stats.metrics = train_metrics(stats.sums, stats.seconds)
+        if stats.skipped_images:  # examples from every process, not only this one's
             stats.skipped_paths = [p for paths in gather_objects(stats.skipped_paths, env) for p in paths][:5]
         return stats
 

@@ -40,6 +40,7 @@ from .resume import ResumePoint, resume
 from .runlog import RunLogger, run_log
 from .state import epoch_seed, seed_everything, set_rng_state
 from .sync_bn import convert_sync_batchnorm
+from .totals import TRAIN_METRICS, epoch_line_parts
 
 __all__ = ["CheckpointWriteError", "LoaderWorkerDied", "PeerLost", "RunFailed", "train"]
 
@@ -305,7 +306,7 @@ def _fit(cfg: DictConfig, env: DistEnv, training: Training, train_model: nn.Modu
         _check_skipped(cfg, stats, epoch, saver)
         _check_unreadable(cfg, stats, epoch, saver)
         global_step += stats.steps - steps_before
-        fit.train_rate = stats.images_per_s
+        fit.train = stats.metrics
         row = _epoch_row(epoch, global_step, stats)
         if epoch == fit.epochs - 1 or (epoch + 1) % cfg.eval_every == 0:
             fit.val, fit.ema_val = _validate(cfg, training, ctx, row)
@@ -367,8 +368,9 @@ def _check_unreadable(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Che
 
 
 def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:
-    return {"epoch": epoch + 1, "step": step, "train_loss": stats.loss, "lr": stats.lr,
-            "train_images_per_s": stats.images_per_s, "skipped_images": stats.skipped_images,
+    """The epoch's row: its train metrics as ``train_<name>`` (resnet/engine/totals.py), then its counts."""
+    return {"epoch": epoch + 1, "step": step, **{f"train_{k}": v for k, v in stats.metrics.items()}, "lr": stats.lr,
+            "skipped_images": stats.skipped_images,
             "skipped_examples": "; ".join(stats.skipped_paths),
             "skipped_steps": stats.skipped_steps, "empty_steps": stats.empty_steps,
             "unused_images": stats.unused_images, "epoch_seconds": stats.seconds}
@@ -412,7 +414,8 @@ def _results(cfg: DictConfig, env: DistEnv, training: Training, fit: Fit, run_di
         val_split_images=training.loaders.val_split_size or training.loaders.val_size,
         skipped_images=sum(int(r.get("skipped_images") or 0) for r in fit.history),  # training, every epoch
         val_skipped_images=val.get("skipped_images"),
-        train_images_per_s=fit.train_rate,
+        # the last epoch's train metrics (train_loss, train_images_per_s, ...): None where its row lacks one
+        **{f"train_{k}": fit.train.get(k) for k in TRAIN_METRICS},
         val_images_per_s=val.get("images_per_s"),
         wall_seconds=wall_seconds,
         run_dir=str(run_dir),
@@ -437,9 +440,6 @@ def _summary(results: dict, footer: str) -> str:
     return "\n" + format_table(table) + "\n" + footer
 
 
-EPOCH_LOSS = "train loss (epoch mean)"  # the epoch line's; the bar's is the mean so far (loop.RUNNING_LOSS)
-
-
 def val_share(loaders) -> str | None:
     """``1,000 of 10,000 images`` where validation scores part of the val split (``val_images=N``), else None."""
     if not loaders.val_split_size or loaders.val_size == loaders.val_split_size:
@@ -449,7 +449,7 @@ def val_share(loaders) -> str | None:
 
 def _print_epoch(row: dict, split: int = 0) -> None:
     """The epoch's line; ``split``: the val split's images, said beside the errors where fewer were scored."""
-    parts = [f"epoch {row['epoch']}", f"{EPOCH_LOSS} {row['train_loss']:.4f}", f"{row['train_images_per_s']:.0f} img/s"]
+    parts = [f"epoch {row['epoch']}", *epoch_line_parts(row)]
     if "val_top1_err" in row:
         parts += [f"val top-1 err {row['val_top1_err']:.2f}%", f"top-5 err {row['val_top5_err']:.2f}%"]
         if split and row.get("val_n_images") != split:

@@ -22,7 +22,9 @@ from ..report.wandb_log import start_run, table_cell
 class CsvLog:
     """Dict rows in a CSV file; the header is the first row's keys. Every write replaces the file
     whole (a temporary file, then a rename), so a run killed at any moment leaves the rows before
-    the write or after it, never half a row."""
+    the write or after it, never half a row. A row with a key the header lacks (a metric added
+    since the file was begun, a resumed run's, or ``val_*`` first logged at a later epoch) widens
+    the header: the file is rewritten with the new column, empty in the rows before it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -43,15 +45,20 @@ class CsvLog:
         if not rows:
             return
         kept = ""
-        if self.fields is None:
-            self.fields = list(rows[0])
-        elif self.path.exists():
-            kept = self.path.read_text()
+        begun = self.fields is not None
+        new = list(dict.fromkeys(k for row in rows for k in row if k not in (self.fields or ())))
+        self.fields = [*(self.fields or ()), *new]
+        if begun and self.path.exists():
+            if new:  # a wider header: every row read back and written again under it
+                with open(self.path, newline="") as f:
+                    rows = (*csv.DictReader(f), *rows)
+            else:
+                kept = self.path.read_text()
         self._replace(kept, rows)
 
     def _replace(self, kept: str, rows: Sequence[Mapping]) -> None:
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=self.fields, extrasaction="ignore")
+        writer = csv.DictWriter(buffer, fieldnames=self.fields)  # every key has its column: none dropped
         if not kept:
             writer.writeheader()
         writer.writerows(rows)

@@ -676,3 +676,25 @@ def test_metrics_and_results_are_replaced_whole_never_left_half_written(tmp_path
     monkeypatch.undo()
     log.write({"epoch": 2, "train_loss": 0.4}, {"epoch": 3, "train_loss": 0.3})
     assert [r["epoch"] for r in read_csv(tmp_path / "metrics.csv")] == ["1", "2", "3"]
+
+
+def test_a_row_with_a_new_key_widens_the_csv_keeping_every_row(tmp_path, monkeypatch):
+    # A run resumed from before a metric was added: its metrics.csv has fewer columns than the new rows.
+    # The file is rewritten whole (a temporary file, then os.replace) under the wider header; no row is lost.
+    from resnet.engine.runlog import CsvLog
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,train_loss\n1,0.5\n2,0.4\n")
+    renames = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (renames.append((src, dst)), real_replace(src, dst)))
+    log = CsvLog(path)  # as a resumed run opens it
+    log.write({"epoch": 3, "train_loss": 0.3, "train_top5_err": 12.5})
+    assert renames == [(path.with_suffix(".csv.tmp"), path)] and not path.with_suffix(".csv.tmp").exists()
+    assert path.read_text() == "epoch,train_loss,train_top5_err\n1,0.5,\n2,0.4,\n3,0.3,12.5\n"
+    log.write({"epoch": 4, "train_loss": 0.2, "train_top5_err": 10.0})  # the wider header, appended to
+    log.write({"epoch": 5, "val_top1_err": 50.0})  # a key of its own, another missing: both kept
+    assert [list(r.values()) for r in read_csv(path)] == [
+        ["1", "0.5", "", ""], ["2", "0.4", "", ""], ["3", "0.3", "12.5", ""], ["4", "0.2", "10.0", ""],
+        ["5", "", "", "50.0"]]
+    assert list(read_csv(path)[0]) == ["epoch", "train_loss", "train_top5_err", "val_top1_err"]

@@ -50,6 +50,29 @@ def test_train_writes_results_metrics_and_checkpoint(tiny_folder, tmp_path):
     assert checkpoint["config"]["model"]["arch"] == "resnet_tiny"
 
 
+def test_a_train_metric_added_in_two_lines_reaches_every_report_and_a_resumed_csv(tiny_folder, tmp_path,
+                                                                                   monkeypatch, capsys):
+    # resnet/engine/totals.py: what a step adds (on the device) and the metric made from the epoch's sums.
+    # A run begun without it and resumed with it: metrics.csv gains the column (empty for epoch 1),
+    # results.json and the epoch line have it. 3 classes: every label is among the 5 best scores.
+    from resnet.engine import totals
+    from resnet.evaluation.loop import topk_correct
+
+    run_in_process(tiny_folder, tmp_path, "stop_after=1")
+    monkeypatch.setitem(totals.STEP_SUMS, "correct5",
+                        totals.StepSum(lambda s: topk_correct(s.logits, s.classes, (5,))[0]))
+    monkeypatch.setitem(totals.TRAIN_METRICS, "top5_err", totals.TrainMetric(
+        lambda t: totals.error(t["correct5"], t["images"]), "train top-5 err {:.2f}%"))
+    results = run_in_process(tiny_folder, tmp_path, "resume=true")
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert [r["epoch"] for r in rows] == ["1", "2"] and [r["train_top5_err"] for r in rows] == ["", "0.0"]
+    assert all(0 <= float(r["train_top1_err"]) <= 100 and float(r["train_loss"]) > 0 for r in rows)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["train_top5_err"] == results["train_top5_err"] == 0.0 and saved["train_top1_err"] is not None
+    epoch_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch 2 |"))
+    assert " | train top-1 err " in epoch_line and " | train top-5 err 0.00% | " in epoch_line, epoch_line
+
+
 def test_resume_after_an_interruption_ends_with_identical_weights(tiny_folder, tmp_path):
     common = ("epochs=3", "deterministic=true", "seed=3", "ema_decay=0.9")  # the EMA weights resume too
     run_in_process(tiny_folder, tmp_path / "straight", *common)
@@ -176,7 +199,8 @@ def test_wandb_offline_run_logs_metrics_and_table(tiny_folder, tmp_path, monkeyp
     # there); keys and JSON values are plain UTF-8.
     records = finished_log(runs[0]).read_bytes()
     val_top1_err = float(read_csv(tmp_path / "metrics.csv")[0]["val_top1_err"])
-    for needle in ("epoch/val_top1_err", "train/loss", "train/lr", json.dumps(val_top1_err), "resnet_tiny"):
+    needles = ("epoch/val_top1_err", "epoch/train_top1_err", "train/loss", "train/lr", json.dumps(val_top1_err))
+    for needle in (*needles, "resnet_tiny"):
         assert needle.encode() in records, needle
     assert b"api_key" not in records.lower()
     table = json.loads(next(runs[0].rglob("results*.table.json")).read_text())

@@ -48,7 +48,8 @@ if [ ! -f "$stamp-test" ] && { [ -n "$EXTRAS" ] || [ ! -f "$stamp" ]; }; then
         echo "[setup] installing the project and its test extras into $VENV, each dependency at its lowest allowed version"
         "$VENV/bin/python" scripts/min_deps.py > "$VENV/constraints.txt"
         cat "$VENV/constraints.txt" | sed 's/^/[setup]   /'
-        PIP_CONSTRAINT="$VENV/constraints.txt" pip_install -e ".[test]"
+        # and the build backend pyproject names: tests/project/test_wheel.py builds the wheel with it
+        PIP_CONSTRAINT="$VENV/constraints.txt" pip_install -e ".[test]" "setuptools>=77"
         rm -f "$VENV"/.installed-* && touch "$stamp-test"
     elif [ -n "$EXTRAS" ]; then
         echo "[setup] installing the project and its test extras into $VENV (first time: 3-5 minutes, most of it torch)"

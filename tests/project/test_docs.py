@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -157,12 +158,14 @@ def quick(words: list[str]) -> list[str]:
 
 
 def activated_env() -> dict[str, str]:
-    """The environment after the README's ``source .venv/bin/activate``, sourced for real; in the
-    Docker image, whose Python has the project and no .venv, its own."""
-    if os.environ.get("RESNET_PADDING_ENV") == "installed" and not (REPO / ".venv").exists():
+    """The environment after the README's ``source .venv/bin/activate``, sourced for real (the
+    venv of this interpreter: .venv, or .venv-min under scripts/test.sh --min-deps); in the Docker
+    image, whose Python has the project and no venv, its own."""
+    activate = Path(sys.executable).parent / "activate"
+    if not activate.is_file():
         return dict(os.environ)
-    done = subprocess.run(["bash", "-c", "source .venv/bin/activate && env -0"], cwd=REPO, capture_output=True,
-                          check=True)  # fmt: skip
+    done = subprocess.run(["bash", "-c", f"source {shlex.quote(str(activate))} && env -0"], cwd=REPO,
+                          capture_output=True, check=True)  # fmt: skip
     return dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
 
 

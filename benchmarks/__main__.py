@@ -34,8 +34,11 @@ RUNS = {
     "input_pipeline_110kB": ("input_pipeline", ["--grain", "40"], ["--quick", "--grain", "40"]),
     "input_pipeline_photos": ("input_pipeline", ["--photos"], ["--quick", "--photos"]),
     "end_to_end": ("end_to_end", [], ["--quick", "--threads", "1"]),
-    "model_step": ("model_step", [], ["--arch", "resnet18", "--batch", "2", "--size", "64", "--warmup", "0",
-                                      "--repeats", "1"]),
+    "model_step": (
+        "model_step",
+        [],
+        ["--arch", "resnet18", "--batch", "2", "--size", "64", "--warmup", "0", "--repeats", "1"],
+    ),
     "shards": ("shards", [], ["--quick"]),
     "decode_alternatives": ("decode_alternatives", [], ["--quick"]),
     "scale": ("scale", [], ["--quick"]),
@@ -75,10 +78,22 @@ def goals(script: str, result: dict) -> list[dict]:
             value = result["figures"][label]
             rows.append({"ratio": label, "value": value, "goal": goal, "met": value <= float(goal.split()[1])})
     elif script == "checkpoint_save":  # what a stop needs of its GraceTime, beside the step it finishes
-        rows.append({"ratio": f"{result['arch']} save s", "value": result["save_s"], "goal": "<= 20",
-                     "met": result["save_s"] <= 20})
-        rows.append({"ratio": f"share of the run saving every {result['checkpoint_minutes']:g} min",
-                     "value": result["save_share"], "goal": "<= 0.01", "met": result["save_share"] <= 0.01})
+        rows.append(
+            {
+                "ratio": f"{result['arch']} save s",
+                "value": result["save_s"],
+                "goal": "<= 20",
+                "met": result["save_s"] <= 20,
+            }
+        )
+        rows.append(
+            {
+                "ratio": f"share of the run saving every {result['checkpoint_minutes']:g} min",
+                "value": result["save_share"],
+                "goal": "<= 0.01",
+                "met": result["save_share"] <= 0.01,
+            }
+        )
     elif script == "model_step":
         for mode, figures in result["modes"].items():
             for label, value in figures["ratios"].items():

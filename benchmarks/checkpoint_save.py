@@ -57,8 +57,16 @@ def training_state(arch: str) -> tuple[torch.nn.Module, TrainingState]:
     scheduler.step()
     ema = ModelEmaV3(model, decay=0.9999)
     ema.update(model, step=0)
-    state = TrainingState(epoch=1, step=1, optimizer=optimizer.state_dict(), scheduler=scheduler_state(scheduler),
-                          rng=[rng_state()], config={}, layout={"world_size": 1}, ema=ema.module.state_dict())
+    state = TrainingState(
+        epoch=1,
+        step=1,
+        optimizer=optimizer.state_dict(),
+        scheduler=scheduler_state(scheduler),
+        rng=[rng_state()],
+        config={},
+        layout={"world_size": 1},
+        ema=ema.module.state_dict(),
+    )
     return model, state
 
 
@@ -90,9 +98,11 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"arch": args.arch, "bytes": size, "save_s": save_s, "load_s": statistics.median(loads),
               "repeats": args.repeats, "dir": str(args.dir or tempfile.gettempdir()),
               "checkpoint_minutes": minutes, "save_share": save_s / (60 * minutes + save_s)}  # fmt: skip
-    print(f"{args.arch} last.pt ({size / 2**20:.0f} MiB: weights, SGD momentum, EMA) in {result['dir']}: "
-          f"save {result['save_s']:.2f} s, load {result['load_s']:.2f} s (median of {args.repeats}); "
-          f"saved every checkpoint_minutes={minutes:g}, the saves take {result['save_share']:.2%} of the run")
+    print(
+        f"{args.arch} last.pt ({size / 2**20:.0f} MiB: weights, SGD momentum, EMA) in {result['dir']}: "
+        f"save {result['save_s']:.2f} s, load {result['load_s']:.2f} s (median of {args.repeats}); "
+        f"saved every checkpoint_minutes={minutes:g}, the saves take {result['save_share']:.2%} of the run"
+    )
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2))
     return result

@@ -109,8 +109,11 @@ def main(argv: list[str] | None = None) -> dict:
     kb = sum(map(len, blobs)) / len(blobs) / 1024
     crops = boxes(blobs, args.size, len(blobs))
     big = boxes(blobs, args.half_size, len(blobs), min_side=2 * args.half_size)
-    print(f"{len(blobs)} {'photographs' if args.photos else 'generated'} JPEGs ({kb:.0f} kB), "
-          f"{len(crops)} crops at {args.size} px, {len(big)} crops >= 2x {args.half_size} px...", flush=True)
+    print(
+        f"{len(blobs)} {'photographs' if args.photos else 'generated'} JPEGs ({kb:.0f} kB), "
+        f"{len(crops)} crops at {args.size} px, {len(big)} crops >= 2x {args.half_size} px...",
+        flush=True,
+    )
 
     us = {
         "whole decode": cpu_us(lambda blob, box: decode_rgb(blob), crops, args.repeats),
@@ -121,8 +124,10 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()} | {"mean_kB": kb},
         "us_per_image": us,
-        "fast_pixels_off": {"max": max(int(d.max()) for d in diffs),
-                            "mean": float(np.mean([d.float().mean() for d in diffs]))},
+        "fast_pixels_off": {
+            "max": max(int(d.max()) for d in diffs),
+            "mean": float(np.mean([d.float().mean() for d in diffs])),
+        },
         "crop_bottom_fraction_mean": float(np.mean([(box[0] + box[2]) / image_size(b)[1] for b, box in crops])),
         "crop_area_fraction_mean": float(np.mean([box[2] * box[3] / np.prod(image_size(b)) for b, box in crops])),
         "ratios": {
@@ -151,8 +156,10 @@ def print_table(result: dict) -> None:
         print(f"{name:<44}{value:>8.0f}")
     off = result["fast_pixels_off"]
     print(f"\nfast window decode: pixels off by up to {off['max']} levels (mean {off['mean']:.2f})")
-    print(f"crops end at {result['crop_bottom_fraction_mean']:.0%} of the image's height on average, "
-          f"cover {result['crop_area_fraction_mean']:.0%} of its area")
+    print(
+        f"crops end at {result['crop_bottom_fraction_mean']:.0%} of the image's height on average, "
+        f"cover {result['crop_area_fraction_mean']:.0%} of its area"
+    )
     for label, value in result["ratios"].items():
         print(f"{label:<44}{value:>8.2f}")
     print()

@@ -140,30 +140,34 @@ def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list
             read_json_line,
             hydra=False,
         ),
-    ] + ([] if args.quick else [  # a smoke run: the train pair only (eval and DDP: test_eval.py, test_train.py)
-        Contender(  # no OMP_NUM_THREADS: train.py gives its loader workers their CPUs (resnet.workers.share_cpus)
-            "train.py threads shared",
-            [python, *train, f"batch_size={args.batch}", f"data.workers={args.workers}"],
-            {"OMP_NUM_THREADS": None},  # unset
-            read_results_json,
-        ),
-        Contender("eval.py", [python, *evaluate, "crops=1"], one_process, read_eval_table),
-        Contender(
-            "reference eval",
-            [*reference, "eval", "--weights", str(weights), "--batch", str(args.eval_batch)],
-            one_process,
-            read_json_line,
-            hydra=False,
-        ),
-        Contender("eval.py 10-crop", [python, *evaluate, "crops=10"], one_process, read_eval_table),
-        Contender(
-            "train.py 2 processes",
-            [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *train]
-            + [f"batch_size={args.batch // 2}", f"data.workers={ddp_workers}"],
-            {"OMP_NUM_THREADS": "1"},
-            read_results_json,
-        ),
-    ])
+    ] + (
+        []
+        if args.quick
+        else [  # a smoke run: the train pair only (eval and DDP: test_eval.py, test_train.py)
+            Contender(  # no OMP_NUM_THREADS: train.py gives its loader workers their CPUs (resnet.workers.share_cpus)
+                "train.py threads shared",
+                [python, *train, f"batch_size={args.batch}", f"data.workers={args.workers}"],
+                {"OMP_NUM_THREADS": None},  # unset
+                read_results_json,
+            ),
+            Contender("eval.py", [python, *evaluate, "crops=1"], one_process, read_eval_table),
+            Contender(
+                "reference eval",
+                [*reference, "eval", "--weights", str(weights), "--batch", str(args.eval_batch)],
+                one_process,
+                read_json_line,
+                hydra=False,
+            ),
+            Contender("eval.py 10-crop", [python, *evaluate, "crops=10"], one_process, read_eval_table),
+            Contender(
+                "train.py 2 processes",
+                [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *train]
+                + [f"batch_size={args.batch // 2}", f"data.workers={ddp_workers}"],
+                {"OMP_NUM_THREADS": "1"},
+                read_results_json,
+            ),
+        ]
+    )
 
 
 def busy_cpu_seconds() -> float | None:
@@ -231,8 +235,11 @@ def main(argv: list[str] | None = None) -> dict:
         "images_per_s": {name: statistics.median(r["images_per_s"] for r in rs) for name, rs in runs.items()},
         "runs": runs,
         "ratios": {label: paired_ratio(runs, n, d) for label, n, d, _, _ in RATIOS if n in runs and d in runs},
-        "goals": {label: f"{sense} {goal}" for label, n, d, goal, sense in RATIOS
-                  if goal is not None and n in runs and d in runs},  # goals of the ratios measured
+        "goals": {
+            label: f"{sense} {goal}"
+            for label, n, d, goal, sense in RATIOS
+            if goal is not None and n in runs and d in runs
+        },  # goals of the ratios measured
     }
     ddp = result["ratios"].get("2 processes / 1 process")
     result["ddp_overhead"] = None if ddp is None else 1 - ddp

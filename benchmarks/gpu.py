@@ -70,7 +70,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.arch, args.batch, args.size, args.steps, args.repeats, args.workers, args.images = (
-            "resnet_tiny", 4, 16, 1, 1, 1, 16)
+            "resnet_tiny",
+            4,
+            16,
+            1,
+            1,
+            1,
+            16,
+        )
         args.no_compile = True
     return args
 
@@ -195,9 +202,15 @@ def loop_contender(args, device) -> Callable[[], int]:
     batches = [(images, torch.randint(0, 1000, (args.batch,), device=device))] * args.steps
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    ctx = StepContext(runtime=runtime, normalize=Normalize(model.meta.preprocessing).to(device),
-                      loss_fn=torch.nn.CrossEntropyLoss(), ema=ModelEmaV3(model, decay=0.9999**32), ema_every=32,
-                      log_every=50, progress=False)
+    ctx = StepContext(
+        runtime=runtime,
+        normalize=Normalize(model.meta.preprocessing).to(device),
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        ema=ModelEmaV3(model, decay=0.9999**32),
+        ema_every=32,
+        log_every=50,
+        progress=False,
+    )
     epochs = iter(range(1_000_000))
 
     def run() -> int:
@@ -231,8 +244,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit("python -m benchmarks.gpu measures a CUDA device and this machine has none: run it on a GPU "
-                 "machine, or pass --device cpu --quick for a smoke run")
+        sys.exit(
+            "python -m benchmarks.gpu measures a CUDA device and this machine has none: run it on a GPU "
+            "machine, or pass --device cpu --quick for a smoke run"
+        )
     torch.backends.cudnn.benchmark = True  # as train.py runs (deterministic=false): cuDNN's fastest kernels
     result: dict = {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -290,8 +305,10 @@ def print_table(result: dict) -> None:
     for name, rate in result["train_images_per_s"].items():
         print(f"{name:<32}{rate:>10.0f}{result['train_time_ratio_to_symmetric'][name]:>18.3f}")
     loop = result["loop"]
-    print(f"{'symmetric, train.py loop':<32}{loop['images_per_s']:>10.0f}{'':>18}"
-          f"   {loop['time_ratio_to_bare_step']:.3f}x the bare step's time")
+    print(
+        f"{'symmetric, train.py loop':<32}{loop['images_per_s']:>10.0f}{'':>18}"
+        f"   {loop['time_ratio_to_bare_step']:.3f}x the bare step's time"
+    )
     print(f"\n{'loader':<32}{'images/s':>10}{'cores busy':>12}{'cores per 1k img/s':>20}")
     for name, row in result["loader"].items():
         print(f"{name:<32}{row['images_per_s']:>10.0f}{row['cpu_cores_busy']:>12.1f}"

@@ -44,9 +44,21 @@ import torch.nn.functional as F
 from torch import nn
 
 PRESETS = ["symmetric", "asymmetric"]
-CANDIDATES = ["symmetric", "asymmetric", "grid", "grid_bn", "grid_alt", "grid_bn_alt", "grid_bn_split",
-              "grid_bn_consist", "grid_bn_pair", "grid_bn_affine", "grid_bn_affine_stem",
-              "grid_bn_affine_p60", "symmetric_shift"]
+CANDIDATES = [
+    "symmetric",
+    "asymmetric",
+    "grid",
+    "grid_bn",
+    "grid_alt",
+    "grid_bn_alt",
+    "grid_bn_split",
+    "grid_bn_consist",
+    "grid_bn_pair",
+    "grid_bn_affine",
+    "grid_bn_affine_stem",
+    "grid_bn_affine_p60",
+    "symmetric_shift",
+]
 
 
 class SplitGrid(nn.Module):
@@ -165,8 +177,10 @@ def candidate_patches(name: str, captured: dict):
     import resnet.engine.run as run
     from resnet import grid as grid_lib
 
-    saved = {key: getattr(run, key) for key in ("make_grid", "draw", "wrap_for_training", "loss_and_augment",
-                                                 "build_run_model")}
+    saved = {
+        key: getattr(run, key)
+        for key in ("make_grid", "draw", "wrap_for_training", "loss_and_augment", "build_run_model")
+    }
     original_build = run.build_run_model
 
     def build(cfg):
@@ -179,7 +193,8 @@ def candidate_patches(name: str, captured: dict):
         run.make_grid = lambda *args, **kwargs: per_grid_stem(original_make(*args, **kwargs))
     if name.endswith("_p60"):  # the second preset (asymmetric) drawn on 60% of the steps
         run.draw = lambda seed, step, count: int(
-            torch.rand((), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)) < 0.6)
+            torch.rand((), generator=torch.Generator().manual_seed(seed * 1_000_003 + step)) < 0.6
+        )
     if name.endswith("_alt"):
         run.draw = grid_lib.alternate
     if name == "symmetric_shift":
@@ -246,8 +261,15 @@ def train_candidate(name: str, seed: int, epochs: int, work: Path, extra: list[s
     scheme = name.partition("_")[0]
     choice = [f"+padding={scheme}"] if scheme in PRESETS else [f"grid=[{','.join(PRESETS)}]", f"grid_bn={norms}"]
     run_dir = work / f"{name}_s{seed}"
-    overrides = ["+experiment=demo", *choice, f"seed={seed}", f"epochs={epochs}", f"run_dir={run_dir}",
-                 "log_every=1000", *extra]
+    overrides = [
+        "+experiment=demo",
+        *choice,
+        f"seed={seed}",
+        f"epochs={epochs}",
+        f"run_dir={run_dir}",
+        "log_every=1000",
+        *extra,
+    ]
     captured: dict = {"seed": seed}
     start = time.perf_counter()
     with candidate_patches(name, captured):
@@ -267,8 +289,9 @@ def analyse_per_grid_bn(path: Path, test) -> list[dict]:
 
     checkpoint = load_checkpoint(path)
     meta, state = checkpoint["meta"], checkpoint["model"]
-    model = make_grid(build_model(meta["arch"], meta["num_classes"], PRESETS[0], in_chans=1), PRESETS,
-                      bn=grid_bn_of(state))
+    model = make_grid(
+        build_model(meta["arch"], meta["num_classes"], PRESETS[0], in_chans=1), PRESETS, bn=grid_bn_of(state)
+    )
     normalize = Normalize("torch")
     rows = []
     for label in ("own statistics", "statistics averaged over the presets", "preset 0's statistics everywhere"):
@@ -291,9 +314,13 @@ def analyse_per_grid_bn(path: Path, test) -> list[dict]:
     for index, preset in enumerate(PRESETS):
         plain = build_model(meta["arch"], meta["num_classes"], preset, in_chans=1)
         plain.load_state_dict(preset_state_dict(state, index))
-        rows.append({"checkpoint": str(path),
-                     "BN statistics": f"plain {preset} model, preset_state_dict(state, {index})",
-                     f"top1_err {preset}": round(top1_err(plain, *test, normalize), 2)})
+        rows.append(
+            {
+                "checkpoint": str(path),
+                "BN statistics": f"plain {preset} model, preset_state_dict(state, {index})",
+                f"top1_err {preset}": round(top1_err(plain, *test, normalize), 2),
+            }
+        )
     return rows
 
 
@@ -304,8 +331,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--work", type=Path, default=Path("/tmp/grid_robust"))
     parser.add_argument("--out", type=Path, default=Path("results/grid_robust.json"))
-    parser.add_argument("--analyse", type=Path,
-                        help="only evaluate a per-grid-BN run's last.pt (see analyse_per_grid_bn)")
+    parser.add_argument(
+        "--analyse", type=Path, help="only evaluate a per-grid-BN run's last.pt (see analyse_per_grid_bn)"
+    )
     parser.add_argument("overrides", nargs="*", help="more train.py overrides")
     args = parser.parse_args(argv)
     if args.analyse:
@@ -328,9 +356,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\n=== {name}, seed {seed} ===", flush=True)
             trained = train_candidate(name, seed, args.epochs, args.work, args.overrides)
             errors = evaluate_under_each(trained["model"], name, test)
-            row = {"candidate": name, "seed": seed, "epochs": args.epochs,
-                   **{f"top1_err {p}": round(e, 2) for p, e in errors.items()},
-                   "train seconds": round(trained["seconds"], 1), "date": time.strftime("%Y-%m-%d %H:%M")}
+            row = {
+                "candidate": name,
+                "seed": seed,
+                "epochs": args.epochs,
+                **{f"top1_err {p}": round(e, 2) for p, e in errors.items()},
+                "train seconds": round(trained["seconds"], 1),
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
             with args.out.open("a") as f:

@@ -90,8 +90,10 @@ def make_proxy_folders(root: Path, train_per_class: int, val_per_class: int, siz
         raise SystemExit(f"error: {root} holds other files; pass --root <an empty or new folder>")
     start = time.perf_counter()
     splits = (("train", "train", train_per_class, 0), ("val", "test", val_per_class, 1))
-    counts = {split: write_split(root / split, *load_fashion_mnist(source), per_class, size, seed)
-              for split, source, per_class, seed in splits}
+    counts = {
+        split: write_split(root / split, *load_fashion_mnist(source), per_class, size, seed)
+        for split, source, per_class, seed in splits
+    }
     record = {"settings": settings, "images": counts, "seconds": round(time.perf_counter() - start, 1)}
     stamp.write_text(json.dumps(record))
     return record

@@ -239,8 +239,10 @@ def main(argv: list[str] | None = None) -> dict:
             paths = write_jpegs(root / "c", args.images, args.width, args.height, grain=args.grain)
         kb = sum(p.stat().st_size for p in paths) / len(paths) / 1024
         what = "photographs" if args.photos else "generated"
-        print(f"timing {args.images} {what} JPEGs {args.width}x{args.height} ({kb:.0f} kB) -> {args.size} px...",
-              flush=True)
+        print(
+            f"timing {args.images} {what} JPEGs {args.width}x{args.height} ({kb:.0f} kB) -> {args.size} px...",
+            flush=True,
+        )
         load_start = os.getloadavg()
         rates = time_contenders(make_contenders(root, paths, args.size), args.repeats)
         parts = breakdown(paths, args.size, max(args.repeats // 3, 1))

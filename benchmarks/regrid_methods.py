@@ -101,8 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     normalize = Normalize("torch")
     test = load_fashion_mnist("test")
     native, moved = top1_err(source, test, normalize), top1_err(with_padding(source, args.target), test, normalize)
-    rows = [{"method": f"none (native, {source.meta.padding_name})", "images": 0, "seconds": 0.0, "top1_err": native},
-            {"method": "none", "images": 0, "seconds": 0.0, "top1_err": moved}]
+    rows = [
+        {"method": f"none (native, {source.meta.padding_name})", "images": 0, "seconds": 0.0, "top1_err": native},
+        {"method": "none", "images": 0, "seconds": 0.0, "top1_err": moved},
+    ]
     print(format_table(rows), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for count in args.images:
@@ -111,16 +113,22 @@ def main(argv: list[str] | None = None) -> None:
             before = {k: v.clone() for k, v in source.state_dict().items()}
             student, seconds = run_method(name, source, batches, normalize, args.target)
             assert all(torch.equal(before[k], v) for k, v in source.state_dict().items()), "the teacher changed"
-            row = {"method": name, **METHODS[name][1], "images": count, "seconds": round(seconds, 1),
-                   "top1_err": top1_err(student, test, normalize)}
+            row = {
+                "method": name,
+                **METHODS[name][1],
+                "images": count,
+                "seconds": round(seconds, 1),
+                "top1_err": top1_err(student, test, normalize),
+            }
             if name == "grid_bn":  # the same model under the source's grid: its own statistics, untouched
                 set_grid(student, 0)
                 row["top1_err_source_grid"] = top1_err(student, test, normalize)
             rows.append(row)
             print(json.dumps(row), flush=True)
             with args.out.open("a") as f:
-                f.write(json.dumps({**row, "weights": str(args.weights), "date": time.strftime("%Y-%m-%d %H:%M")})
-                        + "\n")
+                f.write(
+                    json.dumps({**row, "weights": str(args.weights), "date": time.strftime("%Y-%m-%d %H:%M")}) + "\n"
+                )
     print("\n" + format_table(rows))
 
 

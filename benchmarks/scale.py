@@ -63,10 +63,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--val", type=int, default=50_000, help="images of the flat val")
     parser.add_argument("--workers", type=int, default=2, help="loader workers (the 2-core VM: 2)")
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--train-batch", type=int, default=32,
-                        help="train.py's batch: small, so that a CPU's forward and backward do not hide the rest")
-    parser.add_argument("--convert", action=argparse.BooleanOptionalAction, default=True,
-                        help="time the shard conversion (16 min at 1.28 M on the 2-core VM)")
+    parser.add_argument(
+        "--train-batch",
+        type=int,
+        default=32,
+        help="train.py's batch: small, so that a CPU's forward and backward do not hide the rest",
+    )
+    parser.add_argument(
+        "--convert",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time the shard conversion (16 min at 1.28 M on the 2-core VM)",
+    )
     parser.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()), help="where the trees are built")
     parser.add_argument("--quick", action="store_true", help="smoke run, in this process")
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # internal: one measurement, as JSON
@@ -149,9 +157,15 @@ def probe_scan(root: Path, kind: str, **_) -> dict:
 
 def probe_workers(root: Path, kind: str, workers: int, batch: int, **_) -> dict:
     reads = IndexReads(dataset(root, kind).samples)
-    loader = torch.utils.data.DataLoader(reads, batch_size=batch, shuffle=True, num_workers=workers,
-                                         persistent_workers=True, collate_fn=sum,
-                                         generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        reads,
+        batch_size=batch,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=True,
+        collate_fn=sum,
+        generator=torch.Generator().manual_seed(0),
+    )
     batches = iter(loader)
     next(batches)
     pids = [w.pid for w in batches._workers]
@@ -171,8 +185,12 @@ def probe_first_batch(root: Path, launched: float, workers: int, batch: int, res
     start = time.perf_counter()
     loaders.set_epoch(0, start_step)
     next(iter(loaders.train))
-    figures = {"launch to first batch s": time.time() - launched, "set_epoch to first batch s":
-               time.perf_counter() - start, "start step": start_step, "steps": len(loaders.train) + start_step}
+    figures = {
+        "launch to first batch s": time.time() - launched,
+        "set_epoch to first batch s": time.perf_counter() - start,
+        "start step": start_step,
+        "steps": len(loaders.train) + start_step,
+    }
     loaders.close()
     return figures
 
@@ -209,12 +227,31 @@ def first_step(root: Path, classes: int, workers: int, batch: int) -> dict:
     """Seconds from launching ``python train.py`` (resnet_tiny at ``batch`` images: the pipeline's
     share, not a big model's step) to its progress line after the first training step; the run is
     then killed."""
-    command = [sys.executable, "train.py", "model=resnet_tiny", "data=imagenet", f"data.root={root}",
-               f"data.num_classes={classes}", f"data.workers={workers}", f"batch_size={batch}", "epochs=1",
-               "max_steps_per_epoch=2", "log_every=1", "device=cpu", "logger=csv", f"hydra.run.dir={root / 'run'}"]
+    command = [
+        sys.executable,
+        "train.py",
+        "model=resnet_tiny",
+        "data=imagenet",
+        f"data.root={root}",
+        f"data.num_classes={classes}",
+        f"data.workers={workers}",
+        f"batch_size={batch}",
+        "epochs=1",
+        "max_steps_per_epoch=2",
+        "log_every=1",
+        "device=cpu",
+        "logger=csv",
+        f"hydra.run.dir={root / 'run'}",
+    ]
     launched = time.time()
-    with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=os.environ | {"RESNET_PROGRESS": "lines"}) as run:
+    with subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"RESNET_PROGRESS": "lines"},
+    ) as run:
         lines = []
         for line in run.stdout:
             lines.append(line)
@@ -225,8 +262,13 @@ def first_step(root: Path, classes: int, workers: int, batch: int) -> dict:
     raise RuntimeError("train.py ended before its first step:\n" + "".join(lines[-20:]))
 
 
-PROBES = {"scan": probe_scan, "workers": probe_workers, "first_batch": probe_first_batch,
-          "flat_val": probe_flat_val, "convert": probe_convert}
+PROBES = {
+    "scan": probe_scan,
+    "workers": probe_workers,
+    "first_batch": probe_first_batch,
+    "flat_val": probe_flat_val,
+    "convert": probe_convert,
+}
 
 
 def probe(args: argparse.Namespace, name: str, root: Path, **kwargs) -> dict:
@@ -235,8 +277,9 @@ def probe(args: argparse.Namespace, name: str, root: Path, **kwargs) -> dict:
     if args.quick:
         return PROBES[name](root, launched=time.time(), **kwargs)
     spec = json.dumps({"name": name, "root": str(root), "launched": time.time(), **kwargs})
-    done = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--probe", spec], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--probe", spec], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     if done.returncode:
         raise RuntimeError(f"probe {name} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
@@ -345,8 +388,10 @@ def main(argv: list[str] | None = None) -> dict:
         "table": table(rows),
     }
     print("\n" + result["table"])
-    print(f"\nflat val of {args.val:,}: set-up {last['flat val']['set-up s']:.2f} s, launch to first batch "
-          f"{last['flat val']['launch to first batch s']:.1f} s")
+    print(
+        f"\nflat val of {args.val:,}: set-up {last['flat val']['set-up s']:.2f} s, launch to first batch "
+        f"{last['flat val']['launch to first batch s']:.1f} s"
+    )
     for label, value in figures.items():
         print(f"{label:<48}{value:>10.2f}   goal {result['goals'][label]}")
     save_result(result, args.out)

@@ -53,16 +53,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def make_data(root: Path, images: int, shard_size: int) -> None:
     per_class = images // 4
     for c in range(4):
-        for i, path in enumerate(write_jpegs(root / "folder" / "train" / f"c{c}", per_class, 500, 375, seed=c,
-                                             grain=40)):
+        for i, path in enumerate(
+            write_jpegs(root / "folder" / "train" / f"c{c}", per_class, 500, 375, seed=c, grain=40)
+        ):
             if i < max(per_class // 8, 1):  # a val split: the loaders need one
                 (root / "folder" / "val" / f"c{c}").mkdir(parents=True, exist_ok=True)
                 (root / "folder" / "val" / f"c{c}" / path.name).write_bytes(path.read_bytes())
     for split in ("train", "val"):
         folder = root / "folder" / split
         classes = find_classes(folder)
-        convert(file_samples(folder, find_images(folder, classes)), classes, root / "shards" / split, split,
-                shard_size=shard_size, progress=False)
+        convert(
+            file_samples(folder, find_images(folder, classes)),
+            classes,
+            root / "shards" / split,
+            split,
+            shard_size=shard_size,
+            progress=False,
+        )
 
 
 class ByteCount:
@@ -119,9 +126,13 @@ def main(argv: list[str] | None = None) -> dict:
         "env": {"torch": torch.__version__, "cpus": os.cpu_count(), "loadavg": os.getloadavg()},
         "images_per_s_per_worker": {name: statistics.median(r) for name, r in rates.items()},
         "rates": rates,
-        "ratios": {"shards / folders train": ratio("train"), "shards / folders read only": ratio("read only"),
-                   "shards verified / unverified train": statistics.median(
-                       a / b for a, b in zip(rates["shards train"], rates["shards unverified train"]))},
+        "ratios": {
+            "shards / folders train": ratio("train"),
+            "shards / folders read only": ratio("read only"),
+            "shards verified / unverified train": statistics.median(
+                a / b for a, b in zip(rates["shards train"], rates["shards unverified train"])
+            ),
+        },
         "goals": {"shards / folders train": GOAL, "shards verified / unverified train": VERIFY_GOAL},
     }
     print(f"\n{'images/s per worker':<36}{'median':>10}")

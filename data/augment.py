@@ -41,13 +41,18 @@ def auto_augment(name: str, size: int, interpolation: str = "bilinear") -> Calla
 
         # PIL's filter, as timm's create_transform passes it: PIL refuses the name ("Unknown resampling
         # filter (bicubic)") in every rotate, shear and translate, and each such image was skipped
-        hparams = {"translate_const": int(size * 0.45), "img_mean": (124, 116, 104),  # timm's, for ImageNet
-                   "interpolation": str_to_pil_interp(interpolation)}
+        hparams = {
+            "translate_const": int(size * 0.45),
+            "img_mean": (124, 116, 104),  # timm's, for ImageNet
+            "interpolation": str_to_pil_interp(interpolation),
+        }
         try:
             policy = rand_augment_transform(name, hparams)
         except (AssertionError, ValueError, KeyError) as err:
-            raise ValueError(f"data.auto_augment={name} is not a RandAugment string timm reads ({err}); "
-                             "e.g. data.auto_augment=rand-m6-mstd0.5-inc1") from None
+            raise ValueError(
+                f"data.auto_augment={name} is not a RandAugment string timm reads ({err}); "
+                "e.g. data.auto_augment=rand-m6-mstd0.5-inc1"
+            ) from None
         return lambda image: pil_to_tensor(policy(to_pil_image(image)))
     raise ValueError(f"unknown data.auto_augment={name!r}; choose {' or '.join(POLICIES)}, or null for none")
 

@@ -89,8 +89,9 @@ def load_fashion_mnist(split: str, root: str | Path | None = None) -> tuple[torc
     return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
 
 
-DATASET = InMemory("fashion_mnist", tuple(CLASS_NAMES), in_chans=1, image_size=28, load=load_fashion_mnist,
-                   find_root=find_root)
+DATASET = InMemory(
+    "fashion_mnist", tuple(CLASS_NAMES), in_chans=1, image_size=28, load=load_fashion_mnist, find_root=find_root
+)
 
 
 def download(dest: Path | None = None) -> Path:

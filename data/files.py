@@ -25,8 +25,9 @@ def read_file(path: str | os.PathLike, offset: int = 0, size: int = -1) -> bytes
             raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", str(path))
         wanted = info.st_size - offset if size < 0 else size
         if wanted > MAX_FILE_BYTES:
-            raise OSError(errno.EFBIG, f"{wanted:,} bytes, more than the {MAX_FILE_BYTES:,} an image may have",
-                          str(path))
+            raise OSError(
+                errno.EFBIG, f"{wanted:,} bytes, more than the {MAX_FILE_BYTES:,} an image may have", str(path)
+            )
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1

@@ -72,8 +72,9 @@ class _Walk:
             except OSError:
                 continue  # a folder that cannot be listed is passed over, as os.walk does
             self.folders.append(folder)
-            named = sorted((name, kind) for name, kind in entries
-                           if kind != "dir" and name.lower().endswith(IMAGE_EXTENSIONS))
+            named = sorted(
+                (name, kind) for name, kind in entries if kind != "dir" and name.lower().endswith(IMAGE_EXTENSIONS)
+            )
             found += [os.path.join(folder, name) for name, kind in named if kind == "file"]
             # a FIFO would block the read for ever, a device (a /dev/zero) never end it, a socket or a
             # dangling link fail it: none is an image, each is named and counted
@@ -98,8 +99,12 @@ def _kind(entry: os.DirEntry) -> str:
         mode = os.stat(entry.path).st_mode
     except OSError:
         return "a dangling link"
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     for test, kind in kinds:
         if test(mode):
             return kind
@@ -130,8 +135,9 @@ def special_line(root: Path, special: list[str]) -> str | None:
     if not special:
         return None
     more = f" and {len(special) - 3} more" if len(special) > 3 else ""
-    return (f"{root}: skipped {len(special)} image-named entries that are not regular files: "
-            f"{', '.join(special[:3])}{more}")
+    return (
+        f"{root}: skipped {len(special)} image-named entries that are not regular files: {', '.join(special[:3])}{more}"
+    )
 
 
 def links_line(root: Path, links: list[str]) -> str | None:
@@ -171,9 +177,7 @@ def scan_folder(root: str | Path, classes: list[str] | None = None) -> FolderSca
         walk.seen[key] = top
         found = walk.images(top)
         if not found:
-            raise FileNotFoundError(
-                f"class folder {top} has no images (extensions {', '.join(IMAGE_EXTENSIONS)})"
-            )
+            raise FileNotFoundError(f"class folder {top} has no images (extensions {', '.join(IMAGE_EXTENSIONS)})")
         paths += found
         counts.append(len(found))
     labels = np.repeat(np.arange(len(classes), dtype=np.int32), counts)

@@ -90,8 +90,16 @@ class EncodedBatch:
             torch.cat([crop.data for crop in crops], out=data)
         pixels = (default_collate([items[i] for i in decoded]) if decoded
                   else torch.empty(0, 3, size, size, dtype=torch.uint8))  # fmt: skip
-        return cls(data, offsets, [crop.box for crop in crops], [crop.flip for crop in crops], pixels, decoded,
-                   size, interpolation)
+        return cls(
+            data,
+            offsets,
+            [crop.box for crop in crops],
+            [crop.flip for crop in crops],
+            pixels,
+            decoded,
+            size,
+            interpolation,
+        )
 
     def __len__(self) -> int:
         return len(self.boxes) + len(self.decoded)
@@ -126,7 +134,6 @@ class EncodedBatch:
                 taken += 1
             start = position + 1
         return torch.cat(pieces)
-
 
     def decode_whole(self, device: torch.device | str) -> list[torch.Tensor]:
         """The encoded images decoded whole, uncropped, each uint8 [3, H, W] on ``device`` (nvJPEG on
@@ -243,8 +250,9 @@ class EncodedRandomResizedCropFlip(RandomResizedCropFlip):
         _, width, height, _ = frame
         check_pixels(width, height)  # nvJPEG would allocate the whole image: data.decode.MAX_PIXELS, as on the CPU
         box, flip = self.sample(height, width)
-        return EncodedCrop(torch.frombuffer(bytearray(data), dtype=torch.uint8), box, flip, self.size,
-                           self.interpolation)
+        return EncodedCrop(
+            torch.frombuffer(bytearray(data), dtype=torch.uint8), box, flip, self.size, self.interpolation
+        )
 
     def __repr__(self) -> str:
         return super().__repr__().replace("RandomResizedCropFlip(", "EncodedRandomResizedCropFlip(decode=gpu, ", 1)
@@ -265,6 +273,8 @@ def check_decode(decode: str, device: torch.device | str | None = None) -> str:
     if decode not in DECODES:
         raise ValueError(f"data.decode={decode} is not one of {', '.join(DECODES)}: pass data.decode=cpu or gpu")
     if decode == "gpu" and device is not None and torch.device(device).type != "cuda":
-        raise ValueError(f"data.decode=gpu decodes JPEGs with nvJPEG on a CUDA device and this run's device is "
-                         f"{torch.device(device).type}: pass data.decode=cpu")
+        raise ValueError(
+            f"data.decode=gpu decodes JPEGs with nvJPEG on a CUDA device and this run's device is "
+            f"{torch.device(device).type}: pass data.decode=cpu"
+        )
     return decode

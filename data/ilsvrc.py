@@ -187,8 +187,9 @@ def is_flat_val(val_dir: Path) -> bool:
     return not any(e.is_dir() for e in entries) and any(e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries)
 
 
-def open_flat_val(root: str | Path, val_dir: Path, transform, val_labels: str | None = None,
-                  devkit: str | None = None) -> ImageFiles:
+def open_flat_val(
+    root: str | Path, val_dir: Path, transform, val_labels: str | None = None, devkit: str | None = None
+) -> ImageFiles:
     """The flat ILSVRC2012 val/ as a dataset, labelled by ``val_labels`` (the devkit's ground truth or
     Kaggle's solution csv), looked for under ``root`` when not given."""
     if val_labels is None:
@@ -244,16 +245,20 @@ def _outer_tar_samples(path: Path) -> tuple[list[str], list[Sample], list[str]]:
     for member in members:
         name = PurePosixPath(member.name)
         if name.is_absolute() or ".." in name.parts:  # a hostile archive: no member may name a place outside
-            raise ValueError(f"{path} holds a member named {member.name!r}, a path out of the archive: refused; "
-                             f"its members are <wnid>.tar files; {TRAIN_HINT}")
+            raise ValueError(
+                f"{path} holds a member named {member.name!r}, a path out of the archive: refused; "
+                f"its members are <wnid>.tar files; {TRAIN_HINT}"
+            )
         if name.suffix != ".tar":
             raise ValueError(
                 f"{path} holds {member.name}, not a <wnid>.tar of one class; {TRAIN_HINT} "
                 "(the val tar's images convert with ilsvrc-val, once extracted)"
             )
         if not WNID.fullmatch(name.stem):
-            raise ValueError(f"{path} holds {member.name}: {name.stem!r} is not an ImageNet class (n and 8 digits, "
-                             f"e.g. n01440764.tar); {TRAIN_HINT}")
+            raise ValueError(
+                f"{path} holds {member.name}: {name.stem!r} is not an ImageNet class (n and 8 digits, "
+                f"e.g. n01440764.tar); {TRAIN_HINT}"
+            )
     members.sort(key=lambda m: PurePosixPath(m.name).stem)
     classes = [PurePosixPath(m.name).stem for m in members]
     if len(set(classes)) < len(classes):
@@ -281,8 +286,9 @@ def _class_tar_samples(tars: list[Path]) -> tuple[list[str], list[Sample], list[
     return classes, _keyed(classes, found), skipped
 
 
-def _tar_images(f, where: str, path: str, label: int, end: int) -> tuple[list[tuple[str, int, str, int, int]],
-                                                                         list[str]]:
+def _tar_images(
+    f, where: str, path: str, label: int, end: int
+) -> tuple[list[tuple[str, int, str, int, int]], list[str]]:
     """(member name, label, path, offset, size) of each image in the tar that starts at ``f``'s
     position and must end by byte ``end``; and "<where>:<member> (<what>)" of each image-named
     member that is not a regular file (a symlink, a hard link, a FIFO, a device), never read."""

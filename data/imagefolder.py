@@ -27,8 +27,15 @@ from .files import read_file
 from .folder_scan import IMAGE_EXTENSIONS, FolderScan, find_classes, find_images, scan_folder
 from .samplers import seeded
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageFiles", "ImageFolder", "check_same_classes", "check_subset", "find_classes",
-           "find_images"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "ImageFiles",
+    "ImageFolder",
+    "check_same_classes",
+    "check_subset",
+    "find_classes",
+    "find_images",
+]
 
 
 def _some(names: list[str]) -> str:
@@ -64,8 +71,12 @@ class ImageFiles(Dataset):
     :class:`ImageFolder`; also the flat ILSVRC2012 val/ with its labels file (:mod:`data.ilsvrc`).
     """
 
-    def __init__(self, samples: FileIndex | Sequence[tuple[str, int]], classes: list[str],
-                 transform: Callable[[bytes], torch.Tensor]):
+    def __init__(
+        self,
+        samples: FileIndex | Sequence[tuple[str, int]],
+        classes: list[str],
+        transform: Callable[[bytes], torch.Tensor],
+    ):
         self.samples = samples if isinstance(samples, FileIndex) else FileIndex.from_pairs(samples)
         self.classes = classes
         self.transform = transform
@@ -97,8 +108,14 @@ class ImageFolder(ImageFiles):
     ``scan``: the folder's listing when the caller has it (:func:`data.index_cache.load_scan`);
     by default the folder is listed here, and any directory link skipped is named in one line."""
 
-    def __init__(self, root: str | Path, transform: Callable[[bytes], torch.Tensor], classes: list[str] | None = None,
-                 subset: bool = False, scan: FolderScan | None = None):
+    def __init__(
+        self,
+        root: str | Path,
+        transform: Callable[[bytes], torch.Tensor],
+        classes: list[str] | None = None,
+        subset: bool = False,
+        scan: FolderScan | None = None,
+    ):
         self.root = Path(root)
         if scan is None:
             scan = scan_folder(self.root)

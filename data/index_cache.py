@@ -53,8 +53,9 @@ def cache_paths(root: str | Path, cache_dir: str | Path | None = None) -> list[P
     return paths
 
 
-def load_scan(root: str | Path, cache_dir: str | Path | None = None,
-              log: Callable[[str], None] | None = print) -> FolderScan:
+def load_scan(
+    root: str | Path, cache_dir: str | Path | None = None, log: Callable[[str], None] | None = print
+) -> FolderScan:
     """The listing of ``root`` from its cache when that is still valid, else listed now and
     kept; ``log`` gets one line saying which, and one naming any directory link skipped."""
     root = Path(root)
@@ -96,15 +97,25 @@ def _write(scan: FolderScan, began_ns: int, candidates: list[Path]) -> str:
         return "not kept: no writable place beside the folder and no cache dir"
     if mtimes.max() > began_ns - RACY_S * 1e9:
         return f"not kept: a directory was modified less than {RACY_S:g} s before the listing"
-    meta = {"format": FORMAT, "version": VERSION, "root": os.path.realpath(scan.root),
-            "extensions": list(IMAGE_EXTENSIONS)}
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "root": os.path.realpath(scan.root),
+        "extensions": list(IMAGE_EXTENSIONS),
+    }
     arrays = {
         "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-        "names": scan.samples.names, "starts": scan.samples.starts, "labels": scan.samples.labels,
+        "names": scan.samples.names,
+        "starts": scan.samples.starts,
+        "labels": scan.samples.labels,
         "mtimes": mtimes,
     }
-    for table, values in (("classes", scan.classes), ("folders", [_relative(scan, f) for f in scan.folders]),
-                          ("links", scan.links), ("special", scan.special)):
+    for table, values in (
+        ("classes", scan.classes),
+        ("folders", [_relative(scan, f) for f in scan.folders]),
+        ("links", scan.links),
+        ("special", scan.special),
+    ):
         arrays[f"{table}_names"], arrays[f"{table}_starts"] = pack(values)
     failed = []
     for path in candidates:
@@ -132,13 +143,18 @@ def _read(path: Path, root: Path) -> FolderScan | str:
         return "no cached index"
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         return f"{path} unreadable: {type(err).__name__}"
-    expected = {"format": FORMAT, "version": VERSION, "root": os.path.realpath(root),
-                "extensions": list(IMAGE_EXTENSIONS)}
+    expected = {
+        "format": FORMAT,
+        "version": VERSION,
+        "root": os.path.realpath(root),
+        "extensions": list(IMAGE_EXTENSIONS),
+    }
     if meta != expected:
         return f"{path} is of another folder or version"
     prefix = folder_prefix(root)
-    folders = [str(root) if rel == "" else prefix + rel
-               for rel in unpack(arrays["folders_names"], arrays["folders_starts"])]
+    folders = [
+        str(root) if rel == "" else prefix + rel for rel in unpack(arrays["folders_names"], arrays["folders_starts"])
+    ]
     for folder, mtime in zip(folders, arrays["mtimes"].tolist()):
         try:
             changed = os.stat(folder).st_mtime_ns != mtime
@@ -148,8 +164,14 @@ def _read(path: Path, root: Path) -> FolderScan | str:
             return f"{folder} changed since"
     samples = FileIndex(prefix, arrays["names"], arrays["starts"], arrays["labels"])
     classes = unpack(arrays["classes_names"], arrays["classes_starts"])
-    return FolderScan(root, classes, samples, folders, unpack(arrays["links_names"], arrays["links_starts"]),
-                      unpack(arrays["special_names"], arrays["special_starts"]))
+    return FolderScan(
+        root,
+        classes,
+        samples,
+        folders,
+        unpack(arrays["links_names"], arrays["links_starts"]),
+        unpack(arrays["special_names"], arrays["special_starts"]),
+    )
 
 
 BUILD_WAIT = timedelta(hours=3)  # how long the other ranks wait for rank 0's listing (a cold ImageNet on NFS)

@@ -119,8 +119,17 @@ def build_loaders(
     """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
     dataset = _check(data)
     if isinstance(dataset, Shards):
-        return _shard_loaders(data, dataset, batch_size, rank, world_size, seed, val_batch_size or batch_size,
-                              val_images, processes_per_node)
+        return _shard_loaders(
+            data,
+            dataset,
+            batch_size,
+            rank,
+            world_size,
+            seed,
+            val_batch_size or batch_size,
+            val_images,
+            processes_per_node,
+        )
     if isinstance(dataset, InMemory):
         crop_padding = data.crop_padding if data.augment else 0
         train_set, val_set = dataset.open("train", crop_padding, data.root), dataset.open("val", root=data.root)
@@ -133,10 +142,14 @@ def build_loaders(
         class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
         in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 
-    check_room(workers, largest_batch(data, batch_size, val_batch_size or batch_size, image_size, in_chans),
-               processes=processes_per_node)
-    common = dict(num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(),
-                  persistent_workers=workers > 0)
+    check_room(
+        workers,
+        largest_batch(data, batch_size, val_batch_size or batch_size, image_size, in_chans),
+        processes=processes_per_node,
+    )
+    common = dict(
+        num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0
+    )
     train = DataLoader(
         train_set,
         batch_size=batch_size,
@@ -168,19 +181,25 @@ def _check(data: DataConfig) -> InMemory | Folders | Shards:
         raise ValueError(f"unknown dataset {data.name!r}; choose one of {', '.join(names())}")
     memory = dataset if isinstance(dataset, InMemory) else None
     if memory is not None and (data.auto_augment or data.repeated_aug > 1 or data.progressive):
-        raise ValueError(f"{data.name} is augmented in memory by random crops and flips only; auto_augment, "
-                         "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)")
+        raise ValueError(
+            f"{data.name} is augmented in memory by random crops and flips only; auto_augment, "
+            "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)"
+        )
     if memory is not None and data.image_size not in (None, memory.image_size):
         size = memory.image_size
         raise ValueError(f"{data.name} images are {size}x{size}; leave image_size unset, not {data.image_size}")
     check_decode(data.decode)
     if data.decode == "gpu" and (memory is not None or data.auto_augment or not data.augment):
-        raise ValueError("data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
-                         "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
-                         "or pass data.decode=cpu")
+        raise ValueError(
+            "data.decode=gpu decodes the training crops of JPEG files: it needs image files, "
+            "data.augment=true and no data.auto_augment (a policy runs on decoded pixels); "
+            "or pass data.decode=cpu"
+        )
     if isinstance(dataset, Shards) and data.repeated_aug > 1:
-        raise ValueError("repeated augmentation samples indices: it needs image folders, not shards "
-                         "(data=imagenet), or data.repeated_aug=0")
+        raise ValueError(
+            "repeated augmentation samples indices: it needs image folders, not shards "
+            "(data=imagenet), or data.repeated_aug=0"
+        )
     return dataset
 
 
@@ -194,8 +213,10 @@ def _file_transforms(data: DataConfig):
     val_tf = ResizeCenterCrop(data.val_size or image_size, crop_pct=data.crop_pct, interpolation=data.interpolation)
     if not data.augment:
         if data.auto_augment or data.progressive:
-            raise ValueError("data.augment=false gives training images the validation transform; auto_augment "
-                             "and progressive resizing need data.augment=true")
+            raise ValueError(
+                "data.augment=false gives training images the validation transform; auto_augment "
+                "and progressive resizing need data.augment=true"
+            )
         return val_tf, val_tf
     crop = EncodedRandomResizedCropFlip if data.decode == "gpu" else RandomResizedCropFlip
     train_tf = crop(image_size, scale=(data.min_scale, 1.0), interpolation=data.interpolation)
@@ -209,19 +230,41 @@ def _size_schedule(progressive: Mapping | None) -> Callable[[int], int] | None:
     return None if not progressive else partial(train_size, **progressive)
 
 
-def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int, world_size: int, seed: int,
-                   val_batch_size: int, val_images: int | None = None, processes_per_node: int = 1) -> Loaders:
+def _shard_loaders(
+    data: DataConfig,
+    shards: Shards,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    seed: int,
+    val_batch_size: int,
+    val_images: int | None = None,
+    processes_per_node: int = 1,
+) -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`);
     ``val_images``: the first that many val images (the conversion shuffled them)."""
     shards.split_dirs(data.root, "train", "val")  # both there, or one line, before either is opened
     train_tf, val_tf = _file_transforms(data)
-    train_set = shards.open(data.root, "train", train_tf, batch_size, rank, world_size, seed,
-                            collate_fn=collate_encoded if data.decode == "gpu" else collate)
+    train_set = shards.open(
+        data.root,
+        "train",
+        train_tf,
+        batch_size,
+        rank,
+        world_size,
+        seed,
+        collate_fn=collate_encoded if data.decode == "gpu" else collate,
+    )
     val_set = shards.open(data.root, "val", val_tf, val_batch_size, rank, world_size, train=False, limit=val_images)
     check_same_classes(train_set.classes, val_set.classes)
     check_room(data.workers, largest_batch(data, batch_size, val_batch_size, _size(data)), processes=processes_per_node)
-    common = dict(batch_size=None, num_workers=data.workers, collate_fn=pass_batch,
-                  pin_memory=torch.cuda.is_available(), persistent_workers=data.workers > 0)
+    common = dict(
+        batch_size=None,
+        num_workers=data.workers,
+        collate_fn=pass_batch,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=data.workers > 0,
+    )
     return Loaders(
         train=DataLoader(train_set, **common),
         val=DataLoader(val_set, **common),
@@ -239,8 +282,10 @@ def _shard_loaders(data: DataConfig, shards: Shards, batch_size: int, rank: int,
 
 def largest_batch(data: DataConfig, batch_size: int, val_batch_size: int, image_size: int, channels: int = 3) -> int:
     """The bytes of the larger of a training and a validation batch as a worker hands it over."""
-    return max(batch_bytes(batch_size, image_size, channels, encoded=data.decode == "gpu"),
-               batch_bytes(val_batch_size, data.val_size or image_size, channels))
+    return max(
+        batch_bytes(batch_size, image_size, channels, encoded=data.decode == "gpu"),
+        batch_bytes(val_batch_size, data.val_size or image_size, channels),
+    )
 
 
 def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, repeated_aug: int = 0) -> Sampler:

@@ -46,8 +46,10 @@ class OnDisk:
         """``root/<split>`` for each of ``splits``, or one line naming the root and layout to pass
         (``purpose``: what needs them, after the name: " evaluation")."""
         if root is None or not all((Path(root) / split).is_dir() for split in splits):
-            raise FileNotFoundError(f"{self.name}{purpose} needs data.root=/path/to/{self.name} holding "
-                                    f"{self.required_contents(*splits)}; got root={root}")
+            raise FileNotFoundError(
+                f"{self.name}{purpose} needs data.root=/path/to/{self.name} holding "
+                f"{self.required_contents(*splits)}; got root={root}"
+            )
         return [Path(root) / split for split in splits]
 
 
@@ -62,9 +64,14 @@ class Folders(OnDisk):
     def layout(self, split: str) -> str:
         return f"{split}/<wnid>/*.JPEG" if self.wnid_folders else f"{split}/<class>/*"
 
-    def open_training(self, root: str | None, train_tf: Transform, val_tf: Transform,
-                      cache_dir: str | Path | None = None, log: Callable[[str], None] | None = None,
-                      ) -> tuple[ImageFolder, ImageFolder]:
+    def open_training(
+        self,
+        root: str | None,
+        train_tf: Transform,
+        val_tf: Transform,
+        cache_dir: str | Path | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> tuple[ImageFolder, ImageFolder]:
         """(train, val) for training; val takes train's classes. Under DDP rank 0 lists the folders
         (or reads their kept index, :mod:`data.index_cache`) and the other ranks read its file."""
         train_dir, val_dir = self.split_dirs(root, "train", "val")
@@ -72,8 +79,14 @@ class Folders(OnDisk):
         train_set = ImageFolder(train_dir, train_tf, scan=train_scan)
         return train_set, ImageFolder(val_dir, val_tf, classes=train_set.classes, scan=val_scan)
 
-    def open_eval(self, root: str | None, split: str, transform: Transform, val_labels: str | None = None,
-                  devkit: str | None = None) -> tuple[ImageFiles, str | None]:
+    def open_eval(
+        self,
+        root: str | None,
+        split: str,
+        transform: Transform,
+        val_labels: str | None = None,
+        devkit: str | None = None,
+    ) -> tuple[ImageFiles, str | None]:
         """``split`` for evaluation, and a note to print where it holds part of ImageNet's classes.
 
         A ``val/`` takes the training split's classes when that is there, so that one missing a class
@@ -96,8 +109,10 @@ class Folders(OnDisk):
         dataset = ImageFolder(folder, transform, classes=list(imagenet_wnids()), subset=True)
         if len(dataset.present) == len(dataset.classes):
             return dataset, None
-        return dataset, (f"{folder} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} classes; "
-                         "evaluating that subset with ImageNet's class indices")
+        return dataset, (
+            f"{folder} holds {len(dataset.present)} of ImageNet's {len(dataset.classes)} classes; "
+            "evaluating that subset with ImageNet's class indices"
+        )
 
 
 @dataclass(frozen=True)
@@ -115,8 +130,18 @@ class Shards(OnDisk):
             return self.layout(splits[0])
         return f"{' and '.join(f'{split}/' for split in splits)}, each with index.json and its .tar shards"
 
-    def open(self, root: str | None, split: str, transform: Transform, batch_size: int, rank: int = 0,
-             world_size: int = 1, seed: int = 0, purpose: str = "", **kwargs) -> ShardBatches:
+    def open(
+        self,
+        root: str | None,
+        split: str,
+        transform: Transform,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        purpose: str = "",
+        **kwargs,
+    ) -> ShardBatches:
         """``split``'s shards, this rank's share in batches; ``purpose`` as :meth:`split_dirs`'s;
         ``kwargs``: ``train``, ``collate_fn`` and ``limit`` of :class:`data.shards.read.ShardBatches`."""
         (folder,) = self.split_dirs(root, split, purpose=purpose)

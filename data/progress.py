@@ -120,8 +120,12 @@ class Progress:
         self.images += images
         if self.bar is not None:
             self.bar.update(n)
-        elif self.mode == "lines" and self.every and self.n // self.every > (self.n - n) // self.every and (
-                not self.interval or time.perf_counter() - self.shown_at >= self.interval):
+        elif (
+            self.mode == "lines"
+            and self.every
+            and self.n // self.every > (self.n - n) // self.every
+            and (not self.interval or time.perf_counter() - self.shown_at >= self.interval)
+        ):
             self._line()
 
     def log(self, fields: Mapping[str, str]) -> None:
@@ -178,5 +182,6 @@ def image_pass(images: int | None, desc: str, enabled: bool = True) -> Progress:
     """A pass over a sample of images (reading it, a BN re-estimation, a teacher's outputs): a bar
     on a terminal; in a log its last line alone, or a line every :data:`PASS_LINE_SECONDS` where
     it is slow."""
-    return Progress(images, desc, unit="img", every=max((images or 0) // 100, 1), interval=PASS_LINE_SECONDS,
-                    enabled=enabled)
+    return Progress(
+        images, desc, unit="img", every=max((images or 0) // 100, 1), interval=PASS_LINE_SECONDS, enabled=enabled
+    )

@@ -59,8 +59,10 @@ class InMemory:
         if self.find_root is not None:
             self.find_root(root)
         elif root is not None:
-            raise FileNotFoundError(f"data={self.name} is generated in memory and reads no files; "
-                                    f"leave data.root unset (data.root=null), not {root}")
+            raise FileNotFoundError(
+                f"data={self.name} is generated in memory and reads no files; "
+                f"leave data.root unset (data.root=null), not {root}"
+            )
 
     def open(self, split: str, crop_padding: int = 0, root: str | None = None) -> TensorImages:
         """``split`` as a dataset of whole batches; ``crop_padding`` > 0: random crops and flips (training);

@@ -103,8 +103,9 @@ def images_root(name: str, root: str | None) -> Path:
     return folder
 
 
-def open_test_set(name: str, root: str | None, transform: Callable[[bytes], torch.Tensor],
-                  real_labels: str | None = None) -> EvalSet:
+def open_test_set(
+    name: str, root: str | None, transform: Callable[[bytes], torch.Tensor], real_labels: str | None = None
+) -> EvalSet:
     """The images of test set ``name`` under ``root`` and how to score them (module docstring)."""
     folder = images_root(name, root)
     if name == "imagenet_v2":

@@ -37,8 +37,6 @@ from .workers import auto_workers
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-
-
 # --- reading the config ---------------------------------------------------------------
 
 
@@ -169,8 +167,11 @@ def register_configs() -> None:
     for arch in ARCHS:
         store.store(group="model", name=arch, node={"defaults": ["resnet", "_self_"], "arch": arch})
     for preset in PRESETS:
-        store.store(group="padding", name=preset,
-                    node={"preset": preset, **{site: None for site in SITES if site not in BLUR_SITES}})
+        store.store(
+            group="padding",
+            name=preset,
+            node={"preset": preset, **{site: None for site in SITES if site not in BLUR_SITES}},
+        )
 
 
 DATASET_FACTS = ("num_classes", "in_chans", "image_size")  # what ${dataset:<fact>} reads of an in-memory entry
@@ -183,8 +184,10 @@ def dataset_fact(fact: str, *, _parent_: DictConfig) -> int:
     name = _parent_.get("name")
     entry = in_memory(str(name))
     if entry is None or fact not in DATASET_FACTS:
-        raise ConfigError(f"${{dataset:{fact}}} reads {', '.join(DATASET_FACTS)} of an in-memory dataset of "
-                          f"data/ (data.name), not {fact} of {name}; write the value in the YAML instead")
+        raise ConfigError(
+            f"${{dataset:{fact}}} reads {', '.join(DATASET_FACTS)} of an in-memory dataset of "
+            f"data/ (data.name), not {fact} of {name}; write the value in the YAML instead"
+        )
     return getattr(entry, fact)
 
 

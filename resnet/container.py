@@ -40,5 +40,7 @@ def volume_advice(run_dir: Path) -> str | None:
         return None
     absolute = run_dir.resolve()
     top = Path.cwd() / absolute.relative_to(Path.cwd()).parts[0] if absolute.is_relative_to(Path.cwd()) else absolute
-    return (f"{absolute} is in this container's own layer, not on a volume: it goes with the container "
-            f"(docker run --rm), and no resume can find it; keep runs with docker run -v resnet-outputs:{top} ...")
+    return (
+        f"{absolute} is in this container's own layer, not on a volume: it goes with the container "
+        f"(docker run --rm), and no resume can find it; keep runs with docker run -v resnet-outputs:{top} ..."
+    )

@@ -94,8 +94,10 @@ class DetectionReport:
         runner_up = self.scores[1]
         margin = f"{runner_up.margin:.4f} ± {runner_up.margin_se:.4f} nats"
         if self.within_noise:
-            return (f"the top is indistinguishable: {best} leads {' = '.join(runner_up.presets)} by only {margin} "
-                    f"(under {CLEAR_MARGIN:g} s.e.) on {self.n_images} images; run again with more images")
+            return (
+                f"the top is indistinguishable: {best} leads {' = '.join(runner_up.presets)} by only {margin} "
+                f"(under {CLEAR_MARGIN:g} s.e.) on {self.n_images} images; run again with more images"
+            )
         strength = runner_up.margin / runner_up.margin_se if runner_up.margin_se > 0 else math.inf
         line = f"best fit: {best}, margin {margin} ({strength:.1f} s.e.) over the runner-up"
         if len(self.best.presets) > 1:
@@ -179,9 +181,16 @@ def detect_padding(
     groups = preset_groups(model, input_size)
     norms = preset_norms or {}
     results = [
-        evaluate(use_preset_norms(with_padding(model, next((p for p in group if p in norms), group[0])), norms),
-                 batches, runtime, normalize, num_classes=num_classes, keep_scores=True, progress=progress,
-                 desc=f"preset group {i}/{len(groups)}")
+        evaluate(
+            use_preset_norms(with_padding(model, next((p for p in group if p in norms), group[0])), norms),
+            batches,
+            runtime,
+            normalize,
+            num_classes=num_classes,
+            keep_scores=True,
+            progress=progress,
+            desc=f"preset group {i}/{len(groups)}",
+        )
         for i, group in enumerate(groups, 1)
     ]
     n_images = results[0].n_images
@@ -207,8 +216,15 @@ def detect_padding(
     for presets, a in merged_groups:
         difference = per_image[a] - per_image[best]  # paired: the same images under both
         se = difference.std().item() / math.sqrt(n_images) if n_images > 1 else math.inf
-        scores.append(SchemeScore(presets, results[a].loss, results[a].top1_err,
-                                  results[a].loss - results[best].loss, 0.0 if a == best else se))
+        scores.append(
+            SchemeScore(
+                presets,
+                results[a].loss,
+                results[a].top1_err,
+                results[a].loss - results[best].loss,
+                0.0 if a == best else se,
+            )
+        )
     return DetectionReport(meta.arch, input_size, n_images, tuple(scores))
 
 

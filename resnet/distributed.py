@@ -181,8 +181,9 @@ def launch_time() -> datetime:
     env = os.environ
     if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in env and "MASTER_PORT" in env:
         try:
-            store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
-                                  timeout=timedelta(seconds=30))
+            store = dist.TCPStore(
+                env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=30)
+            )
             first = store.compare_set("resnet_padding/launch_time", "", now.isoformat())
             now = datetime.fromisoformat(first.decode())
         except (RuntimeError, ValueError, OSError):  # no store to ask: this process's own time
@@ -228,8 +229,10 @@ def pick_device(preference: str = "auto", local_rank: int = 0, local_world_size:
     if preference == "cuda" and not torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
-        raise LaunchError(f"device=cuda but no CUDA device is visible{where}; pass device=cpu, or device=auto "
-                          "(CUDA where there is one)")
+        raise LaunchError(
+            f"device=cuda but no CUDA device is visible{where}; pass device=cpu, or device=auto "
+            "(CUDA where there is one)"
+        )
     if preference == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", cuda_index(local_rank, local_world_size, torch.cuda.device_count()))
@@ -252,8 +255,9 @@ def cuda_index(local_rank: int, local_world_size: int, visible: int) -> int:
     )
 
 
-def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = None,
-                     timeout: float | None = None) -> DistEnv:
+def init_distributed(
+    device: str = "auto", environ: Mapping[str, str] | None = None, timeout: float | None = None
+) -> DistEnv:
     """Join the job's process group (or run alone when launched by plain python); ``timeout``:
     the seconds a collective waits for the others (None: torch's default)."""
     launch = detect_launch(environ)
@@ -274,16 +278,23 @@ def init_distributed(device: str = "auto", environ: Mapping[str, str] | None = N
         else:
             kwargs.update(wait)
         store = job_store(launch, timeout)
-        dist.init_process_group(backend=backend, store=store, rank=launch.rank, world_size=launch.world_size,
-                                **kwargs)
+        dist.init_process_group(backend=backend, store=store, rank=launch.rank, world_size=launch.world_size, **kwargs)
     host_group = None
     if dist.get_backend() == "nccl":
         host_group = dist.new_group(backend="gloo", **wait)  # collective: every rank creates it, in the same order
     peers: list = [None] * launch.world_size
     dist.all_gather_object(peers, (socket.gethostname(), os.getpid()), group=host_group)
-    return DistEnv(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank, device=dev,
-                   launch=launch, host_group=host_group, store=store, peers=tuple(tuple(p) for p in peers),
-                   timeout=timeout)
+    return DistEnv(
+        rank=launch.rank,
+        world_size=launch.world_size,
+        local_rank=launch.local_rank,
+        device=dev,
+        launch=launch,
+        host_group=host_group,
+        store=store,
+        peers=tuple(tuple(p) for p in peers),
+        timeout=timeout,
+    )
 
 
 def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = None) -> None:
@@ -322,8 +333,9 @@ def job_store(launch: Launch, timeout: float | None = None, client: bool = False
     wait = timedelta(seconds=timeout if client else max(timeout or 0.0, JOIN_TIMEOUT))
     agent = launch.launcher == "torchrun" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     hosts = launch.rank == 0 and not agent and not client
-    store = dist.TCPStore(launch.master_addr, launch.master_port, None if client else launch.world_size,
-                          is_master=hosts, timeout=wait)
+    store = dist.TCPStore(
+        launch.master_addr, launch.master_port, None if client else launch.world_size, is_master=hosts, timeout=wait
+    )
     if not agent:
         return store
     return dist.PrefixStore(f"resnet_padding/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)

@@ -62,8 +62,10 @@ def missing_export_tools() -> str | None:
             missing.append(name)
     if not missing:
         return None
-    return (f"ONNX export needs {', '.join(missing)}, not installed here: pip install -e '.[{EXPORT_EXTRA}]' "
-            f"in a checkout (pip install 'resnet-padding[{EXPORT_EXTRA}]' otherwise)")
+    return (
+        f"ONNX export needs {', '.join(missing)}, not installed here: pip install -e '.[{EXPORT_EXTRA}]' "
+        f"in a checkout (pip install 'resnet-padding[{EXPORT_EXTRA}]' otherwise)"
+    )
 
 
 class OnnxMismatch(RuntimeError):
@@ -200,13 +202,16 @@ def check_onnx(
         except Exception as err:  # onnxruntime's own error types: a shape the graph does not take
             raise OnnxMismatch(f"onnxruntime cannot run a batch of {n}: {str(err).splitlines()[0]}") from None
         if got.shape != expected.shape:
-            raise OnnxMismatch(f"onnxruntime gives {tuple(got.shape)} logits for a batch of {n}, "
-                               f"PyTorch {tuple(expected.shape)}")
+            raise OnnxMismatch(
+                f"onnxruntime gives {tuple(got.shape)} logits for a batch of {n}, PyTorch {tuple(expected.shape)}"
+            )
         difference = (got - expected).abs().max().item()
         allowed = tolerance * max(1.0, expected.abs().max().item())
         if not difference <= allowed:  # NaN fails too
-            raise OnnxMismatch(f"onnxruntime's logits differ from PyTorch's by up to {difference:.3g} on a batch of "
-                               f"{n}; allowed: {allowed:.3g} ({tolerance:g} x max(1, max |logit|))")
+            raise OnnxMismatch(
+                f"onnxruntime's logits differ from PyTorch's by up to {difference:.3g} on a batch of "
+                f"{n}; allowed: {allowed:.3g} ({tolerance:g} x max(1, max |logit|))"
+            )
         checks.append((n, difference, allowed))
     return checks
 

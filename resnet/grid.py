@@ -61,15 +61,25 @@ class GridConv2d(nn.Conv2d):
                                           dilation=d) for scheme in self.schemes)  # fmt: skip
         for scheme, mode in zip(self.schemes, map(pad_mode, self.layers)):
             if mode not in CONV_PAD_MODES:
-                raise ValueError(f"a grid conv cannot hold the {scheme!r} scheme: its layer pads with {mode!r}, "
-                                 f"and a conv runs on {', '.join(CONV_PAD_MODES)} only")
+                raise ValueError(
+                    f"a grid conv cannot hold the {scheme!r} scheme: its layer pads with {mode!r}, "
+                    f"and a conv runs on {', '.join(CONV_PAD_MODES)} only"
+                )
 
     @classmethod
     def like(cls, conv: nn.Conv2d, schemes: Sequence[str]) -> GridConv2d:
         """A GridConv2d holding ``conv``'s own parameters (the same tensors)."""
         with torch.device("meta"):
-            grid = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
-                       dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None, schemes=schemes)
+            grid = cls(
+                conv.in_channels,
+                conv.out_channels,
+                conv.kernel_size,
+                stride=conv.stride,
+                dilation=conv.dilation,
+                groups=conv.groups,
+                bias=conv.bias is not None,
+                schemes=schemes,
+            )
         grid.weight, grid.bias = conv.weight, conv.bias
         return grid
 
@@ -161,8 +171,11 @@ class GridBatchNorm2d(nn.BatchNorm2d):
         index = self.active if preset is None else preset
         if index == 0:
             return self.running_mean, self.running_var, self.num_batches_tracked
-        return self.grid_running_mean[index - 1], self.grid_running_var[index - 1], \
-            self.grid_num_batches_tracked[index - 1]
+        return (
+            self.grid_running_mean[index - 1],
+            self.grid_running_var[index - 1],
+            self.grid_num_batches_tracked[index - 1],
+        )
 
     def reset_parameters(self) -> None:
         super().reset_parameters()  # nn.BatchNorm2d.__init__ calls it before the per-preset rows exist
@@ -225,8 +238,9 @@ def make_grid(model: nn.Module, presets: Sequence[str], bn: str = "shared") -> n
         raise ValueError(f"unknown grid BatchNorm {bn!r}; choose one of {', '.join(GRID_BN)}")
     paddings = grid_paddings(presets)
     if model.meta.padding != paddings[0]:
-        raise ValueError(f"the model is built under {model.meta.padding_name}; build it under {presets[0]}, the "
-                         "grid's first preset")
+        raise ValueError(
+            f"the model is built under {model.meta.padding_name}; build it under {presets[0]}, the grid's first preset"
+        )
     sites = {"stem_conv": [p.stem_conv for p in paddings], "block_conv": [p.block_conv for p in paddings],
              "stem_pool": [p.stem_pool for p in paddings]}  # fmt: skip
     if len(set(sites["stem_conv"])) > 1:
@@ -284,8 +298,13 @@ def alternate(seed: int, step: int, count: int) -> int:
     return (step + seed) % count
 
 
-GRID_BN_KEYS = ("grid_running_mean", "grid_running_var", "grid_num_batches_tracked", "grid_weight_offset",
-                "grid_bias_offset")
+GRID_BN_KEYS = (
+    "grid_running_mean",
+    "grid_running_var",
+    "grid_num_batches_tracked",
+    "grid_weight_offset",
+    "grid_bias_offset",
+)
 
 
 def has_grid_bn(state: Mapping[str, torch.Tensor]) -> bool:
@@ -311,8 +330,11 @@ def preset_state_dict(state: Mapping[str, torch.Tensor], preset: int) -> dict[st
     index), their ``grid_*`` keys dropped. A state dict without per-grid statistics comes back as
     it is (a copy of the mapping)."""
     norms = _grid_norms(state)
-    plain = {key: value for key, value in state.items()
-             if not (key.rpartition(".")[0] in norms and key.rpartition(".")[2] in GRID_BN_KEYS)}
+    plain = {
+        key: value
+        for key, value in state.items()
+        if not (key.rpartition(".")[0] in norms and key.rpartition(".")[2] in GRID_BN_KEYS)
+    }
     if preset == 0:
         return plain
     for key in state:
@@ -354,6 +376,8 @@ def use_preset_norms(model: nn.Module, norms: Mapping[str, Mapping[str, torch.Te
         chosen = {key: value.to(device) for key, value in chosen.items()}
         unexpected = model.load_state_dict(chosen, strict=False, assign=True).unexpected_keys
         if unexpected:  # entries of another architecture: refuse rather than run half-loaded
-            raise ValueError(f"the per-preset BatchNorm entries do not fit this {model.meta.arch} "
-                             f"({len(unexpected)} unexpected keys, e.g. {unexpected[0]})")
+            raise ValueError(
+                f"the per-preset BatchNorm entries do not fit this {model.meta.arch} "
+                f"({len(unexpected)} unexpected keys, e.g. {unexpected[0]})"
+            )
     return model

@@ -318,14 +318,19 @@ def layer_pad(module: nn.Module, input_hw: tuple[int, int]) -> AppliedPad:
         (ph, pw), mode = module.padding, "zero" if module.padding_mode == "zeros" else module.padding_mode
         return AppliedPad(ph, ph, pw, pw, mode)
     if isinstance(module, nn.MaxPool2d):  # torch pads a max pool with -inf; ceil mode reads past the image
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (_two(v) for v in (module.kernel_size, module.stride,
-                                                                     module.padding, module.dilation))
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
+            _two(v) for v in (module.kernel_size, module.stride, module.padding, module.dilation)
+        )
         if not module.ceil_mode:
             return AppliedPad(ph, ph, pw, pw, "-inf")
-        return AppliedPad.of((ph, _ceil_mode_after(h, effective_kernel(kh, dh), sh, ph)),
-                             (pw, _ceil_mode_after(w, effective_kernel(kw, dw), sw, pw)), "-inf")
-    raise TypeError(f"{type(module).__name__} is not a padding layer: no applied_pad, and not a conv, max pool "
-                    "or BlurPool2d")
+        return AppliedPad.of(
+            (ph, _ceil_mode_after(h, effective_kernel(kh, dh), sh, ph)),
+            (pw, _ceil_mode_after(w, effective_kernel(kw, dw), sw, pw)),
+            "-inf",
+        )
+    raise TypeError(
+        f"{type(module).__name__} is not a padding layer: no applied_pad, and not a conv, max pool or BlurPool2d"
+    )
 
 
 def pad_mode(module: nn.Module) -> str:
@@ -408,8 +413,9 @@ def conv_with_pads(conv: nn.Conv2d, x: torch.Tensor, pad: AppliedPad) -> torch.T
     """``conv``'s weights applied to ``x`` padded as ``pad`` says: where the pad is symmetric
     zeros the conv pads itself, so no copy of the input is made."""
     if pad.mode not in CONV_PAD_MODES:
-        raise ValueError(f"a conv cannot run on cells padded with {pad.mode!r}; it pads with one of "
-                         f"{', '.join(CONV_PAD_MODES)}")
+        raise ValueError(
+            f"a conv cannot run on cells padded with {pad.mode!r}; it pads with one of {', '.join(CONV_PAD_MODES)}"
+        )
     if pad.mode == "zero" and pad.symmetric:
         return F.conv2d(x, conv.weight, conv.bias, conv.stride, (pad.top, pad.left), conv.dilation, conv.groups)
     return F.conv2d(pad_input(x, pad), conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)

@@ -71,7 +71,7 @@ def shell_word(word: str) -> str:
         return word
     if "'" not in word:
         return f"'{word}'"
-    if not any(c in word for c in '$`\\!'):
+    if not any(c in word for c in "$`\\!"):
         return '"' + word.replace('"', '\\"') + '"'
     return shlex.quote(word)
 

@@ -43,8 +43,9 @@ def batch_norms(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
 
 
 @torch.no_grad()
-def reestimate_bn(model: nn.Module, batches: Iterable[torch.Tensor], normalize: Normalize,
-                  progress: bool = True) -> int:
+def reestimate_bn(
+    model: nn.Module, batches: Iterable[torch.Tensor], normalize: Normalize, progress: bool = True
+) -> int:
     """Replace every BatchNorm's running mean and variance with their averages over ``batches``
     (uint8 images [N, C, H, W], on the model's device), measured under the model's own padding;
     return how many images were used. Weights, biases and every other tensor are left as they

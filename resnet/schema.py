@@ -120,10 +120,18 @@ class Key:
 # then the groups' (a group's name: the rule of every key under it), then eval.yaml's and the others'.
 KEYS: dict[str, Key] = {
     # train.yaml
-    "epochs": Key(Field(int, low=1, example="epochs=8"), 8, CHANGES,
-                  "how long: beyond the planned end only where the schedule can extend"),
-    "batch_size": Key(Field(int), 128, FIXED,  # its range: resnet.config.check_run_config
-                      "the batch per process (and, with the world size, the global batch)"),
+    "epochs": Key(
+        Field(int, low=1, example="epochs=8"),
+        8,
+        CHANGES,
+        "how long: beyond the planned end only where the schedule can extend",
+    ),
+    "batch_size": Key(
+        Field(int),
+        128,
+        FIXED,  # its range: resnet.config.check_run_config
+        "the batch per process (and, with the world size, the global batch)",
+    ),
     "world_size": Key(rule=FIXED, doc="the global batch: batch_size x processes"),  # the launch's, not a key
     "seed": Key(WHOLE, 0, FIXED, "every random draw"),
     "device": Key(None, "auto", CHANGES, "where it runs", choices=("auto", "cpu", "cuda")),
@@ -146,29 +154,46 @@ KEYS: dict[str, Key] = {
     "grad_clip": Key(Field(float, low=0, example="grad_clip=1.0"), 0.0, FIXED, "the update"),
     "on_nonfinite": Key(None, "stop", CHANGES, "what a non-finite loss does", choices=("stop", "skip")),
     "resume": Key(None, False, CHANGES, "where to resume from", quiet=True),
-    "data_changed": Key(None, "refuse", CHANGES, "what a resume on another training set does",
-                        choices=("refuse", "rescale")),
-    "init": Key(None, None, CHANGES,
-                "the weights a fine-tune starts from (read only when there is nothing to resume)"),
+    "data_changed": Key(
+        None, "refuse", CHANGES, "what a resume on another training set does", choices=("refuse", "rescale")
+    ),
+    "init": Key(None, None, CHANGES, "the weights a fine-tune starts from (read only when there is nothing to resume)"),
     "checkpoint_every": Key(Field(int), 0, CHANGES, "how often last.pt is saved"),
-    "dist_timeout": Key(Field(float, low=0, open_low=True, example="dist_timeout=600"), 600, CHANGES,
-                        "how long a collective waits for a stalled process"),
-    "checkpoint_minutes": Key(Field(float, low=0, example="checkpoint_minutes=10"), 10, CHANGES,
-                              "how often last.pt is saved, by the clock"),
+    "dist_timeout": Key(
+        Field(float, low=0, open_low=True, example="dist_timeout=600"),
+        600,
+        CHANGES,
+        "how long a collective waits for a stalled process",
+    ),
+    "checkpoint_minutes": Key(
+        Field(float, low=0, example="checkpoint_minutes=10"), 10, CHANGES, "how often last.pt is saved, by the clock"
+    ),
     "max_skipped": Key(FRACTION, 0.05, CHANGES, "the share of skipped steps that stops a run"),
     "max_unreadable": Key(FRACTION, 0.05, CHANGES, "the share of unreadable images that stops a run"),
-    "stop_after": Key(Field(int, low=1, nullable=True, example="stop_after=2"), None, CHANGES,
-                      "epochs in this invocation"),
+    "stop_after": Key(
+        Field(int, low=1, nullable=True, example="stop_after=2"), None, CHANGES, "epochs in this invocation"
+    ),
     "eval_every": Key(Field(int, low=1, example="eval_every=1"), 1, CHANGES, "how often the run validates"),
     "log_every": Key(Field(int, low=1, example="log_every=50"), 50, CHANGES, "how often the run logs"),
-    "max_steps_per_epoch": Key(Field(int, low=1, nullable=True, example="max_steps_per_epoch=20"), None, FIXED,
-                               "the schedule's length"),
-    "val_images": Key(Field(int, low=1, nullable=True, example="val_images=1000"), None, CHANGES,
-                      "how many val images a validation scores"),
-    "grid": Key(Field(list, nullable=True, example="grid=[symmetric,asymmetric]"), None, FIXED,
-                "the presets a grid model trains for", absence_matters=True),
-    "grid_bn": Key(None, "statistics", FIXED, "what each BatchNorm keeps per preset",
-                     choices=("statistics", "affine", "shared")),
+    "max_steps_per_epoch": Key(
+        Field(int, low=1, nullable=True, example="max_steps_per_epoch=20"), None, FIXED, "the schedule's length"
+    ),
+    "val_images": Key(
+        Field(int, low=1, nullable=True, example="val_images=1000"),
+        None,
+        CHANGES,
+        "how many val images a validation scores",
+    ),
+    "grid": Key(
+        Field(list, nullable=True, example="grid=[symmetric,asymmetric]"),
+        None,
+        FIXED,
+        "the presets a grid model trains for",
+        absence_matters=True,
+    ),
+    "grid_bn": Key(
+        None, "statistics", FIXED, "what each BatchNorm keeps per preset", choices=("statistics", "affine", "shared")
+    ),
     "run_dir": Key(None, "${hydra:runtime.output_dir}", CHANGES, "where the run is written", quiet=True),
     # the groups (their defaults: configs/<group>/<option>.yaml); a key under one has its group's rule
     "padding": Key(rule=FIXED, doc="the padding of every site"),  # compared as built: resnet.engine.resume
@@ -177,16 +202,20 @@ KEYS: dict[str, Key] = {
     # (the two list keys before optim.lr, sched: the order schema_problems has always reported in)
     "optim.betas": Key(Field(list, items=float, low=0, high=1, open_high=True, example="optim.betas=[0.9,0.999]")),
     "sched.milestones": Key(Field(list, items=float, low=0, example="sched.milestones=[30,60,80]")),
-    "optim.lr": Key(Field(float, low=0, open_low=True, example="optim.lr=0.1"), rule=CHANGES,
-                    doc="the LR scale: every LR of the schedule from here on scales with it"),
+    "optim.lr": Key(
+        Field(float, low=0, open_low=True, example="optim.lr=0.1"),
+        rule=CHANGES,
+        doc="the LR scale: every LR of the schedule from here on scales with it",
+    ),
     "sched": Key(rule=FIXED, doc="the schedule's shape"),
     "optim.momentum": Key(Field(float, low=0, high=1, open_high=True, example="optim.momentum=0.9")),
     "optim.nesterov": Key(SWITCH),
     "optim.weight_decay": Key(Field(float, low=0, example="optim.weight_decay=1e-4")),
     "optim.ref_batch": Key(COUNT),
     "sched.warmup_epochs": Key(Field(float, low=0, example="sched.warmup_epochs=5")),
-    "sched.warmup_start_factor": Key(Field(float, low=0, high=1, open_low=True,
-                                           example="sched.warmup_start_factor=0.01")),
+    "sched.warmup_start_factor": Key(
+        Field(float, low=0, high=1, open_low=True, example="sched.warmup_start_factor=0.01")
+    ),
     "sched.min_lr_ratio": Key(FRACTION),
     "sched.pct_start": Key(Field(float, low=0, high=1, open_low=True, open_high=True, example="sched.pct_start=0.25")),
     "sched.div_factor": Key(POSITIVE),
@@ -207,8 +236,10 @@ KEYS: dict[str, Key] = {
     "model": Key(rule=FIXED, doc="the architecture and its classes"),
     "model.zero_init_residual": Key(SWITCH),
     # eval.yaml (and detect, regrid, export: the same protocol keys): no training keys, no rule
-    "ema": Key(SWITCH), "download": Key(SWITCH),
-    "crop": Key(SIDE), "resize": Key(SIDE),
+    "ema": Key(SWITCH),
+    "download": Key(SWITCH),
+    "crop": Key(SIDE),
+    "resize": Key(SIDE),
     "crop_pct": Key(Field(float, low=0, high=1, open_low=True, nullable=True, example="crop_pct=0.875")),
     # regrid.yaml, detect.yaml, export.yaml
     "images": Key(Field(int, low=1, example="images=512")),
@@ -275,4 +306,3 @@ def with_resume_table(markdown: str) -> str:
     start = next(i for i, line in enumerate(lines) if line.rstrip("\n") == TABLE_HEADER)
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "".join(lines[:start]) + resume_table() + "".join(lines[end:])
-

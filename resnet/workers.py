@@ -31,8 +31,10 @@ def share_cpus(workers: int, local_world_size: int = 1) -> str | None:
     if threads >= was:
         return None
     torch.set_num_threads(threads)
-    return (f"threads: {threads} intra-op + {workers} loader worker(s) on {cpu_share(local_world_size)} "
-            f"usable CPU(s) (torch would use {was}; OMP_NUM_THREADS=N sets your own)")
+    return (
+        f"threads: {threads} intra-op + {workers} loader worker(s) on {cpu_share(local_world_size)} "
+        f"usable CPU(s) (torch would use {was}; OMP_NUM_THREADS=N sets your own)"
+    )
 
 
 def auto_workers(local_world_size: int | None = None) -> int:

@@ -20,6 +20,7 @@ else
     PY=.venv/bin/python
 fi
 "$PY" -m ruff check .
+"$PY" -m ruff format --check .  # one formatting: `ruff format .` gives it
 # Bytecode caches, even where PYTHONDONTWRITEBYTECODE is set: the suite starts about 200 Python
 # commands, each of which would compile the project again (0.25 s of CPU), and every pytest worker
 # would rewrite every test module (6 s). __pycache__/ is gitignored.

@@ -67,22 +67,29 @@ STEPS = ("environment", "parity", "race", "train", "eval", "benchmark")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cuda: the check; cpu: a smoke run of every step (implies --quick)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="every step small (no compile): minutes on a GPU")
     parser.add_argument("--out", type=Path, default=None,
                         help="report folder (default: $OUT, else results/gpu_check/<date-time>)")  # fmt: skip
-    parser.add_argument("--only", default=None,
-                        help=f"comma-separated steps to run, of {', '.join(STEPS[1:])} (environment always runs)")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated steps to run, of {', '.join(STEPS[1:])} (environment always runs)",
+    )
     parser.add_argument("--data-root", type=Path, default=None,
                         help="train and eval on this ImageNet-layout folder (train/<class>/*, val/<class>/*) "
                              "instead of generated JPEGs")  # fmt: skip
     parser.add_argument("--weights", default=None, help="eval these weights instead of the train step's last.pt")
     parser.add_argument("--bench-args", default="", help="more arguments for benchmarks.gpu, e.g. '--batch 128'")
-    parser.add_argument("--keep-work", action="store_true",
-                        help="keep the work folder (generated JPEGs, the training run and its checkpoint)")
+    parser.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="keep the work folder (generated JPEGs, the training run and its checkpoint)",
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu":
         args.quick = True

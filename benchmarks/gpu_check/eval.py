@@ -14,8 +14,14 @@ def step_eval(check: Check) -> tuple[dict, str]:
         raise Skipped("no checkpoint: the train step did not run or failed (--weights names one)")
     root, classes = data_root(check)
     run_dir = check.work / "eval"
-    overrides = [f"weights={check.checkpoint}", f"data.root={root}", f"data.num_classes={classes}",
-                 *check.plan.eval_overrides, f"results_file={run_dir / 'eval.jsonl'}", f"hydra.run.dir={run_dir}"]
+    overrides = [
+        f"weights={check.checkpoint}",
+        f"data.root={root}",
+        f"data.num_classes={classes}",
+        *check.plan.eval_overrides,
+        f"results_file={run_dir / 'eval.jsonl'}",
+        f"hydra.run.dir={run_dir}",
+    ]
     log = run_logged(check, "eval", ["eval.py", *overrides], check.plan.eval_timeout)
     row = json.loads((run_dir / "eval.jsonl").read_text().splitlines()[-1])
     rate = table_value((check.out / log).read_text(), "img/s")

@@ -126,11 +126,13 @@ def step_parity(check: Check) -> tuple[dict, str]:
         f"{figures[i]['decoder_mean_abs_diff']:.2f} (limit {DECODER_MEAN_LIMIT:g}) max "
         f"{figures[i]['decoder_max_abs_diff']}; against the CPU path max {figures[i]['max_abs_diff']}, "
         f"{'pixel-exact' if figures[i]['pixel_exact'] else 'not pixel-exact'} (within {figures[i]['limit']})"
-        for i in LIMITS)
+        for i in LIMITS
+    )
     summary += f"; {check.plan.parity_images} images; decode {rate:.0f} img/s"
     if check.device.type == "cuda":
         summary += f"; nvJPEG {figures['nvjpeg'] or '?'}; JPEG engine peak " + (
-            "n/a" if engine.peak is None else f"{engine.peak}%")
+            "n/a" if engine.peak is None else f"{engine.peak}%"
+        )
     if problems:
         raise StepFailed("; ".join(problems), figures, summary)
     return figures, summary
@@ -140,11 +142,15 @@ def parity_problems(interpolation: str, found: dict) -> list[str]:
     """What of one interpolation's parity figures fails the step (:func:`step_parity` says why)."""
     problems = []
     if found["code_part_max_abs_diff"] > CODE_LIMIT:
-        problems.append(f"{interpolation}: crop_resize_flip on the device differs from the same code on the "
-                        f"CPU by {found['code_part_max_abs_diff']} levels (limit {CODE_LIMIT})")
+        problems.append(
+            f"{interpolation}: crop_resize_flip on the device differs from the same code on the "
+            f"CPU by {found['code_part_max_abs_diff']} levels (limit {CODE_LIMIT})"
+        )
     if found["decoder_mean_abs_diff"] > DECODER_MEAN_LIMIT:
-        problems.append(f"{interpolation}: nvJPEG's images differ from libjpeg-turbo's by "
-                        f"{found['decoder_mean_abs_diff']:.2f} levels on average (limit {DECODER_MEAN_LIMIT:g})")
+        problems.append(
+            f"{interpolation}: nvJPEG's images differ from libjpeg-turbo's by "
+            f"{found['decoder_mean_abs_diff']:.2f} levels on average (limit {DECODER_MEAN_LIMIT:g})"
+        )
     if not found["repeat_equal"]:
         problems.append(f"{interpolation}: two decodes of the same batch differ")
     return problems

@@ -75,8 +75,10 @@ def step_race(check: Check) -> tuple[dict, str]:
     if device.type == "cuda":
         probe = race_probe(batch, files, device, plan.probe_trials)
         figures["probe"] = probe
-        summary += (f"; probe: {probe['direct_corrupted']}/{probe['reductions']} reductions corrupted by the "
-                    f"decode on the training stream (old code), {probe['fixed_corrupted']} by EncodedBatch.decode")
+        summary += (
+            f"; probe: {probe['direct_corrupted']}/{probe['reductions']} reductions corrupted by the "
+            f"decode on the training stream (old code), {probe['fixed_corrupted']} by EncodedBatch.decode"
+        )
         if probe["fixed_corrupted"]:
             problems.append(f"the probe: EncodedBatch.decode corrupted {probe['fixed_corrupted']} of "
                             f"{probe['reductions']} reductions still queued on the training stream")  # fmt: skip

@@ -48,8 +48,7 @@ def step_train(check: Check) -> tuple[dict, str]:
     figures["generated_data"] = check.args.data_root is None
     summary = (f"tv_v1 {figures['arch']}, {figures['epochs']} epochs: {_num(figures['train_images_per_s'])} img/s "
                f"(last epoch), top-1 err {_num(figures['top1_err'], '.1f')}%")  # fmt: skip
-    return figures, summary + (" (chance: generated images)" if figures["generated_data"] else "") + (
-        f"; log {log}")
+    return figures, summary + (" (chance: generated images)" if figures["generated_data"] else "") + (f"; log {log}")
 
 
 def _num(value, spec: str = ".0f") -> str:

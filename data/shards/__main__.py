@@ -111,14 +111,30 @@ def cmd_folder(args: argparse.Namespace) -> None:
     files, not_images = listed_images(args.src, classes)
     samples = file_samples(args.src, files)
     split = args.split or args.src.resolve().name
-    convert(samples, classes, args.out, split, args.shard_size, args.seed, f"folder {args.src.resolve()}",
-            not_images=not_images)
+    convert(
+        samples,
+        classes,
+        args.out,
+        split,
+        args.shard_size,
+        args.seed,
+        f"folder {args.src.resolve()}",
+        not_images=not_images,
+    )
 
 
 def cmd_ilsvrc_train(args: argparse.Namespace) -> None:
     classes, samples, not_images = train_samples(args.src)
-    convert(samples, classes, args.out, args.split, args.shard_size, args.seed, f"ilsvrc-train {args.src.resolve()}",
-            not_images=not_images)
+    convert(
+        samples,
+        classes,
+        args.out,
+        args.split,
+        args.shard_size,
+        args.seed,
+        f"ilsvrc-train {args.src.resolve()}",
+        not_images=not_images,
+    )
 
 
 def cmd_ilsvrc_val(args: argparse.Namespace) -> None:
@@ -160,8 +176,16 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
         f"ilsvrc-train {train.resolve()}",
         not_images=not_images,
     )
-    convert(val_list, classes, args.out_root / "val", "val", args.shard_size, args.seed, val_source,
-            not_images=val_not_images)
+    convert(
+        val_list,
+        classes,
+        args.out_root / "val",
+        "val",
+        args.shard_size,
+        args.seed,
+        val_source,
+        not_images=val_not_images,
+    )
 
 
 # the archives of the download that hold what a name of *_SOURCES would be, once extracted, and how
@@ -177,8 +201,9 @@ def first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
             return root / name
     archive, extract = PACKED.get(what, (None, None))
     if archive is not None and (root / archive).is_file():
-        raise FileNotFoundError(f"no ImageNet {what} under {root}: {archive} is still packed; extract it first: "
-                                f"{extract.format(root=root)}")
+        raise FileNotFoundError(
+            f"no ImageNet {what} under {root}: {archive} is still packed; extract it first: {extract.format(root=root)}"
+        )
     raise FileNotFoundError(f"no ImageNet {what} under {root}: expected one of {', '.join(names)}")
 
 
@@ -249,7 +274,8 @@ def check_split(index: ShardIndex, deep: bool = False) -> str:
         + (f"; {empty:,} without any)" if empty else ")"),
         "images": f"{index.count:,} in {len(index.shards):,} shards of up to {index.shard_size:,} (seed {index.seed})",
         "bytes": f"{sum(s.bytes for s in index.shards):,}",
-        "checksums": f"{index.count:,} verified (CRC-32)" if verified
+        "checksums": f"{index.count:,} verified (CRC-32)"
+        if verified
         else f"absent: {INDEX_NAME} predates them (re-run the conversion to add them; it keeps the shards)",
         "decoded": f"{index.count:,} images" if deep else "not tried (--deep decodes every image)",
         "skipped": f"{len(index.skipped):,} unreadable source images"
@@ -331,8 +357,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub.add_argument("--devkit", type=Path, metavar="PATH", help=devkit)
     shard_options(sub)
 
-    sub = command("check", "verify a converted split (every byte, against its checksums) and print its summary",
-                  cmd_check)
+    sub = command(
+        "check", "verify a converted split (every byte, against its checksums) and print its summary", cmd_check
+    )
     sub.add_argument("out", type=Path, metavar="OUT_DIR")
     sub.add_argument("--deep", action="store_true", help="also decode every image, as validation does")
 

@@ -116,8 +116,10 @@ def read_index(root: str | Path) -> ShardIndex:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ShardError(f"cannot read {path} ({err}); {REWRITE}") from None
     if isinstance(meta, dict) and "checksum" in meta and meta["checksum"] != index_checksum(meta):
-        raise ShardError(f"{path} was changed since the conversion wrote it (its checksum does not match: a class "
-                         f"name, a count, a shard's checksums); {REWRITE}")
+        raise ShardError(
+            f"{path} was changed since the conversion wrote it (its checksum does not match: a class "
+            f"name, a count, a shard's checksums); {REWRITE}"
+        )
     if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (FORMAT, VERSION):
         found = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else type(meta).__name__
         raise ShardError(

@@ -223,8 +223,11 @@ class ShardBatches(IterableDataset):
                         raise ShardError(f"{name} ends inside {record.key}.jpg")
                     done += 1
                     if recorded is not None and sample_checksum(data, record.label) != recorded[8 * i : 8 * i + 8]:
-                        yield BadImage(f"{name}:{record.key}", "its image or label changed since the conversion "
-                                       "(checksum mismatch); re-run the conversion to rewrite the shard")
+                        yield BadImage(
+                            f"{name}:{record.key}",
+                            "its image or label changed since the conversion "
+                            "(checksum mismatch); re-run the conversion to rewrite the shard",
+                        )
                         continue
                     yield self._decode(data, record.label, f"{name}:{record.key}", first + offset, epoch)
         except (OSError, ShardError) as err:
@@ -238,5 +241,6 @@ class ShardBatches(IterableDataset):
                 return self.transform(data), label
             except DECODE_ERRORS as err:
                 return BadImage(name, f"{type(err).__name__}: {err}")
+
 
 __all__ = ["ShardBatches"]

@@ -208,8 +208,9 @@ def convert(
     checksums: dict[str, list[str]] = {}  # shard name -> each sample's, in tar order
     resumed = 0
     with (
-        Progress(len(samples), f"{split} shards", unit="img", every=max(len(samples) // 100, 1), enabled=progress,
-                 leave=True) as bar,  # lines: every 1%
+        Progress(
+            len(samples), f"{split} shards", unit="img", every=max(len(samples) // 100, 1), enabled=progress, leave=True
+        ) as bar,  # lines: every 1%
         ThreadPoolExecutor(READ_THREADS) as pool,
     ):
         for name, planned in zip(names, plan):

@@ -81,8 +81,9 @@ class TrainingState:
                 )
         rng = checkpoint.get("rng")
         if not isinstance(rng, list) or not rng or not all(isinstance(r, dict) for r in rng):
-            raise CheckpointError(f"{path} has a malformed rng entry ({describe(rng)}); the file is corrupt: pass "
-                                  "another checkpoint")
+            raise CheckpointError(
+                f"{path} has a malformed rng entry ({describe(rng)}); the file is corrupt: pass another checkpoint"
+            )
         known = {f.name for f in fields(cls)} - {"rng", "history"}
         return cls(**{k: v for k, v in checkpoint.items() if k in known},
                    rng=rng, history=list(checkpoint.get("history") or []))  # fmt: skip
@@ -121,8 +122,11 @@ class TrainingState:
         """The ``crop`` (px), ``crop_pct`` and ``interpolation`` the run validated at, from the config
         it recorded; each None where the file has none (weights only: a re-gridded file, an import)."""
         data = (checkpoint.get("config") or {}).get("data") or {}
-        return {"crop": data.get("val_size") or data.get("image_size"), "crop_pct": data.get("crop_pct"),
-                "interpolation": data.get("interpolation")}
+        return {
+            "crop": data.get("val_size") or data.get("image_size"),
+            "crop_pct": data.get("crop_pct"),
+            "interpolation": data.get("interpolation"),
+        }
 
 
 def find_resume(resume: bool | str, run_dir: Path) -> Path | None:

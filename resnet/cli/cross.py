@@ -125,8 +125,16 @@ def run(paths: list[str], overrides: list[str], schemes: list[str] | None, out: 
     print(f"{len(models)} model(s) x {len(schemes)} scheme(s) ({', '.join(schemes)}): {total} evaluations", flush=True)
     for i, (model, scheme) in enumerate(((m, s) for m in models for s in schemes), 1):
         print(f"\n=== [{i}/{total}] {model} under {scheme} ===", flush=True)
-        evaluate_weights(compose("eval", override("weights", model), *data, *overrides, *padding_overrides(scheme),
-                                 override("results_file", results.resolve())))
+        evaluate_weights(
+            compose(
+                "eval",
+                override("weights", model),
+                *data,
+                *overrides,
+                *padding_overrides(scheme),
+                override("results_file", results.resolve()),
+            )
+        )
     print()
     print(write_tables(results, out, schemes, cross_sources=None))
     print(f"tables and charts ({time.perf_counter() - start:.0f} s): {', '.join(map(str, written_files(out)))}")

@@ -73,8 +73,9 @@ def build_workspace(entity: str, project: str = PROJECT, name: str = NAME):
         sections=[validation, throughput, tables],
         settings=ws.WorkspaceSettings(max_runs=MAX_RUNS),
         # Grouped runs table: panels follow it (each section's useRunsTableGroupingInPanels).
-        runset_settings=ws.RunsetSettings(groupby=[ws.Metric(GROUP)],
-                                          pinned_columns=[f"summary:{key}" for key in SUMMARY]),  # fmt: skip
+        runset_settings=ws.RunsetSettings(
+            groupby=[ws.Metric(GROUP)], pinned_columns=[f"summary:{key}" for key in SUMMARY]
+        ),  # fmt: skip
     )
 
 
@@ -112,8 +113,10 @@ def save(workspace) -> str:
         raise ConfigError(f"{what}: run `wandb login` (or set WANDB_API_KEY), or write the spec offline: "
                           "--dry-run spec.json") from None  # fmt: skip
     except (wandb.errors.Error, WandbApiFailedError) as err:
-        raise ConfigError(f"W&B did not save the workspace to {workspace.entity}/{workspace.project} "
-                          f"({_first_line(err)}): check --entity and --project, and `wandb login`") from None
+        raise ConfigError(
+            f"W&B did not save the workspace to {workspace.entity}/{workspace.project} "
+            f"({_first_line(err)}): check --entity and --project, and `wandb login`"
+        ) from None
     return workspace.url
 
 

@@ -53,8 +53,17 @@ def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
     from ..engine.run import train
 
     # resume=true: a demo run again goes on where a stop left a model, and keeps the models it finished
-    return train(compose("train", "+experiment=demo", *native_bf16(overrides), *padding, "resume=true",
-                         override("run_dir", run_dir), *overrides))
+    return train(
+        compose(
+            "train",
+            "+experiment=demo",
+            *native_bf16(overrides),
+            *padding,
+            "resume=true",
+            override("run_dir", run_dir),
+            *overrides,
+        )
+    )
 
 
 def native_bf16(overrides: list[str]) -> list[str]:
@@ -87,15 +96,25 @@ def eval_overrides(overrides: list[str]) -> list[str]:
 def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, data: list[str]) -> dict:
     from ..evaluation.run import evaluate_weights
 
-    return evaluate_weights(compose("eval", override("weights", checkpoint), *data, *padding_overrides(scheme),
-                                    override("results_file", results_file.resolve())))
+    return evaluate_weights(
+        compose(
+            "eval",
+            override("weights", checkpoint),
+            *data,
+            *padding_overrides(scheme),
+            override("results_file", results_file.resolve()),
+        )
+    )
 
 
 def regrid_to(checkpoint: Path, scheme: str, out: Path, method: list[str], data: list[str]) -> dict:
     from .regrid import run
 
-    return run(compose("regrid", override("weights", checkpoint), *padding_overrides(scheme), override("out", out),
-                       *data, *method))
+    return run(
+        compose(
+            "regrid", override("weights", checkpoint), *padding_overrides(scheme), override("out", out), *data, *method
+        )
+    )
 
 
 def merged(overrides: tuple[str, ...], extra: list[str]) -> list[str]:
@@ -140,10 +159,24 @@ def regrid_table(rows: list[dict], source: str, target: str, runs: dict[str, dic
     native error (under ``source``) on top for comparison."""
     native, moved = latest(rows, source, source), latest(rows, source, target)
     table = [
-        {"weights": f"trained under {source}", "evaluated with": source, "method": "none (native grid)",
-         "images": 0, "seconds": 0.0, "top-1 err %": native["top1_err"], "top-5 err %": native["top5_err"]},
-        {"weights": f"trained under {source}", "evaluated with": target, "method": "none",
-         "images": 0, "seconds": 0.0, "top-1 err %": moved["top1_err"], "top-5 err %": moved["top5_err"]},
+        {
+            "weights": f"trained under {source}",
+            "evaluated with": source,
+            "method": "none (native grid)",
+            "images": 0,
+            "seconds": 0.0,
+            "top-1 err %": native["top1_err"],
+            "top-5 err %": native["top5_err"],
+        },
+        {
+            "weights": f"trained under {source}",
+            "evaluated with": target,
+            "method": "none",
+            "images": 0,
+            "seconds": 0.0,
+            "top-1 err %": moved["top1_err"],
+            "top-5 err %": moved["top5_err"],
+        },
     ]
     for method, run in runs.items():
         passes = run["distill_images"] // max(run["images"], 1)
@@ -159,14 +192,29 @@ def regrid_table(rows: list[dict], source: str, target: str, runs: dict[str, dic
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--schemes", nargs="+", default=["symmetric", "asymmetric"], type=_scheme_name,
-                        help="presets, or blurred ones such as 'symmetric+blur(block_conv)'")
-    parser.add_argument("--no-grid", dest="grid", action="store_false",
-                        help="leave out the grid-robust model (trained on every scheme)")
-    parser.add_argument("--no-regrid", dest="regrid", action="store_false",
-                        help="leave out re-gridding the last scheme's model to the first scheme")
-    parser.add_argument("--regrid-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="an override for every re-gridding method, e.g. images=512 (repeatable)")
+    parser.add_argument(
+        "--schemes",
+        nargs="+",
+        default=["symmetric", "asymmetric"],
+        type=_scheme_name,
+        help="presets, or blurred ones such as 'symmetric+blur(block_conv)'",
+    )
+    parser.add_argument(
+        "--no-grid", dest="grid", action="store_false", help="leave out the grid-robust model (trained on every scheme)"
+    )
+    parser.add_argument(
+        "--no-regrid",
+        dest="regrid",
+        action="store_false",
+        help="leave out re-gridding the last scheme's model to the first scheme",
+    )
+    parser.add_argument(
+        "--regrid-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for every re-gridding method, e.g. images=512 (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/demo"))
     parser.add_argument("overrides", nargs="*", help="train.py overrides, e.g. epochs=2")
     args = parser.parse_intermixed_args(argv)  # train.py overrides before and after the options
@@ -188,11 +236,16 @@ def main(argv: list[str] | None = None) -> None:
             run(args, with_grid, with_regrid)
     except Stopped as stopped:  # a signal while a model trained: saved; the demo itself is what goes on
         saved = str(stopped).split("; not requeued")[0].split("; to go on")[0]
-        leave(f"{saved}; to go on: run the demo again ({again}): it resumes that model and keeps the finished ones",
-              stopped.status)
+        leave(
+            f"{saved}; to go on: run the demo again ({again}): it resumes that model and keeps the finished ones",
+            stopped.status,
+        )
     except Interrupted as err:
-        leave(f"resnet-demo: stopped by {signal.Signals(err.signum).name} between trainings (what was trained is "
-              f"kept); to go on: run the demo again ({again})", 128 + err.signum)
+        leave(
+            f"resnet-demo: stopped by {signal.Signals(err.signum).name} between trainings (what was trained is "
+            f"kept); to go on: run the demo again ({again})",
+            128 + err.signum,
+        )
     except KeyboardInterrupt:  # Ctrl-C outside training, or a second one during it (which stops unsaved)
         leave(f"resnet-demo: interrupted; every model goes on from its last save: run the demo again ({again})", 130)
     finally:
@@ -250,8 +303,10 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
 
     rows = read_rows(results_file)
     write_tables(results_file, args.out, schemes=args.schemes)
-    print(f"\n{rows[0]['dataset']} ({rows[0]['n_images']:,} evaluation images): error % of each trained model "
-          "under each scheme\n")
+    print(
+        f"\n{rows[0]['dataset']} ({rows[0]['n_images']:,} evaluation images): error % of each trained model "
+        "under each scheme\n"
+    )
     print(format_table(matrix_rows(rows, list(checkpoints), args.schemes)))
     files = "cross.md, cross.png, tensornets.md, tensornets.png"
     if regrid_runs:
@@ -260,8 +315,10 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
         (args.out / "regrid.md").write_text(to_markdown(columns, table) + "\n")
         write_csv(args.out / "regrid.csv", columns, table)
         plot_regrid(table, args.out / "regrid.png")
-        print(f"\nThe {source}-trained model under {target}, re-gridded on training images (seconds: the method "
-              "alone, on this machine)\n")
+        print(
+            f"\nThe {source}-trained model under {target}, re-gridded on training images (seconds: the method "
+            "alone, on this machine)\n"
+        )
         print(format_table(table))
         files += ", regrid.md, regrid.png"
     print(f"\ntables and charts: {args.out}/ {files}")

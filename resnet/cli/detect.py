@@ -59,17 +59,25 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
     protocol = single_crop_protocol(cfg, meta, loaded.origin)
     try:
         data = build_eval_loader(
-            cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size, data_workers(cfg.data),
-            val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
+            cfg.data.name,
+            cfg.data.get("root"),
+            protocol,
+            cfg.batch_size,
+            data_workers(cfg.data),
+            val_labels=cfg.data.get("val_labels"),
+            devkit=cfg.data.get("devkit"),
         )
     except (FileNotFoundError, ValueError) as err:  # an empty class folder, a wnid that is none
         raise ConfigError(str(err)) from None
     _check_fit(meta, data, cfg.data.name)
 
     label = weights_label({"weights": spec.text, "ema": cfg.ema})
-    print(f"{label}: a {meta.arch} declared {meta.padding_name}; scoring every preset on up to {cfg.images} "
-          f"images of {cfg.data.name} (resize {protocol.resize} -> crop {protocol.crop}, {protocol.interpolation}, "
-          f"{protocol.preprocessing} preprocessing)", flush=True)
+    print(
+        f"{label}: a {meta.arch} declared {meta.padding_name}; scoring every preset on up to {cfg.images} "
+        f"images of {cfg.data.name} (resize {protocol.resize} -> crop {protocol.crop}, {protocol.interpolation}, "
+        f"{protocol.preprocessing} preprocessing)",
+        flush=True,
+    )
     batches, skipped = read_images(data, protocol, cfg.images, cfg.batch_size)
     if skipped:
         print(f"skipped {skipped} unreadable image(s)", flush=True)
@@ -94,8 +102,10 @@ def _check_config(cfg: DictConfig) -> Path | None:
 
 def _check_fit(meta: ModelMeta, data: EvalData, dataset: str) -> None:
     if data.labels is not None:  # ImageNet-R/A score a subset of the logits, ReaL sets of labels
-        raise ConfigError(f"data={dataset} is not scored one class per image over the weights' classes; "
-                          "use data=imagenet, imagenet_v2 or imagenet_sketch")
+        raise ConfigError(
+            f"data={dataset} is not scored one class per image over the weights' classes; "
+            "use data=imagenet, imagenet_v2 or imagenet_sketch"
+        )
     check_fit(meta, data)
 
 
@@ -107,16 +117,28 @@ def run(cfg: DictConfig) -> DetectionReport:
     inputs = read_inputs(cfg)
     model, protocol = inputs.model, inputs.protocol
     normalize = Normalize(protocol.preprocessing).to(inputs.device)
-    report = detect_padding(model.to(inputs.device), inputs.batches, normalize, protocol.crop,
-                            num_classes=inputs.num_classes, progress=True, preset_norms=inputs.preset_norms)
+    report = detect_padding(
+        model.to(inputs.device),
+        inputs.batches,
+        normalize,
+        protocol.crop,
+        num_classes=inputs.num_classes,
+        progress=True,
+        preset_norms=inputs.preset_norms,
+    )
     declared = model.meta.padding_name  # "custom" where the weights' sites match no preset
     rank = next((i for i, s in enumerate(report.scores, 1) if declared in s.presets), None)
     agrees = "no preset" if rank is None else "the best fit" if rank == 1 else f"rank {rank} of {len(report.scores)}"
     print(f"\n{report}\ndeclared by the weights: {declared}, {agrees}", flush=True)
     if inputs.out is not None:
         protocol_keys = {key: getattr(protocol, key) for key in ("resize", "crop", "interpolation", "preprocessing")}
-        record = {"weights": cfg.weights, "ema": bool(cfg.ema), "declared_padding": declared,
-                  "dataset": cfg.data.name, **protocol_keys}
+        record = {
+            "weights": cfg.weights,
+            "ema": bool(cfg.ema),
+            "declared_padding": declared,
+            "dataset": cfg.data.name,
+            **protocol_keys,
+        }
         write_json(inputs.out, record | report.as_dict())
         print(f"ranking written to {inputs.out}", flush=True)
     return report

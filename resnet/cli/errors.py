@@ -51,8 +51,11 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
     except KeyboardInterrupt:
         if not training:
             raise
-        leave("error: interrupted twice: stopped at once, without saving; resume=true goes on from the last "
-              "last.pt saved", 130)
+        leave(
+            "error: interrupted twice: stopped at once, without saving; resume=true goes on from the last "
+            "last.pt saved",
+            130,
+        )
 
 
 def _training_error(err: RuntimeError) -> None:

@@ -45,15 +45,20 @@ def run(cfg: DictConfig) -> Path:
     model = padded_as_configured(cfg, loaded.model, loaded.preset_norms)
     size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
     try:
-        checks = export_checked(model, out, size, cfg.opset, cfg.tolerance,
-                                props={"weights": spec.text, "ema": str(bool(cfg.ema)).lower()})
+        checks = export_checked(
+            model, out, size, cfg.opset, cfg.tolerance, props={"weights": spec.text, "ema": str(bool(cfg.ema)).lower()}
+        )
     except OSError as err:  # the folder checked above went away, or the disk is full
         raise ConfigError(f"cannot write {out}: {err.strerror or err}; choose another out=...onnx") from None
     meta = model.meta
-    print(f"exported {out}: {meta.arch} under {meta.padding_name} padding, input [batch, {meta.in_chans}, {size}, "
-          f"{size}] ({meta.preprocessing} preprocessing), opset {cfg.opset}, {out.stat().st_size / 2**20:.1f} MB")
-    print(f"checked against onnxruntime on random images, max |logit difference| "
-          f"(allowed: {cfg.tolerance:.0e} x max(1, max |logit|)):")
+    print(
+        f"exported {out}: {meta.arch} under {meta.padding_name} padding, input [batch, {meta.in_chans}, {size}, "
+        f"{size}] ({meta.preprocessing} preprocessing), opset {cfg.opset}, {out.stat().st_size / 2**20:.1f} MB"
+    )
+    print(
+        f"checked against onnxruntime on random images, max |logit difference| "
+        f"(allowed: {cfg.tolerance:.0e} x max(1, max |logit|)):"
+    )
     for n, difference, allowed in checks:
         print(f"  batch {n}: {difference:.1e} (allowed {allowed:.1e})")
     return out

@@ -62,8 +62,10 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
     """One line for an error Hydra raised while composing a config from ``overrides``: the
     override as typed, what is wrong, and what to type instead."""
     if isinstance(err, OverrideParseException) and (quoted := unreadable_override(err.override)):
-        return (f"{err.override}: Hydra cannot read this value as typed (a space, quote, parenthesis, '#', '=', ',' "
-                f"or non-ASCII letter needs quotes); type it as {quoted}")
+        return (
+            f"{err.override}: Hydra cannot read this value as typed (a space, quote, parenthesis, '#', '=', ',' "
+            f"or non-ASCII letter needs quotes); type it as {quoted}"
+        )
     if isinstance(err, MissingConfigException) and err.options is not None and "/" in err.missing_cfg_file:
         group, _, name = err.missing_cfg_file.rpartition("/")
         typed = _override_of(group, overrides)
@@ -105,9 +107,11 @@ def unwritable_run_dir(err: OSError) -> str | None:
     if ours or not err.filename or not any("/hydra/" in f.filename for f in frames):
         return None
     top = Path(str(err.filename)).parts[0] if not Path(str(err.filename)).is_absolute() else str(err.filename)
-    return (f"cannot write {err.filename} ({err.strerror}), where this run's folder goes: make it writable "
-            f"(mkdir -p {top}; a folder Docker made for -v belongs to root: create it before docker run, or "
-            "chown it to the --user uid), or pass hydra.run.dir=<a writable folder>")
+    return (
+        f"cannot write {err.filename} ({err.strerror}), where this run's folder goes: make it writable "
+        f"(mkdir -p {top}; a folder Docker made for -v belongs to root: create it before docker run, or "
+        "chown it to the --user uid), or pass hydra.run.dir=<a writable folder>"
+    )
 
 
 def config_groups() -> set[str]:
@@ -135,9 +139,11 @@ def unknown_addition(overrides: Sequence[str], groups: set[str]) -> str | None:
         if root in groups:
             continue
         near = difflib.get_close_matches(root, sorted(groups), n=1)
-        hint = f"did you mean +{near[0]}{key[len(root):]}={value}? " if near else ""
-        return (f"{typed}: there is no config group '{root}' to add, and a key added with + would be read by "
-                f"nothing; {hint}the groups: {', '.join(sorted(g for g in groups if g != 'hydra'))}")
+        hint = f"did you mean +{near[0]}{key[len(root) :]}={value}? " if near else ""
+        return (
+            f"{typed}: there is no config group '{root}' to add, and a key added with + would be read by "
+            f"nothing; {hint}the groups: {', '.join(sorted(g for g in groups if g != 'hydra'))}"
+        )
     return None
 
 
@@ -147,8 +153,9 @@ def _override_of(key: str, overrides: Sequence[str]) -> str | None:
     return next((o for o in overrides if pattern.match(o)), None)
 
 
-def hydra_command(config_name: str, program: str, run: Callable[[DictConfig], object],
-                  training: bool = False) -> Callable[..., object]:
+def hydra_command(
+    config_name: str, program: str, run: Callable[[DictConfig], object], training: bool = False
+) -> Callable[..., object]:
     """``main(cfg=None)`` for ``configs/<config_name>.yaml`` (:func:`resnet.config.config_dir`):
     Hydra reads the overrides from ``sys.argv`` (or ``cfg``, a composed config, runs as it is); an
     error the user can fix is one line naming ``program`` (``train.py`` when run as that file).

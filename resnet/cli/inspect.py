@@ -34,8 +34,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=DESCRIPTION)
     parser.add_argument("arch", nargs="?", default="resnet50")
     parser.add_argument("--size", type=int, nargs="+", default=[224])
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), type=_scheme_name,
-                        help="columns: presets, or blurred ones such as 'symmetric+blur(block_conv)'")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=list(PRESETS),
+        type=_scheme_name,
+        help="columns: presets, or blurred ones such as 'symmetric+blur(block_conv)'",
+    )
     args = parser.parse_args(argv)
     try:
         canonical_name(args.arch)

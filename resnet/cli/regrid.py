@@ -13,26 +13,10 @@ from ..regrid import METHODS, regrid
 from .hydra_app import hydra_command
 
 
-def run(cfg) -> dict:
-    """The command's work (``configs/regrid.yaml``): read the weights and the sample, re-grid, save."""
-    import time
+def check_settings(cfg) -> None:
+    """The command's own numbers and choices, each refused in one line saying what to pass."""
+    from ..config import ConfigError
 
-    from data import Normalize
-
-    from ..checkpoint import save_checkpoint
-    from ..config import ConfigError, check_data_config, check_data_package, padding_from_config
-    from ..distributed import pick_device
-    from ..evaluation.loader import build_eval_loader
-    from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
-    from ..evaluation.sample import read_images
-    from ..out_files import out_file
-    from ..padding import PRESETS, resolve_padding
-    from ..report.console import format_table
-    from ..report.rows import weights_label
-    from ..weights import load_weights
-    from ..workers import data_workers
-
-    spec = weights_spec(cfg)
     if cfg.get("padding") is None:
         raise ConfigError("say which grid to move the weights to: +padding=<preset>, e.g. +padding=symmetric")
     if cfg.method not in METHODS:
@@ -44,6 +28,52 @@ def run(cfg) -> dict:
         raise ConfigError(f"lr must be a positive number, got lr={cfg.lr} (e.g. lr=0.01)")
     if not isinstance(cfg.features, (int, float)) or cfg.features < 0:
         raise ConfigError(f"features must be a number >= 0, got features={cfg.features} (features=0: the outputs only)")
+
+
+def target_padding(cfg, spec, loaded):
+    """The padding to move the weights to: ``+padding=``'s, refused where the weights are under it
+    already or hold its BatchNorm (a grid model: eval.py runs it as it is)."""
+    from ..config import ConfigError, padding_from_config
+    from ..padding import PRESETS, resolve_padding
+
+    source = loaded.model
+    try:
+        target = resolve_padding(padding_from_config(cfg), native=source.meta.padding)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
+    if target == source.meta.padding:
+        others = [f"+padding={name}" for name in PRESETS if name != target.name][:2]
+        raise ConfigError(
+            f"{spec.text} is already under {target.name}: pass the grid to move to, e.g. {' or '.join(others)}"
+        )
+    if target.name in loaded.preset_norms:  # a grid model holds this preset's own BatchNorm already
+        raise ConfigError(
+            f"{spec.text} was trained for {target.name} ({loaded.trained_for}): python eval.py "
+            f"weights={spec.text} +padding={target.name} runs it with its own BatchNorm, no re-gridding"
+        )
+    return target
+
+
+def run(cfg) -> dict:
+    """The command's work (``configs/regrid.yaml``): read the weights and the sample, re-grid, save."""
+    import time
+
+    from data import Normalize
+
+    from ..checkpoint import save_checkpoint
+    from ..config import ConfigError, check_data_config, check_data_package
+    from ..distributed import pick_device
+    from ..evaluation.loader import build_eval_loader
+    from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
+    from ..evaluation.sample import read_images
+    from ..out_files import out_file
+    from ..report.console import format_table
+    from ..report.rows import weights_label
+    from ..weights import load_weights
+    from ..workers import data_workers
+
+    spec = weights_spec(cfg)
+    check_settings(cfg)
     out = out_file(cfg.out, ".pt", "out=regridded.pt")
     check_data_package()
     check_data_config(cfg.data)
@@ -53,17 +83,7 @@ def run(cfg) -> dict:
         raise ConfigError(str(err)) from None
     loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
     source = loaded.model
-    try:
-        target = resolve_padding(padding_from_config(cfg), native=source.meta.padding)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err).splitlines()[0]) from None
-    if target == source.meta.padding:
-        others = [f"+padding={name}" for name in PRESETS if name != target.name][:2]
-        raise ConfigError(f"{spec.text} is already under {target.name}: pass the grid to move to, "
-                          f"e.g. {' or '.join(others)}")
-    if target.name in loaded.preset_norms:  # a grid model holds this preset's own BatchNorm already
-        raise ConfigError(f"{spec.text} was trained for {target.name} ({loaded.trained_for}): python eval.py "
-                          f"weights={spec.text} +padding={target.name} runs it with its own BatchNorm, no re-gridding")
+    target = target_padding(cfg, spec, loaded)
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
     try:
         data = build_eval_loader(cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size,
@@ -73,20 +93,37 @@ def run(cfg) -> dict:
     check_fit(source.meta, data)
     trained = loaded.trained_for or source.meta.padding_name  # grid[a,b]: trained under each of those
     label = weights_label({"weights": spec.text, "ema": cfg.ema})
-    print(f"{label}: a {source.meta.arch} trained under {trained}; re-gridding to "
-          f"{target.name} by {cfg.method} on up to {cfg.images} training images of {cfg.data.name}", flush=True)
+    print(
+        f"{label}: a {source.meta.arch} trained under {trained}; re-gridding to "
+        f"{target.name} by {cfg.method} on up to {cfg.images} training images of {cfg.data.name}",
+        flush=True,
+    )
     batches, skipped = read_images(data, protocol, cfg.images, cfg.batch_size)
     images = [x.to(device) for x, _ in batches]
     normalize = Normalize(protocol.preprocessing).to(device)
     start = time.perf_counter()
-    model, report = regrid(source.to(device), target, cfg.method, images, normalize, epochs=cfg.epochs, lr=cfg.lr,
-                           features=cfg.features)
-    report |= {"from_padding": trained, "from": spec.text, "ema": bool(cfg.ema),
-               "images": sum(x.shape[0] for x in images), "skipped_images": skipped,
-               "seconds": round(time.perf_counter() - start, 2), "dataset": cfg.data.name, "split": "train"}
+    model, report = regrid(
+        source.to(device), target, cfg.method, images, normalize, epochs=cfg.epochs, lr=cfg.lr, features=cfg.features
+    )
+    report |= {
+        "from_padding": trained,
+        "from": spec.text,
+        "ema": bool(cfg.ema),
+        "images": sum(x.shape[0] for x in images),
+        "skipped_images": skipped,
+        "seconds": round(time.perf_counter() - start, 2),
+        "dataset": cfg.data.name,
+        "split": "train",
+    }
     save_checkpoint(out, model.cpu(), regrid=report)
-    summary = {"weights": label, "grid": f"{report['from_padding']} -> {report['to_padding']}",
-               "method": cfg.method, "images": report["images"], "seconds": report["seconds"], "written": str(out)}
+    summary = {
+        "weights": label,
+        "grid": f"{report['from_padding']} -> {report['to_padding']}",
+        "method": cfg.method,
+        "images": report["images"],
+        "seconds": report["seconds"],
+        "written": str(out),
+    }
     print("\n" + format_table([summary]), flush=True)
     return report
 

@@ -69,8 +69,10 @@ def _scheme_name(name: object) -> bool:
 def check(cfg: DictConfig) -> None:
     unknown = [s for s in cfg.schemes if not _scheme_name(s)]
     if unknown or not cfg.schemes:
-        raise ConfigError(f"schemes={list(cfg.schemes)}: each must be a preset ({', '.join(PRESETS)}) or a "
-                          "blurred one ('symmetric+blur(block_conv)'), e.g. schemes=[symmetric,asymmetric]")
+        raise ConfigError(
+            f"schemes={list(cfg.schemes)}: each must be a preset ({', '.join(PRESETS)}) or a "
+            "blurred one ('symmetric+blur(block_conv)'), e.g. schemes=[symmetric,asymmetric]"
+        )
     if not cfg.crops or any(c not in (1, 10) for c in cfg.crops):
         raise ConfigError(f"crops={list(cfg.crops)}: each must be 1 or 10, e.g. crops=[1,10]")
 
@@ -110,33 +112,47 @@ def run(cfg: DictConfig) -> dict:
     for number, (entry, scheme, crops) in enumerate(plan, start=1):
         if entry.arch in failed:
             continue
-        print(f"[{number}/{len(plan)}] {entry.arch} ({entry.weights}) under {scheme}, "
-              f"{crops}-crop", flush=True)
+        print(f"[{number}/{len(plan)}] {entry.arch} ({entry.weights}) under {scheme}, {crops}-crop", flush=True)
         fill = entry.fill
         if fill is None:
             try:
                 rows.append(evaluate_weights(eval_config(cfg, bases[scheme], entry, crops)))
                 if rows[-1]["trained_padding"] != entry.preset:
-                    print(f"note: {entry.weights} load with native padding {rows[-1]['trained_padding']}, the list "
-                          f"says {entry.preset}: fix its preset in configs/table/{cfg.table.name}.yaml", flush=True)
+                    print(
+                        f"note: {entry.weights} load with native padding {rows[-1]['trained_padding']}, the list "
+                        f"says {entry.preset}: fix its preset in configs/table/{cfg.table.name}.yaml",
+                        flush=True,
+                    )
                 continue
             except (WeightsError, CheckpointError) as err:  # not in the cache, a bad file: the row says so
                 fill = str(err)
         failed.add(entry.arch)
-        missing.append({"arch": entry.arch, "weights": entry.weights,
-                        "trained_padding": entry.preset, "dataset": cfg.data.name,
-                        "protocol": f"resize {entry.resize} → crop {entry.crop}", "fix": fill})
+        missing.append(
+            {
+                "arch": entry.arch,
+                "weights": entry.weights,
+                "trained_padding": entry.preset,
+                "dataset": cfg.data.name,
+                "protocol": f"resize {entry.resize} → crop {entry.crop}",
+                "fix": fill,
+            }
+        )
         print(f"  missing: {fill}", flush=True)
     if not _is_main():
         return {"rows": rows, "missing": missing, "markdown": None}
     path = results_path(cfg.results_file)
     if not rows:
-        raise ConfigError("no model of the table could be evaluated; fill them: "
-                          + "; ".join(f"{m['arch']}: {m['fix']}" for m in missing))
+        raise ConfigError(
+            "no model of the table could be evaluated; fill them: "
+            + "; ".join(f"{m['arch']}: {m['fix']}" for m in missing)
+        )
     markdown = write_tables(path, cfg.out, list(cfg.schemes), reference=True, missing=missing, cross_sources=None)
     print(markdown)
-    print(f"{len(rows)} evaluations of {len(models) - len(failed)} models, {len(missing)} missing; "
-          f"rows in {path}, tables in {cfg.out}/", flush=True)
+    print(
+        f"{len(rows)} evaluations of {len(models) - len(failed)} models, {len(missing)} missing; "
+        f"rows in {path}, tables in {cfg.out}/",
+        flush=True,
+    )
     if cfg.logger.get("wandb"):
         _log_to_wandb(cfg, rows, read_rows(path), missing)
     return {"rows": rows, "missing": missing, "markdown": markdown}

@@ -49,9 +49,11 @@ class Checkpointer:
         if self.env.is_main:
             bad = nonfinite(self.training)
             if bad:
-                failed = (f"the training state went non-finite by step {step} ({len(bad)} tensors, e.g. {bad[0]}): not "
-                          f"saved; {self.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), or set "
-                          "grad_clip=1.0")
+                failed = (
+                    f"the training state went non-finite by step {step} ({len(bad)} tensors, e.g. {bad[0]}): not "
+                    f"saved; {self.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), or set "
+                    "grad_clip=1.0"
+                )
         failed_state = gather_objects(failed, self.env)[0]
         if failed_state:
             raise NonFiniteState(failed_state)
@@ -59,8 +61,10 @@ class Checkpointer:
             try:
                 self._write(epoch_done, step, rng, partials)
             except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
-                failed = (f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "
-                          "hydra.run.dir, then run again with resume=true")
+                failed = (
+                    f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "
+                    "hydra.run.dir, then run again with resume=true"
+                )
         failed = gather_objects(failed, self.env)[0]  # also the barrier: nobody runs ahead of the write
         if failed:
             raise CheckpointWriteError(failed)
@@ -80,12 +84,19 @@ class Checkpointer:
     def _write(self, epoch_done: int, step: int, rng: list, partials: list | None) -> None:
         training = self.training
         TrainingState(
-            epoch=epoch_done, step=step, optimizer=training.optimizer.state_dict(),
-            scheduler=scheduler_state(training.scheduler), rng=rng, history=self.history, config=self.config,
-            layout=self.layout, grid=training.grid or None,
+            epoch=epoch_done,
+            step=step,
+            optimizer=training.optimizer.state_dict(),
+            scheduler=scheduler_state(training.scheduler),
+            rng=rng,
+            history=self.history,
+            config=self.config,
+            layout=self.layout,
+            grid=training.grid or None,
             scaler=training.scaler.state_dict() if training.scaler is not None else None,
             ema=training.ema.module.state_dict() if training.ema is not None else None,
-            epoch_partial=partials[0] if partials is not None else None, epoch_partial_ranks=partials,
+            epoch_partial=partials[0] if partials is not None else None,
+            epoch_partial_ranks=partials,
         ).save(self.path, training.model)
 
 

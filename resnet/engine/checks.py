@@ -24,8 +24,10 @@ def grid_bn(cfg: Mapping) -> str:
 def check_train_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first value of ``cfg`` that cannot train."""
     if cfg.data.name in TEST_SETS:
-        raise ConfigError(f"data={cfg.data.name} is a test set, evaluation only: train with data=imagenet, then "
-                          f"python eval.py weights=<run dir>/last.pt data={cfg.data.name} data.root=...")
+        raise ConfigError(
+            f"data={cfg.data.name} is a test set, evaluation only: train with data=imagenet, then "
+            f"python eval.py weights=<run dir>/last.pt data={cfg.data.name} data.root=..."
+        )
     check_run_config(cfg)
     if cfg.epochs <= 0:
         raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
@@ -53,8 +55,10 @@ def _check_augmentation(cfg: DictConfig) -> None:
     if not 0 <= cfg.label_smoothing < 1:
         raise ConfigError(f"label_smoothing={cfg.label_smoothing} must be in [0, 1), e.g. label_smoothing=0.1")
     if (cfg.mixup or cfg.cutmix) and cfg.batch_size < 2:
-        raise ConfigError(f"mixup and cutmix mix the images of a batch with each other; batch_size={cfg.batch_size} "
-                          "has nothing to mix: pass batch_size=2 or more, or mixup=0 cutmix=0")
+        raise ConfigError(
+            f"mixup and cutmix mix the images of a batch with each other; batch_size={cfg.batch_size} "
+            "has nothing to mix: pass batch_size=2 or more, or mixup=0 cutmix=0"
+        )
     if cfg.loss not in LOSSES:
         raise ConfigError(f"unknown loss {cfg.loss!r}; choose one of {', '.join(LOSSES)} (loss=ce)")
     if not 0 <= cfg.random_erasing <= 1:
@@ -63,15 +67,19 @@ def _check_augmentation(cfg: DictConfig) -> None:
 
 def _check_grid(cfg: DictConfig) -> None:
     if cfg.get("padding") is not None:
-        raise ConfigError("grid= and +padding= both choose the padding: drop +padding (the model is built "
-                          "under the grid's first preset)")
+        raise ConfigError(
+            "grid= and +padding= both choose the padding: drop +padding (the model is built "
+            "under the grid's first preset)"
+        )
     norms = grid_bn(cfg)
     if norms not in GRID_BN:
         given = str(norms).lower() if isinstance(norms, bool) else norms  # YAML reads true as a boolean
         raise ConfigError(f"unknown grid_bn={given}; choose one of {', '.join(GRID_BN)} (grid_bn={GRID_BN[0]})")
     if norms != "shared" and cfg.sync_bn:
-        raise ConfigError(f"grid_bn={norms} keeps BatchNorm entries per preset, which synchronised BatchNorm does not: "
-                          "pass grid_bn=shared or sync_bn=false")
+        raise ConfigError(
+            f"grid_bn={norms} keeps BatchNorm entries per preset, which synchronised BatchNorm does not: "
+            "pass grid_bn=shared or sync_bn=false"
+        )
     try:
         grid_paddings(list(cfg.grid))
     except ValueError as err:

@@ -93,8 +93,10 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     if fit.finished:  # the signal came after the last epoch was saved: nothing left to requeue for
         stop.restore()
         if env.is_main:
-            print(f"note: {stop.name} arrived after the last epoch was saved; the run is complete, not requeued",
-                  flush=True)
+            print(
+                f"note: {stop.name} arrived after the last epoch was saved; the run is complete, not requeued",
+                flush=True,
+            )
         return
     name, status = stop.name, stop.status
     done = stop.hand_over()
@@ -103,8 +105,9 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     raise Stopped(f"stopped by {name}: {saved}; {done.text}{resume}", requeued=done.requeued, status=status)
 
 
-def peer_lost_ending(lost: PeerLost, stop: StopRequest, kept: str, saved: bool, run_dir: Path,
-                     env: DistEnv) -> PeerLost:
+def peer_lost_ending(
+    lost: PeerLost, stop: StopRequest, kept: str, saved: bool, run_dir: Path, env: DistEnv
+) -> PeerLost:
     """``lost``'s line completed: what is kept, and the requeue (by the lowest surviving rank), the
     restart torchrun will make, or the command that goes on. Not requeued: a peer that failed on an
     error of its own (status 1), or a start that saved nothing (it would end the same way again)."""
@@ -160,8 +163,11 @@ def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
     if env.is_main:
         top1 = value.get("top1_err")
         shown = f"{top1:.2f}%" if isinstance(top1, (int, float)) else "none"
-        print(f"run in {run_dir} already finished: top-1 err {shown}; results.json kept (to train it again, pass "
-              f"another hydra.run.dir)\nevaluate it: {eval_command(cfg, run_dir / 'last.pt')}", flush=True)
+        print(
+            f"run in {run_dir} already finished: top-1 err {shown}; results.json kept (to train it again, pass "
+            f"another hydra.run.dir)\nevaluate it: {eval_command(cfg, run_dir / 'last.pt')}",
+            flush=True,
+        )
     return value
 
 

@@ -75,22 +75,27 @@ def unfinished_run(cfg: DictConfig, root: Path, exclude: Path | None = None) -> 
         elif differs is not None:
             (mine if finished_results(folder, cfg.epochs) is None else finished).append(folder)
     if len(mine) == 1:
-        return mine[0], (f"resume=true: resuming {_shown(mine[0])}, the unfinished run of this config under "
-                         f"{_shown(root)} ({_when(mine[0])}); hydra.run.dir=<run dir> picks another")
+        return mine[0], (
+            f"resume=true: resuming {_shown(mine[0])}, the unfinished run of this config under "
+            f"{_shown(root)} ({_when(mine[0])}); hydra.run.dir=<run dir> picks another"
+        )
     if mine:
-        raise ConfigError(f"resume=true: {len(mine)} unfinished runs of this config under {_shown(root)}: pass "
-                          + _listed([(shlex.quote(override("hydra.run.dir", _shown(f))), _when(f))
-                                     for f in reversed(mine)], " or ")
-                          + " to resume one of them")
+        raise ConfigError(
+            f"resume=true: {len(mine)} unfinished runs of this config under {_shown(root)}: pass "
+            + _listed([(shlex.quote(override("hydra.run.dir", _shown(f))), _when(f)) for f in reversed(mine)], " or ")
+            + " to resume one of them"
+        )
     seen = []
     if finished:
         seen.append("finished: " + _listed([(_shown(f), "") for f in reversed(finished)], ", "))
     if others:
         seen.append("of other configs: " + _listed([(_shown(f), _difference(d)) for f, d in reversed(others)], ", "))
     also = f" ({'; '.join(seen)})" if seen else ""
-    raise ConfigError(f"resume=true: no unfinished run of this config under {_shown(root)}{also}: pass "
-                      "hydra.run.dir=<run dir> (and its config) to resume one, or leave out resume=true to start a "
-                      "new run")
+    raise ConfigError(
+        f"resume=true: no unfinished run of this config under {_shown(root)}{also}: pass "
+        "hydra.run.dir=<run dir> (and its config) to resume one, or leave out resume=true to start a "
+        "new run"
+    )
 
 
 def fixed_differences(recorded: dict, now: dict) -> list[Difference]:

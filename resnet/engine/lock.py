@@ -69,8 +69,11 @@ class RunDirLock:
         file.write(json.dumps(me))
         file.flush()
         self._file = file
-        return f"took over {self.path.parent} from a run that ended without releasing it ({previous})" \
-            if previous else None
+        return (
+            f"took over {self.path.parent} from a run that ended without releasing it ({previous})"
+            if previous
+            else None
+        )
 
     def release(self) -> None:
         if self._file is None:

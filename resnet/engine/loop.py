@@ -93,8 +93,18 @@ class EpochStats:
     def images_per_s(self) -> float:
         return self.images / self.seconds if self.seconds else 0.0
 
-    _STATE = ("images", "steps", "batches", "skipped_images", "skipped_paths", "skipped_steps",
-              "empty_steps", "unused_images", "seconds", "history")
+    _STATE = (
+        "images",
+        "steps",
+        "batches",
+        "skipped_images",
+        "skipped_paths",
+        "skipped_steps",
+        "empty_steps",
+        "unused_images",
+        "seconds",
+        "history",
+    )
 
     def state(self) -> dict:
         """The device sums under their own names (``loss_sum``, ...), then the rest."""
@@ -228,8 +238,18 @@ def train_step(
 class _Epoch:
     """The running state of one epoch on this process: :func:`train_one_epoch`'s body, batch by batch."""
 
-    def __init__(self, model, optimizer, scheduler, ctx: StepContext, epoch: int, global_step: int,
-                 resume: EpochStats | None, checkpoint: Callable[[int, EpochStats], None] | None, batches: int):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        scheduler,
+        ctx: StepContext,
+        epoch: int,
+        global_step: int,
+        resume: EpochStats | None,
+        checkpoint: Callable[[int, EpochStats], None] | None,
+        batches: int,
+    ):
         self.model, self.optimizer, self.scheduler, self.ctx = model, optimizer, scheduler, ctx
         self.epoch, self.checkpoint = epoch, checkpoint
         model.train()
@@ -241,8 +261,13 @@ class _Epoch:
         first = stats.batches
         self.steps_before = global_step - stats.steps  # optimizer steps before this epoch
         self.end = first + batches if ctx.max_steps is None else min(first + batches, ctx.max_steps)
-        self.bar = Progress(self.end, f"train {epoch + 1}", initial=first, unit="batches",  # 1-based, as the epoch line
-                            enabled=ctx.progress and ctx.env.is_main)
+        self.bar = Progress(
+            self.end,
+            f"train {epoch + 1}",
+            initial=first,
+            unit="batches",  # 1-based, as the epoch line
+            enabled=ctx.progress and ctx.env.is_main,
+        )
         self.totals = Totals(ctx.env.device, stats.sums)  # a resumed epoch's sums, else zeros
         self.lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
         self.start = self.window_start = time.perf_counter()
@@ -292,8 +317,9 @@ class _Epoch:
             if logs:
                 queued.append(_queue_check([x for x, *_ in self.unread], ctx.env))
 
-        done = train_step(self.model, images, labels, self.optimizer, self.scheduler, ctx,
-                          self.steps_before + stats.steps, on_loss)
+        done = train_step(
+            self.model, images, labels, self.optimizer, self.scheduler, ctx, self.steps_before + stats.steps, on_loss
+        )
         if not done.taken:
             stats.skipped_steps += 1
             return

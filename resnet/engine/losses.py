@@ -25,8 +25,9 @@ def loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
     if cfg.loss == "bce":
         from timm.loss import BinaryCrossEntropy  # imported where used: importing timm is slow
 
-        loss_fn = BinaryCrossEntropy(smoothing=0.0 if mixing else cfg.label_smoothing,
-                                     target_threshold=cfg.get("bce_target_threshold"))
+        loss_fn = BinaryCrossEntropy(
+            smoothing=0.0 if mixing else cfg.label_smoothing, target_threshold=cfg.get("bce_target_threshold")
+        )
     elif mixing:
         from timm.loss import SoftTargetCrossEntropy
 
@@ -41,8 +42,9 @@ def loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
     if mixing:
         from .mixup import AnyBatchMixup
 
-        mixup = AnyBatchMixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing,
-                              num_classes=num_classes)
+        mixup = AnyBatchMixup(
+            mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.label_smoothing, num_classes=num_classes
+        )
     return loss_fn, (BatchAugment(erasing, mixup) if erasing or mixup else None)
 
 

@@ -23,4 +23,3 @@ class AnyBatchMixup(Mixup):
         _, mixed = super().__call__(x[:-1], target[:-1])  # in place: x[:-1] is a view of x
         last = mixup_target(target[-1:], self.num_classes, 1.0, self.label_smoothing)
         return x, torch.cat([mixed, last.to(mixed.dtype)])
-

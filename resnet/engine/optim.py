@@ -24,7 +24,7 @@ NO_WEIGHT_DECAY = {
     "none": "every parameter decays (torchvision's V1 recipe)",
     "norm": "normalisation layers' weights and biases, chosen by module type (torchvision's norm_weight_decay, FFCV)",
     "norm_and_bias": "every tensor of rank <= 1: norm weights and biases, conv and linear biases (timm), and "
-                     "a per-grid BatchNorm's per-preset offsets of them",
+    "a per-grid BatchNorm's per-preset offsets of them",
 }
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
 
@@ -51,8 +51,10 @@ def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str = "
     parameters (``requires_grad=False``) are left out."""
     skip = undecayed(model, no_weight_decay)
     trained = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in trained if p not in skip], "weight_decay": weight_decay},
-              {"params": [p for p in trained if p in skip], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in trained if p not in skip], "weight_decay": weight_decay},
+        {"params": [p for p in trained if p in skip], "weight_decay": 0.0},
+    ]
     return [g for g in groups if g["params"]]
 
 

@@ -36,9 +36,16 @@ HEARTBEAT_S = 1.0  # between two heartbeats: a census of 5 s sees several
 TIMED_OUT = ("Timed out waiting", "timed out", "Timeout", "Watchdog caught collective operation timeout")
 COLLECTIVE = ("gloo", "NCCL", "ProcessGroup", "c10d")  # the marks of a collective's error (gloo's: its source path)
 # ... and for one whose process or host is gone
-CLOSED = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Connection refused",
-          "Socket closed", "Connection timed out", "NCCL communicator was aborted",
-          "remote process exited or there was a network error")
+CLOSED = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "Connection refused",
+    "Socket closed",
+    "Connection timed out",
+    "NCCL communicator was aborted",
+    "remote process exited or there was a network error",
+)
 
 
 class PeerLost(RunFailed):
@@ -196,8 +203,10 @@ def describe(env: DistEnv, kind: str, found: Census | None, at: int) -> str:
     if found is None:  # the store is gone with its host: rank 0 under srun and submitit, torchrun's agent
         holder = "torchrun's agent" if env.launch is not None and env.launch.launcher == "torchrun" else "rank 0"
         host = env.peers[0][0] if env.peers else "?"
-        return (f"rank {env.rank} lost the job's store ({holder} on {host}) after step {at}: "
-                f"{'no answer within ' + timeout if kind == 'timeout' else 'its connection closed'}")
+        return (
+            f"rank {env.rank} lost the job's store ({holder} on {host}) after step {at}: "
+            f"{'no answer within ' + timeout if kind == 'timeout' else 'its connection closed'}"
+        )
     parts = []
     for rank in found.missing:
         host, pid = env.peers[rank] if rank < len(env.peers) else ("?", 0)
@@ -214,8 +223,10 @@ def describe(env: DistEnv, kind: str, found: Census | None, at: int) -> str:
     if not parts:  # every process still beats: one is stuck behind the others (a hung read, a deadlock)
         behind = [r for r, s in found.steps.items() if s < at]
         if not behind:
-            return (f"a collective failed on rank {env.rank} after step {at} though every rank still answers "
-                    f"({'no answer within ' + timeout if kind == 'timeout' else 'a connection closed'})")
+            return (
+                f"a collective failed on rank {env.rank} after step {at} though every rank still answers "
+                f"({'no answer within ' + timeout if kind == 'timeout' else 'a connection closed'})"
+            )
         parts = [f"rank {r} ({env.peers[r][0]}, pid {env.peers[r][1]}) is stuck at step {found.steps[r]}: rank "
                  f"{env.rank} waited {timeout}" for r in behind]  # fmt: skip
     return f"{'; '.join(parts)} (after step {at})"

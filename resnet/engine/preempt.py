@@ -175,8 +175,10 @@ def submitit_requeue(handler: Callable | int | None, signum: int) -> Handover:
         return Handover("requeued by submitit", requeued=True)
     except Exception as err:  # noqa: BLE001 (submitit's UncompletedJobError: its reason)
         reason = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
-        return Handover(f"submitit will not requeue it ({reason}); submit the sweep again with the same "
-                        "hydra.sweep.dir and resume=true, or raise hydra.launcher.max_num_timeout")
+        return Handover(
+            f"submitit will not requeue it ({reason}); submit the sweep again with the same "
+            "hydra.sweep.dir and resume=true, or raise hydra.launcher.max_num_timeout"
+        )
 
 
 def requeue(job_id: str) -> Handover:

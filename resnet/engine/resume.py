@@ -53,13 +53,15 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
     if rescale:  # the schedule built for this set's size (and this config's LR), taken to where the run is
         _fast_forward(training.scheduler, state.epoch * steps_per_epoch)
         if env.is_main:
-            print(f"data_changed=rescale: {rescale}; the rest of the schedule is planned for this set's size",
-                  flush=True)
+            print(
+                f"data_changed=rescale: {rescale}; the rest of the schedule is planned for this set's size", flush=True
+            )
     for change in changes:  # a new LR scale: the loaded optimizer and schedule still hold the old one
         if change.key == "optim.lr" and not rescale:  # a rebuilt schedule has the new LR already
             scale_lr(training.optimizer, training.scheduler, change.now / change.was)
-    start = ResumePoint(state.epoch, state.step, list(state.history), partial, state.rng_of(env.rank),
-                        [str(c) for c in changes])
+    start = ResumePoint(
+        state.epoch, state.step, list(state.history), partial, state.rng_of(env.rank), [str(c) for c in changes]
+    )
     if env.is_main:
         where = saved_at(start.epoch, partial["batches"] if partial else None)
         print(f"resumed from {path} {where} (step {start.step})")
@@ -138,8 +140,10 @@ def refusal(path: Path, refused: list[Difference]) -> str:
         fix = f"pass the {group}= it was trained with ({group}={first.was})"
     else:
         fix = f"pass {first.key}={as_typed(first.was)}"
-    return (f"{path} was trained with {first.key}={as_typed(first.was)}, this run has {as_typed(first.now)}{also}: "
-            f"{fix} to resume it, or start over in another hydra.run.dir (or with resume=false)")
+    return (
+        f"{path} was trained with {first.key}={as_typed(first.was)}, this run has {as_typed(first.now)}{also}: "
+        f"{fix} to resume it, or start over in another hydra.run.dir (or with resume=false)"
+    )
 
 
 def _first(refused: list[Difference]) -> Difference:
@@ -166,13 +170,18 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
     elif was == now:
         return None
     else:
-        what = (f"{now[0]:,} training images now, {was[0]:,} then" if was[0] != now[0] else
-                f"the same {now[0]:,} training images in count, but other names or labels")
+        what = (
+            f"{now[0]:,} training images now, {was[0]:,} then"
+            if was[0] != now[0]
+            else f"the same {now[0]:,} training images in count, but other names or labels"
+        )
     if changed == "rescale":
         if state.epoch_partial is not None:
-            raise ConfigError(f"{path} was saved mid-epoch, and the training set changed since ({what}): "
-                              "data_changed=rescale goes on from an epoch's end only; restore the data to finish "
-                              "that epoch, or fine-tune from it: init=<last.pt> hydra.run.dir=<new dir>")
+            raise ConfigError(
+                f"{path} was saved mid-epoch, and the training set changed since ({what}): "
+                "data_changed=rescale goes on from an epoch's end only; restore the data to finish "
+                "that epoch, or fine-tune from it: init=<last.pt> hydra.run.dir=<new dir>"
+            )
         return what
     raise ConfigError(
         f"{path} was trained on another training set ({what}): restore the data it was trained on (a copy "
@@ -214,11 +223,14 @@ def _check_same_grid(cfg: DictConfig, state: TrainingState, path: Path) -> None:
     (was, norms_was), now = state.grid_layout(), list(cfg.get("grid") or [])
     if was != now:
         given = f"grid=[{','.join(was)}]" if was else "no grid="
-        raise ConfigError(f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
-                          "trained with, or start over with resume=false")
+        raise ConfigError(
+            f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
+            "trained with, or start over with resume=false"
+        )
     if was and norms_was != grid_bn(cfg):
-        raise ConfigError(f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over "
-                          "with resume=false")
+        raise ConfigError(
+            f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over with resume=false"
+        )
 
 
 # what a schedule keeps in the optimizer's param groups: a rebuilt schedule's, not the checkpoint's

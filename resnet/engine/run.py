@@ -49,8 +49,10 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
     """The model of ``cfg.model`` under the configured padding (with ``grid=``: its first preset,
     the sites made switchable between them, :mod:`resnet.grid`); its meta records what the run
     trains with: the data's preprocessing (where set) and its size, for evaluation."""
-    recorded = {"preprocessing": cfg.data.get("preprocessing"),
-                "eval_size": cfg.data.get("val_size") or cfg.data.get("image_size")}
+    recorded = {
+        "preprocessing": cfg.data.get("preprocessing"),
+        "eval_size": cfg.data.get("val_size") or cfg.data.get("image_size"),
+    }
     grid = list(cfg.grid) if cfg.get("grid") else None
     padding = grid[0] if grid else padding_from_config(cfg)
     model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
@@ -110,8 +112,10 @@ def train(cfg: DictConfig) -> dict:
             raise
         # a peer lost outside the epochs (start-up, the results): no requeue of its own
         kept = "its last.pt is intact" if (Path(cfg.run_dir) / "last.pt").exists() else "no last.pt was written yet"
-        raise PeerLost(f"{lost} (starting up or finishing); {kept}; to go on: "
-                       f"{resume_command(Path(cfg.run_dir), env)}", lost.census) from None
+        raise PeerLost(
+            f"{lost} (starting up or finishing); {kept}; to go on: {resume_command(Path(cfg.run_dir), env)}",
+            lost.census,
+        ) from None
     finally:
         heartbeat.close()
         if lost is None:  # a process group that lost a member can hang in its destructor
@@ -124,24 +128,40 @@ def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
     scheme = (f"padding {padding['preset']}" if padding.get("preset") else
               f"the grid {','.join(cfg.grid)}" if cfg.get("grid") else "its native padding")  # fmt: skip
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""
-    line = (f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} epochs "
-            f"({env.device}{processes}); run folder {run_dir}")
+    line = (
+        f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} epochs "
+        f"({env.device}{processes}); run folder {run_dir}"
+    )
     advice = volume_advice(run_dir)
     return line if advice is None else f"{line}\nnote: {advice}"
 
 
-def make_loaders(data_cfg: DictConfig, batch_size: int, env: DistEnv, seed: int, cache_dir: Path | None = None,
-                 val_images: int | None = None):
+def make_loaders(
+    data_cfg: DictConfig,
+    batch_size: int,
+    env: DistEnv,
+    seed: int,
+    cache_dir: Path | None = None,
+    val_images: int | None = None,
+):
     from data import DataConfig, build_loaders  # imported here so that composing configs stays fast
     from data.gpu_decode import check_decode
 
-    data = DataConfig.from_config(OmegaConf.to_container(data_cfg, resolve=True),
-                                  workers=data_workers(data_cfg, env.local_world_size))
+    data = DataConfig.from_config(
+        OmegaConf.to_container(data_cfg, resolve=True), workers=data_workers(data_cfg, env.local_world_size)
+    )
     try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
         check_decode(data.decode, env.device)  # decode=gpu needs a CUDA device to decode on
-        loaders = build_loaders(data, batch_size, rank=env.rank, world_size=env.world_size, seed=seed,
-                                cache_dir=cache_dir,  # folder indexes: beside the data, else in the run dir
-                                val_images=val_images, processes_per_node=env.local_world_size)
+        loaders = build_loaders(
+            data,
+            batch_size,
+            rank=env.rank,
+            world_size=env.world_size,
+            seed=seed,
+            cache_dir=cache_dir,  # folder indexes: beside the data, else in the run dir
+            val_images=val_images,
+            processes_per_node=env.local_world_size,
+        )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if loaders.num_classes != data_cfg.num_classes:
@@ -209,8 +229,9 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
     model = build_run_model(cfg)
     grid = list(model.grid) if hasattr(model, "grid") else None
     meta = model.meta
-    loaders = cleanup.enter_context(make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir),
-                                                 val_images=cfg.get("val_images")))
+    loaders = cleanup.enter_context(
+        make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir), val_images=cfg.get("val_images"))
+    )
     model = runtime.place(model)
     if cfg.sync_bn and env.distributed:
         model = convert_sync_batchnorm(model, env)
@@ -224,26 +245,18 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
     if cfg.ema_decay:
         from timm.utils import ModelEmaV3
 
-        ema = ModelEmaV3(model, decay=cfg.ema_decay ** cfg.ema_every)  # ema_decay is per step
+        ema = ModelEmaV3(model, decay=cfg.ema_decay**cfg.ema_every)  # ema_decay is per step
     loss_fn, augment = loss_and_augment(cfg, loaders.num_classes, env.device)
-    return Training(model, meta, runtime, loaders, optimizer, scheduler, scaler, ema, loss_fn, augment, grid,
-                    steps_per_epoch)
+    return Training(
+        model, meta, runtime, loaders, optimizer, scheduler, scaler, ema, loss_fn, augment, grid, steps_per_epoch
+    )
 
 
-def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.ExitStack) -> dict:
+def _step_context(cfg: DictConfig, training: Training, env: DistEnv, stop: StopRequest) -> StepContext:
+    """What every training step reads: the run's settings, the built parts, the stop request."""
     from data import Normalize
 
-    wall_start = time.perf_counter()
-    seed_everything(cfg.seed + env.rank)
-    training = build_training(cfg, env, cleanup)
-    from data.identity import train_identity
-
-    layout = {"world_size": env.world_size, "batch_size": cfg.batch_size, **training.loaders.order_depends_on,
-              **train_identity(training.loaders.train.dataset)}  # the set trained on: a resume on another is refused
-    start = resume(cfg, training, env, run_dir, layout)
-    train_model = wrap_for_training(training.model, env, cfg.compile, compiled_graphs(training.grid))
-    stop = StopRequest(env).install()
-    ctx = StepContext(
+    return StepContext(
         runtime=training.runtime,
         normalize=Normalize(training.meta.preprocessing).to(env.device),
         augment=training.augment,
@@ -258,27 +271,65 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
         max_steps=cfg.max_steps_per_epoch,
         checkpoint_every=cfg.checkpoint_every,
         stop=stop,
-        before_step=((lambda step: set_grid(training.model, draw(cfg.seed, step, len(training.grid))))
-                     if training.grid else None),
+        before_step=(
+            (lambda step: set_grid(training.model, draw(cfg.seed, step, len(training.grid)))) if training.grid else None
+        ),
     )
+
+
+def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.ExitStack) -> dict:
+    wall_start = time.perf_counter()
+    seed_everything(cfg.seed + env.rank)
+    training = build_training(cfg, env, cleanup)
+    from data.identity import train_identity
+
+    layout = {
+        "world_size": env.world_size,
+        "batch_size": cfg.batch_size,
+        **training.loaders.order_depends_on,
+        **train_identity(training.loaders.train.dataset),
+    }  # the set trained on: a resume on another is refused
+    start = resume(cfg, training, env, run_dir, layout)
+    train_model = wrap_for_training(training.model, env, cfg.compile, compiled_graphs(training.grid))
+    stop = StopRequest(env).install()
+    ctx = _step_context(cfg, training, env, stop)
     config = OmegaConf.to_container(cfg, resolve=True)
     saver = Checkpointer(run_dir / "last.pt", training, env, config, layout, start.history)
     ctx.save_due = saver.due_every(cfg.get("checkpoint_minutes") or 0)
-    logger = RunLogger(run_dir, env.is_main, cfg.logger, config, group=run_group(training.meta, training.grid),
-                       resumed_epoch=start.epoch)
+    logger = RunLogger(
+        run_dir,
+        env.is_main,
+        cfg.logger,
+        config,
+        group=run_group(training.meta, training.grid),
+        resumed_epoch=start.epoch,
+    )
     with handing_over(stop, saver, run_dir, env) as fit:
         fit.fill_from(_fit(cfg, env, training, train_model, ctx, saver, logger, start))
     results = _results(cfg, env, training, fit, run_dir, time.perf_counter() - wall_start)
     logger.finish(results, saver.path, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
     if env.is_main:
-        print(_summary(results, f"results: {run_dir / 'results.json'}; weights: {saver.path}\n"
-                                f"evaluate them: {eval_command(cfg, saver.path)}"
-                                + (" (their EMA: add ema=true)" if training.ema is not None else "")))
+        print(
+            _summary(
+                results,
+                f"results: {run_dir / 'results.json'}; weights: {saver.path}\n"
+                f"evaluate them: {eval_command(cfg, saver.path)}"
+                + (" (their EMA: add ema=true)" if training.ema is not None else ""),
+            )
+        )
     return results
 
 
-def _fit(cfg: DictConfig, env: DistEnv, training: Training, train_model: nn.Module, ctx: StepContext,
-         saver: Checkpointer, logger: RunLogger, start: ResumePoint) -> Fit:
+def _fit(
+    cfg: DictConfig,
+    env: DistEnv,
+    training: Training,
+    train_model: nn.Module,
+    ctx: StepContext,
+    saver: Checkpointer,
+    logger: RunLogger,
+    start: ResumePoint,
+) -> Fit:
     """The epochs from ``start``: train, validate every ``eval_every`` epochs and at the last, log,
     save ``last.pt`` at every epoch's end (and mid-epoch, through ``train_one_epoch``)."""
     last_epoch = cfg.epochs if not cfg.stop_after else min(cfg.epochs, start.epoch + cfg.stop_after)
@@ -297,7 +348,13 @@ def _fit(cfg: DictConfig, env: DistEnv, training: Training, train_model: nn.Modu
         steps_before = resumed.steps if resumed is not None else 0  # resumed is updated in place
         training.loaders.set_epoch(epoch, start_step=resumed.batches if resumed is not None else 0)
         stats = train_one_epoch(
-            train_model, training.loaders.train, training.optimizer, training.scheduler, ctx, epoch, global_step,
+            train_model,
+            training.loaders.train,
+            training.optimizer,
+            training.scheduler,
+            ctx,
+            epoch,
+            global_step,
             resume=resumed,
             checkpoint=lambda step, s, e=epoch: saver.save(e, step, s.state()),
         )
@@ -321,8 +378,7 @@ def _fit(cfg: DictConfig, env: DistEnv, training: Training, train_model: nn.Modu
     return fit
 
 
-def _log_epoch(logger: RunLogger, stats: EpochStats, row: dict, epoch: int, saver: Checkpointer,
-               env: DistEnv) -> None:
+def _log_epoch(logger: RunLogger, stats: EpochStats, row: dict, epoch: int, saver: Checkpointer, env: DistEnv) -> None:
     """steps.csv and metrics.csv (rank 0), before the epoch's checkpoint: a resume drops rows past
     the checkpoint's epoch. A write that fails (a full disk) ends the run on every rank in one line,
     the epoch unsaved: the resume trains it again and writes its rows then."""
@@ -331,8 +387,10 @@ def _log_epoch(logger: RunLogger, stats: EpochStats, row: dict, epoch: int, save
         logger.log_steps(stats.history, epoch + 1)  # 1-based, as the epoch line and metrics.csv
         logger.log_epoch(row)
     except OSError as err:
-        failed = (f"could not write {err.filename or 'the run logs'} ({write_error(err)}); "
-                  f"{saver.kept}: free space or pass another hydra.run.dir, then run again with resume=true")
+        failed = (
+            f"could not write {err.filename or 'the run logs'} ({write_error(err)}); "
+            f"{saver.kept}: free space or pass another hydra.run.dir, then run again with resume=true"
+        )
     failed = gather_objects(failed, env)[0]  # only rank 0 writes; every rank learns whether it worked
     if failed:
         raise RunFailed(failed)
@@ -369,11 +427,18 @@ def _check_unreadable(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Che
 
 def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:
     """The epoch's row: its train metrics as ``train_<name>`` (resnet/engine/totals.py), then its counts."""
-    return {"epoch": epoch + 1, "step": step, **{f"train_{k}": v for k, v in stats.metrics.items()}, "lr": stats.lr,
-            "skipped_images": stats.skipped_images,
-            "skipped_examples": "; ".join(stats.skipped_paths),
-            "skipped_steps": stats.skipped_steps, "empty_steps": stats.empty_steps,
-            "unused_images": stats.unused_images, "epoch_seconds": stats.seconds}
+    return {
+        "epoch": epoch + 1,
+        "step": step,
+        **{f"train_{k}": v for k, v in stats.metrics.items()},
+        "lr": stats.lr,
+        "skipped_images": stats.skipped_images,
+        "skipped_examples": "; ".join(stats.skipped_paths),
+        "skipped_steps": stats.skipped_steps,
+        "empty_steps": stats.empty_steps,
+        "unused_images": stats.unused_images,
+        "epoch_seconds": stats.seconds,
+    }
 
 
 def _validate(cfg: DictConfig, training: Training, ctx: StepContext, row: dict) -> tuple[dict, dict]:
@@ -391,8 +456,9 @@ def _validate(cfg: DictConfig, training: Training, ctx: StepContext, row: dict) 
     row.update({f"val_{k}": v for k, v in val.items()})
     ema_val = {}
     if training.ema is not None:
-        ema_val = evaluate(training.ema.module, loaders.val, runtime, ctx.normalize, desc=f"val EMA{share}",
-                           **protocol).metrics()
+        ema_val = evaluate(
+            training.ema.module, loaders.val, runtime, ctx.normalize, desc=f"val EMA{share}", **protocol
+        ).metrics()
         row.update({f"ema_{k}": v for k, v in ema_val.items()})
     return val, ema_val
 
@@ -400,7 +466,10 @@ def _validate(cfg: DictConfig, training: Training, ctx: StepContext, row: dict) 
 def _results(cfg: DictConfig, env: DistEnv, training: Training, fit: Fit, run_dir: Path, wall_seconds: float) -> dict:
     val, ema_val = fit.val, fit.ema_val
     return results_row(
-        training.meta, cfg.data.name, cfg.amp, val,
+        training.meta,
+        cfg.data.name,
+        cfg.amp,
+        val,
         grid=training.grid,  # None, or the presets trained for (validated under the first)
         preprocessing=training.meta.preprocessing,
         epochs=fit.epochs,
@@ -429,8 +498,14 @@ def _summary(results: dict, footer: str) -> str:
         shown["n_val_images"] = f"{results['n_val_images']:,} of {results['val_split_images']:,}"  # val_images=N
     rows = [{**shown, "weights": "model"}]
     if results["ema_top1_err"] is not None:
-        rows.append({**shown, "weights": f"EMA {results['ema_decay']:g}", "top1_err": results["ema_top1_err"],
-                     "top5_err": results["ema_top5_err"]})
+        rows.append(
+            {
+                **shown,
+                "weights": f"EMA {results['ema_decay']:g}",
+                "top1_err": results["ema_top1_err"],
+                "top5_err": results["ema_top5_err"],
+            }
+        )
     columns = dict(TRAIN_SUMMARY)
     if results.get("skipped_images") or results.get("val_skipped_images"):  # unreadable images, counted, not hidden
         columns["skipped (train / val)"] = "skipped"
@@ -459,6 +534,8 @@ def _print_epoch(row: dict, split: int = 0) -> None:
     if row["skipped_images"]:
         parts.append(f"skipped {row['skipped_images']} unreadable images, e.g. {row['skipped_examples']}")
     if row["empty_steps"]:
-        parts.append(f"{row['empty_steps']} steps skipped on every process (one read no image; "
-                     f"{row['unused_images']} readable images of those steps unused)")
+        parts.append(
+            f"{row['empty_steps']} steps skipped on every process (one read no image; "
+            f"{row['unused_images']} readable images of those steps unused)"
+        )
     print(" | ".join(parts), flush=True)

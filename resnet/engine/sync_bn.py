@@ -53,12 +53,17 @@ def convert_sync_batchnorm(model: nn.Module, env: DistEnv) -> nn.Module:
         return nn.SyncBatchNorm.convert_sync_batchnorm(model)
     for name, child in model.named_children():
         if type(child) is nn.BatchNorm2d:
-            synced = HostSyncBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
-                                       child.track_running_stats, device=child.weight.device)
+            synced = HostSyncBatchNorm(
+                child.num_features,
+                child.eps,
+                child.momentum,
+                child.affine,
+                child.track_running_stats,
+                device=child.weight.device,
+            )
             synced.load_state_dict(child.state_dict())
             synced.train(child.training)
             setattr(model, name, synced)
         else:
             convert_sync_batchnorm(child, env)
     return model
-

@@ -98,8 +98,11 @@ def train_metrics(sums: Mapping[str, float], seconds: float) -> dict[str, float]
 
 def epoch_line_parts(row: Mapping) -> list[str]:
     """The epoch line's parts for the train metrics of ``row`` (``train_<name>``) that say how to be shown."""
-    return [metric.shown.format(row[f"train_{name}"]) for name, metric in TRAIN_METRICS.items()
-            if metric.shown is not None and f"train_{name}" in row]
+    return [
+        metric.shown.format(row[f"train_{name}"])
+        for name, metric in TRAIN_METRICS.items()
+        if metric.shown is not None and f"train_{name}" in row
+    ]
 
 
 class Totals:
@@ -107,9 +110,10 @@ class Totals:
     saved mid-way had (a name it lacks starts as NaN), else none (zeros)."""
 
     def __init__(self, device: torch.device, start: Mapping[str, float] | None = None) -> None:
-        self.sums = {name: torch.full((), 0.0 if start is None else start.get(name, math.nan), dtype=spec.dtype,
-                                      device=device)
-                     for name, spec in STEP_SUMS.items()}
+        self.sums = {
+            name: torch.full((), 0.0 if start is None else start.get(name, math.nan), dtype=spec.dtype, device=device)
+            for name, spec in STEP_SUMS.items()
+        }
 
     def add(self, step: Mapping[str, torch.Tensor]) -> None:
         for name, value in step.items():
@@ -124,8 +128,11 @@ class Totals:
         """These sums and ``host``'s numbers (:data:`HOST_SUMS`), each summed over the processes: one
         float64 tensor in the order of their names, one all-reduce, one read."""
         names = [*self.sums, *host]
-        vector = torch.tensor([0.0] * len(self.sums) + [float(host[name]) for name in host], dtype=torch.float64,
-                              device=next(iter(self.sums.values())).device)
+        vector = torch.tensor(
+            [0.0] * len(self.sums) + [float(host[name]) for name in host],
+            dtype=torch.float64,
+            device=next(iter(self.sums.values())).device,
+        )
         for i, value in enumerate(self.sums.values()):
             vector[i] = value  # to float64 on the device: exact, and no transfer of its own
         return dict(zip(names, all_reduce_sum(vector, env).tolist()))

@@ -32,6 +32,7 @@ from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, op
 
 CROP_COUNTS = (1, 2, 10)  # the crops= protocols: centre; centre and its flip; corners + centre and flips
 
+
 @dataclass(frozen=True)
 class EvalProtocol:
     """How images become network input; every field goes into the results row."""
@@ -44,8 +45,9 @@ class EvalProtocol:
 
     def __post_init__(self) -> None:
         if self.crops not in CROP_COUNTS:
-            raise ValueError(f"crops must be 1 (centre crop), 2 (and its flip) or 10 (corners + centre and flips), "
-                             f"got {self.crops}")
+            raise ValueError(
+                f"crops must be 1 (centre crop), 2 (and its flip) or 10 (corners + centre and flips), got {self.crops}"
+            )
         if not 0 < self.crop <= self.resize:
             raise ValueError(f"crop={self.crop} must be positive and at most resize={self.resize}")
         check_interpolation(self.interpolation)
@@ -150,27 +152,59 @@ def build_eval_loader(
     if isinstance(entry, InMemory):
         dataset = entry.open(split, root=root)
         native = dataset.images.shape[-1]
-        return _shared(dataset, len(entry.classes), entry.in_chans, batch_size, 0, rank, world_size, take,
-                       pass_batch, device_resize=None if protocol.resize == native else protocol.resize)
+        return _shared(
+            dataset,
+            len(entry.classes),
+            entry.in_chans,
+            batch_size,
+            0,
+            rank,
+            world_size,
+            take,
+            pass_batch,
+            device_resize=None if protocol.resize == native else protocol.resize,
+        )
     if protocol.crops in (1, 2):  # the centre crop (and its flip, made on the device)
         transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
     else:
         transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
     if isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards
-        shards = entry.open(root, split, transform, batch_size, rank, world_size, train=False,
-                            collate_fn=collate_fn, limit=take, purpose=" evaluation" if split == "val" else "")
-        loader = DataLoader(shards, batch_size=None, num_workers=workers, collate_fn=pass_batch,
-                            pin_memory=torch.cuda.is_available())
+        shards = entry.open(
+            root,
+            split,
+            transform,
+            batch_size,
+            rank,
+            world_size,
+            train=False,
+            collate_fn=collate_fn,
+            limit=take,
+            purpose=" evaluation" if split == "val" else "",
+        )
+        loader = DataLoader(
+            shards, batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available()
+        )
         whole = int(shards.counts.sum())
-        return EvalData(loader, len(shards.classes), 3, shards.total, None,
-                        split_size=whole if shards.total < whole else None)
+        return EvalData(
+            loader, len(shards.classes), 3, shards.total, None, split_size=whole if shards.total < whole else None
+        )
     if entry is None:  # a test set: scored with ImageNet's 1,000 logits (R and A score 200 of them)
         found = open_test_set(name, root, transform, real_labels)
-        return _shared(found.dataset, len(imagenet_wnids()), 3, batch_size, workers, rank, world_size, take,
-                       collate_fn, labels=found.labels, note=found.note)
+        return _shared(
+            found.dataset,
+            len(imagenet_wnids()),
+            3,
+            batch_size,
+            workers,
+            rank,
+            world_size,
+            take,
+            collate_fn,
+            labels=found.labels,
+            note=found.note,
+        )
     dataset, note = entry.open_eval(root, split, transform, val_labels, devkit)
-    return _shared(dataset, len(dataset.classes), 3, batch_size, workers, rank, world_size, take, collate_fn,
-                   note=note)
+    return _shared(dataset, len(dataset.classes), 3, batch_size, workers, rank, world_size, take, collate_fn, note=note)
 
 
 def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:
@@ -179,20 +213,47 @@ def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:
     if entry is None and name not in TEST_SETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join([*names(), *TEST_SETS])}")
     if split not in ("val", "train") or (split == "train" and entry is None):
-        raise ValueError(f"data={name} has no {split} split to read here; use its training set's dataset "
-                         "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)")
+        raise ValueError(
+            f"data={name} has no {split} split to read here; use its training set's dataset "
+            "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)"
+        )
     return entry
 
 
-def _shared(dataset, num_classes: int, in_chans: int, batch_size: int, workers: int, rank: int, world_size: int,
-            take: int | None, collate_fn, device_resize: int | None = None, labels: LabelSpace | None = None,
-            note: str | None = None) -> EvalData:
+def _shared(
+    dataset,
+    num_classes: int,
+    in_chans: int,
+    batch_size: int,
+    workers: int,
+    rank: int,
+    world_size: int,
+    take: int | None,
+    collate_fn,
+    device_resize: int | None = None,
+    labels: LabelSpace | None = None,
+    note: str | None = None,
+) -> EvalData:
     """``dataset`` shared over the processes, each image read by exactly one; ``take``: that many, spread."""
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=ShardSampler(len(dataset), rank, world_size, take=take),
-                        num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available())
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=ShardSampler(len(dataset), rank, world_size, take=take),
+        num_workers=workers,
+        collate_fn=collate_fn,
+        pin_memory=torch.cuda.is_available(),
+    )
     size = min(len(dataset), take or len(dataset))
-    return EvalData(loader, num_classes, in_chans, size, device_resize, labels, note,
-                    split_size=len(dataset) if size < len(dataset) else None)
+    return EvalData(
+        loader,
+        num_classes,
+        in_chans,
+        size,
+        device_resize,
+        labels,
+        note,
+        split_size=len(dataset) if size < len(dataset) else None,
+    )
 
 
 def check_root(name: str, root: str | None) -> None:

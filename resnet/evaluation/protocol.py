@@ -32,8 +32,10 @@ from .loader import EvalData, EvalProtocol
 def weights_spec(cfg: DictConfig) -> WeightsSpec:
     """``cfg.weights`` parsed; missing, one line saying which forms to give."""
     if OmegaConf.is_missing(cfg, "weights"):
-        raise ConfigError("say which weights: weights=/path/to/last.pt, or any form configs/eval.yaml lists "
-                          "(torchvision:ResNet50_Weights.IMAGENET1K_V1, timm:resnet50.a1_in1k, keras:ResNet50 ...)")
+        raise ConfigError(
+            "say which weights: weights=/path/to/last.pt, or any form configs/eval.yaml lists "
+            "(torchvision:ResNet50_Weights.IMAGENET1K_V1, timm:resnet50.a1_in1k, keras:ResNet50 ...)"
+        )
     return parse_weights(cfg.weights)
 
 
@@ -84,8 +86,11 @@ def padded_as_configured(cfg: DictConfig, model, preset_norms: Mapping = Mapping
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
     if preset_norms and padded.meta.padding_name not in preset_norms:
-        print(f"note: {padded.meta.padding_name} is not one of the presets these weights were trained for "
-              f"({', '.join(preset_norms)}): its BatchNorm is {model.meta.padding_name}'s", flush=True)
+        print(
+            f"note: {padded.meta.padding_name} is not one of the presets these weights were trained for "
+            f"({', '.join(preset_norms)}): its BatchNorm is {model.meta.padding_name}'s",
+            flush=True,
+        )
     return padded
 
 

@@ -43,8 +43,10 @@ def evaluate_weights(cfg: DictConfig) -> dict:
 
 def _check_config(cfg: DictConfig) -> None:
     if cfg.crops not in CROP_COUNTS:
-        raise ConfigError(f"crops must be 1 (centre crop), 2 (centre and its flip) or 10 (corners + centre and "
-                          f"flips), got {cfg.crops}")
+        raise ConfigError(
+            f"crops must be 1 (centre crop), 2 (centre and its flip) or 10 (corners + centre and "
+            f"flips), got {cfg.crops}"
+        )
     check_run_config(cfg)
     check_logger(cfg)
     try:
@@ -66,9 +68,17 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     workers = data_workers(cfg.data, env.local_world_size)
     try:  # a wrong folder layout (an empty class folder, val classes != train classes)
         data = build_eval_loader(
-            cfg.data.name, cfg.data.get("root"), protocol, images_per_step, workers, env.rank, env.world_size,
-            val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"),
-            real_labels=cfg.data.get("real_labels"), take=cfg.get("val_images"),
+            cfg.data.name,
+            cfg.data.get("root"),
+            protocol,
+            images_per_step,
+            workers,
+            env.rank,
+            env.world_size,
+            val_labels=cfg.data.get("val_labels"),
+            devkit=cfg.data.get("devkit"),
+            real_labels=cfg.data.get("real_labels"),
+            take=cfg.get("val_images"),
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
@@ -92,10 +102,21 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     if result.n_images == 0:
         raise RuntimeError(f"no image of the {data.size} could be evaluated")
     row = results_row(
-        meta, cfg.data.name, cfg.amp, {"top1_err": result.top1_err, "top5_err": result.top5_err},
-        weights=spec.text, weights_source=spec.source, ema=bool(cfg.ema), trained_padding=trained_padding,
-        input_size=protocol.crop, resize=protocol.resize, crop=protocol.crop, interpolation=protocol.interpolation,
-        preprocessing=protocol.preprocessing, crops=protocol.crops, n_images=result.n_images,
+        meta,
+        cfg.data.name,
+        cfg.amp,
+        {"top1_err": result.top1_err, "top5_err": result.top5_err},
+        weights=spec.text,
+        weights_source=spec.source,
+        ema=bool(cfg.ema),
+        trained_padding=trained_padding,
+        input_size=protocol.crop,
+        resize=protocol.resize,
+        crop=protocol.crop,
+        interpolation=protocol.interpolation,
+        preprocessing=protocol.preprocessing,
+        crops=protocol.crops,
+        n_images=result.n_images,
         skipped_images=result.skipped_images,
     )
     row = {key: row[key] for key in ROW_KEYS}  # the order of every eval.py row

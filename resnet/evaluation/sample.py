@@ -25,8 +25,13 @@ def read_images(
     loader, wanted = data.loader, min(images, data.size)
     if wanted < data.size and not isinstance(loader.dataset, IterableDataset):
         step = data.size / wanted
-        loader = DataLoader(loader.dataset, batch_size=batch_size, sampler=[int(i * step) for i in range(wanted)],
-                            num_workers=loader.num_workers, collate_fn=loader.collate_fn)
+        loader = DataLoader(
+            loader.dataset,
+            batch_size=batch_size,
+            sampler=[int(i * step) for i in range(wanted)],
+            num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn,
+        )
     view = protocol_view(protocol, data.device_resize)  # crop (and resize in-memory data) as the eval loop does
     batches, skipped, taken = [], 0, 0
     with image_pass(wanted, "read images") as bar:

@@ -57,16 +57,18 @@ def scheme_figure(table: SchemeTable):
     rows = [row for _, row in labelled]
     n, k = len(rows), len(table.schemes)
     panels = 2 if table.delta else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 4, 1.6 + 0.3 * n * k), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, panels, figsize=(5 * panels + 4, 1.6 + 0.3 * n * k), squeeze=False, layout="constrained"
+    )
     ax = axes[0, 0]
     height = 0.8 / k
     colours = plt.get_cmap("tab10")
     for j, scheme in enumerate(table.schemes):  # one bar slot per scheme; missing results leave it empty
         present = [(i, row.error(scheme, "top1_err")) for i, row in enumerate(rows)]
         present = [(i + (j - (k - 1) / 2) * height, v) for i, v in present if v is not None]
-        bars = ax.barh([y for y, _ in present], [v for _, v in present], height, label=_wrap(scheme, 28),
-                       color=colours(j))
+        bars = ax.barh(
+            [y for y, _ in present], [v for _, v in present], height, label=_wrap(scheme, 28), color=colours(j)
+        )
         ax.bar_label(bars, [VALUE.format(v) for _, v in present], padding=2, fontsize=7)
     ax.set_yticks(range(n), [label for label, _ in labelled], fontsize=8)
     ax.invert_yaxis()
@@ -74,8 +76,15 @@ def scheme_figure(table: SchemeTable):
     ax.set_title("Top-1 error per padding scheme" + (f"\n{textwrap.fill(common, 60)}" if common else ""), fontsize=9)
     for boundary in range(n - 1):
         ax.axhline(boundary + 0.5, color="0.85", linewidth=0.8)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8, frameon=False,
-              title="evaluated with", title_fontsize=8)  # beside the bars: never on a bar or a value
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+        borderaxespad=0,
+        fontsize=8,
+        frameon=False,
+        title="evaluated with",
+        title_fontsize=8,
+    )  # beside the bars: never on a bar or a value
     ax.margins(x=0.15)
     if table.delta:
         ax = axes[0, 1]
@@ -115,8 +124,14 @@ def cross_figure(matrices: Sequence[CrossMatrix]):
     width = 2.2 + panels * (1.0 + 1.25 * columns)
     heights = [2.0 + 0.15 * max(_wrap(e).count("\n") + 1 for e in m.evaluated) + 0.55 * len(m.trained)
                for m in matrices] or [2.0]  # fmt: skip
-    fig, axes = plt.subplots(count, panels, figsize=(width, sum(heights)), squeeze=False, layout="constrained",
-                             gridspec_kw={"height_ratios": heights})
+    fig, axes = plt.subplots(
+        count,
+        panels,
+        figsize=(width, sum(heights)),
+        squeeze=False,
+        layout="constrained",
+        gridspec_kw={"height_ratios": heights},
+    )
     if not matrices:
         axes[0, 0].text(0.5, 0.5, "no checkpoint results", ha="center", va="center")
         axes[0, 0].axis("off")
@@ -128,7 +143,7 @@ def cross_figure(matrices: Sequence[CrossMatrix]):
                           else [], fontsize=8)  # fmt: skip
             if ax is row[0]:
                 ax.set_ylabel("trained with")
-        for ax in row[len(m.metrics):]:
+        for ax in row[len(m.metrics) :]:
             ax.axis("off")
     return fig
 
@@ -140,20 +155,34 @@ def _heatmap(ax, m: CrossMatrix, metric: str, cmap, np, plt) -> None:
     for (i, j), value in np.ndenumerate(grid):
         t, e = m.trained[i], m.evaluated[j]
         if np.isnan(value):
-            ax.text(j, i, "not recorded" if m.evaluated_under(t, e) else "not run", ha="center", va="center",
-                    color="0.35", fontsize=8)
+            ax.text(
+                j,
+                i,
+                "not recorded" if m.evaluated_under(t, e) else "not run",
+                ha="center",
+                va="center",
+                color="0.35",
+                fontsize=8,
+            )
         else:
-            ax.text(j, i, VALUE.format(value), ha="center", va="center", fontsize=9,
-                    color=readable_on(image.cmap(image.norm(value))))
+            ax.text(
+                j,
+                i,
+                VALUE.format(value),
+                ha="center",
+                va="center",
+                fontsize=9,
+                color=readable_on(image.cmap(image.norm(value))),
+            )
         if m.matched(t, e):
-            ax.add_patch(plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="red",
-                                       linewidth=2.5))  # inset: neighbouring outlines stay apart
+            ax.add_patch(
+                plt.Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="red", linewidth=2.5)
+            )  # inset: neighbouring outlines stay apart
     ax.set_xticks(range(len(m.evaluated)), [_wrap(e) for e in m.evaluated], fontsize=7)
     ax.set_xlabel("evaluated with")
     name = METRIC_TITLES[metric].lower()
     title = f"{m.arch}: {name} error (%), red = matched scheme"
-    ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 14 * len(m.evaluated) + 16),
-                 fontsize=9)
+    ax.set_title(title + "\n" + textwrap.fill(f"{m.dataset}, {m.protocol}", 14 * len(m.evaluated) + 16), fontsize=9)
     if not np.isnan(grid).all():
         ax.figure.colorbar(image, ax=ax, shrink=0.9)
 
@@ -218,8 +247,15 @@ def regrid_figure(table: Sequence[dict]):
     native = errors[0]
     ax.axvline(native, color="tab:green", linestyle="--", linewidth=1, label="native grid")
     for y, error in enumerate(errors):
-        ax.annotate(VALUE.format(error), (max(error, native), y), xytext=(4, 0), textcoords="offset points",
-                    ha="left", va="center", fontsize=8)
+        ax.annotate(
+            VALUE.format(error),
+            (max(error, native), y),
+            xytext=(4, 0),
+            textcoords="offset points",
+            ha="left",
+            va="center",
+            fontsize=8,
+        )
     ax.set_yticks(range(len(table)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("top-1 error (%)")

@@ -109,8 +109,14 @@ def scheme_table(
         scheme = scheme_label(r)
         if scheme not in schemes:
             continue
-        key = (r["arch"], weights_label(r), r["weights_source"], r["trained_padding"], str(r["dataset"]),
-               protocol_label(r))
+        key = (
+            r["arch"],
+            weights_label(r),
+            r["weights_source"],
+            r["trained_padding"],
+            str(r["dataset"]),
+            protocol_label(r),
+        )
         model_row = table.setdefault(key, ModelRow(*key))
         metrics = model_row.errors.setdefault(scheme, {})
         if int(r["crops"]) == 10:
@@ -140,8 +146,9 @@ def scheme_records(
 
     def published(arch: str) -> list:
         ref = tensornets_reference(arch)
-        return [getattr(ref, m) if ref else None for m in METRICS] + [f"{ref.padding_name} @{ref.input_size}" if ref
-                                                                        else None]
+        return [getattr(ref, m) if ref else None for m in METRICS] + [
+            f"{ref.padding_name} @{ref.input_size}" if ref else None
+        ]
 
     records = []
     for row in table.rows:
@@ -153,8 +160,14 @@ def scheme_records(
             values += published(row.arch)
         records.append(dict(zip(columns, values)))
     for m in missing:
-        record = {"model": m["arch"], "weights": weights_label(m), "trained with": m["trained_padding"],
-                  "dataset": m["dataset"], "protocol": m.get("protocol"), "missing": m["fix"]}
+        record = {
+            "model": m["arch"],
+            "weights": weights_label(m),
+            "trained with": m["trained_padding"],
+            "dataset": m["dataset"],
+            "protocol": m.get("protocol"),
+            "missing": m["fix"],
+        }
         if reference:
             record.update(zip(columns[-5:-1], published(m["arch"])))
         records.append(record)
@@ -166,8 +179,10 @@ def reference_note(table: SchemeTable) -> str | None:
     if any(tensornets_reference(row.arch) is not None for row in table.rows):
         return None
     archs = sorted({row.arch for row in table.rows}, key=_arch_order)
-    return (f"--reference added nothing: TensorNets published ImageNet numbers for {', '.join(TENSORNETS)} only, "
-            f"and these results are of {', '.join(archs) or 'no model'}")
+    return (
+        f"--reference added nothing: TensorNets published ImageNet numbers for {', '.join(TENSORNETS)} only, "
+        f"and these results are of {', '.join(archs) or 'no model'}"
+    )
 
 
 def to_markdown(
@@ -243,7 +258,8 @@ def _error(row: Mapping, metric: str) -> float | None:
 
 
 def cross_matrices(
-    rows: Iterable[Mapping], metrics: Sequence[str] = CROSS_METRICS,
+    rows: Iterable[Mapping],
+    metrics: Sequence[str] = CROSS_METRICS,
     weights_sources: Collection[str] | None = ("checkpoint",),
 ) -> list[CrossMatrix]:
     """Matrices from single-crop rows of the given ``weights_sources`` (None: all sources).
@@ -264,8 +280,7 @@ def cross_matrices(
         order = {s: i for i, s in enumerate(_scheme_order(trained_scheme.values()))}
         trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], t))
         evaluated = _scheme_order(e for _, e in cells)
-        matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme,
-                                    tuple(metrics)))
+        matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme, tuple(metrics)))
     return matrices
 
 
@@ -275,8 +290,13 @@ def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict
     a cell not evaluated, or a top-5 not recorded, is empty."""
     schemes = _scheme_order(s for m in matrices for s in m.evaluated)
     metrics = [m for m in METRICS if any(m in matrix.metrics for matrix in matrices)] or list(CROSS_METRICS)
-    columns = ["arch", "dataset", "protocol", "trained with", *(f"{s} {METRIC_TITLES[k]}" for k in metrics
-                                                                for s in schemes)]
+    columns = [
+        "arch",
+        "dataset",
+        "protocol",
+        "trained with",
+        *(f"{s} {METRIC_TITLES[k]}" for k in metrics for s in schemes),
+    ]
     records = [
         {"arch": m.arch, "dataset": m.dataset, "protocol": m.protocol, "trained with": t,
          **{f"{s} {METRIC_TITLES[k]}": m.cell(t, s, k) for k in metrics for s in schemes}}
@@ -299,8 +319,10 @@ def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
         tables = []
         for metric in m.metrics:
             records = [{columns[0]: t, **{s: m.cell(t, s, metric) for s in m.evaluated}} for t in m.trained]
-            tables.append(f"*{METRIC_TITLES[metric]} error (%)*\n\n"
-                          + to_markdown(columns, records, bold=diagonal, drop_empty=False))
+            tables.append(
+                f"*{METRIC_TITLES[metric]} error (%)*\n\n"
+                + to_markdown(columns, records, bold=diagonal, drop_empty=False)
+            )
         title = f"**{m.arch}**, {m.dataset}, {m.protocol} (matched schemes in bold)"
         parts.append("\n\n".join([title, *tables]))
     return "\n\n".join(parts)
@@ -316,11 +338,14 @@ def wandb_table(columns: Sequence[str], records: Sequence[Mapping]):
     return wandb.Table(columns=list(columns), data=[[r.get(c) for c in columns] for r in records])
 
 
-def log_to_wandb(run, table: SchemeTable, matrices: Sequence[CrossMatrix], reference: bool = False,
-                 missing: Sequence[Mapping] = ()) -> None:
+def log_to_wandb(
+    run, table: SchemeTable, matrices: Sequence[CrossMatrix], reference: bool = False, missing: Sequence[Mapping] = ()
+) -> None:
     """Log both tables to a W&B run (``wandb.init(...)``), as ``padding/tensornets`` and ``padding/cross``
     (the cross matrix's top-1 and top-5 columns: :func:`cross_records`)."""
-    run.log({
-        "padding/tensornets": wandb_table(*scheme_records(table, reference, missing)),
-        "padding/cross": wandb_table(*cross_records(matrices)),
-    })
+    run.log(
+        {
+            "padding/tensornets": wandb_table(*scheme_records(table, reference, missing)),
+            "padding/cross": wandb_table(*cross_records(matrices)),
+        }
+    )

@@ -88,8 +88,11 @@ def start_run(logger: Mapping, config: Mapping, group: str | None, run_dir: str 
     run = wandb.init(**init, mode="offline" if reason else mode)
     if reason:
         synced = Path(run.dir).parent  # <dir>/wandb/offline-run-<time>-<id>/files
-        print(f"W&B: {reason}: logging offline to {synced}; upload it later with `wandb sync {synced}`",
-              file=sys.stderr, flush=True)
+        print(
+            f"W&B: {reason}: logging offline to {synced}; upload it later with `wandb sync {synced}`",
+            file=sys.stderr,
+            flush=True,
+        )
     return run
 
 
@@ -129,8 +132,9 @@ def table_cell(value):
     return json.dumps(value) if isinstance(value, (dict, list)) else value
 
 
-def log_evaluations(run, rows: Sequence[Mapping], all_rows: Sequence[Mapping], reference: bool = False,
-                    missing: Sequence[Mapping] = ()) -> None:
+def log_evaluations(
+    run, rows: Sequence[Mapping], all_rows: Sequence[Mapping], reference: bool = False, missing: Sequence[Mapping] = ()
+) -> None:
     """``rows`` (this run's) as ``eval/rows``; the scheme table and cross matrix of ``all_rows``
     (the whole results file) as ``padding/tensornets`` and ``padding/cross``."""
     columns = list(ROW_KEYS)

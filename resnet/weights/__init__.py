@@ -120,8 +120,10 @@ def load_weights(
 def check_has_ema(spec: WeightsSpec) -> None:
     """``ema=true`` reads the EMA weights train.py keeps in its checkpoints; other sources have none."""
     if spec.source != "checkpoint":
-        raise WeightsError(f"ema=true reads the EMA weights a train.py checkpoint keeps; {spec.text} is "
-                           f"{spec.source} weights, which have none: drop ema=true")
+        raise WeightsError(
+            f"ema=true reads the EMA weights a train.py checkpoint keeps; {spec.text} is "
+            f"{spec.source} weights, which have none: drop ema=true"
+        )
 
 
 def _path_like(text: str) -> bool:

@@ -113,18 +113,21 @@ def test_verdicts_say_what_the_ranking_cannot_tell():
     assert one_image.within_noise and one_image.as_dict()["ranking"][1]["margin_se"] is None  # valid JSON
 
 
-@pytest.mark.parametrize("overrides, says", [
-    (["weights=nowhere:x"], "malformed weights='nowhere:x'"),
-    ([], "say which weights: weights=/path/to/last.pt"),
-    (["images=0"], "images must be a positive number, got images=0 (e.g. images=500)"),
-    (["data=imagenet"], "data=imagenet needs data.root=/path/to/imagenet"),
-    (["data=imagenet", "data.root={tmp}"], "needs data.root=/path/to/imagenet holding val/<wnid>/*.JPEG"),
-    (["out={tmp}/ranking.txt"], "must name a .json file, e.g. out=ranking.json"),
-    (["out={tmp}/a_file/ranking.json"], "a_file is a file, not a folder"),
-    (["out=/proc/ranking.json"], "cannot write in /proc"),  # not even root can
-    (["+padding=asymmetric"], "drop +padding"),
-    (["device=tpu"], "unknown device 'tpu'; choose one of auto, cpu, cuda"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["weights=nowhere:x"], "malformed weights='nowhere:x'"),
+        ([], "say which weights: weights=/path/to/last.pt"),
+        (["images=0"], "images must be a positive number, got images=0 (e.g. images=500)"),
+        (["data=imagenet"], "data=imagenet needs data.root=/path/to/imagenet"),
+        (["data=imagenet", "data.root={tmp}"], "needs data.root=/path/to/imagenet holding val/<wnid>/*.JPEG"),
+        (["out={tmp}/ranking.txt"], "must name a .json file, e.g. out=ranking.json"),
+        (["out={tmp}/a_file/ranking.json"], "a_file is a file, not a folder"),
+        (["out=/proc/ranking.json"], "cannot write in /proc"),  # not even root can
+        (["+padding=asymmetric"], "drop +padding"),
+        (["device=tpu"], "unknown device 'tpu'; choose one of auto, cpu, cuda"),
+    ],
+)
 def test_detect_bad_input_is_one_line(tiny, tmp_path, capsys, overrides, says):
     (tmp_path / "a_file").write_text("")
     weights = [] if overrides == [] else [f"weights={tiny[1]}"]
@@ -179,17 +182,20 @@ def test_export_that_onnxruntime_disagrees_with_fails_and_leaves_nothing(tiny, e
     assert message.endswith(f"{out} was not written") and os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("overrides, says", [
-    (["weights=torchvision:ResNet50"], "malformed weights='torchvision:ResNet50'"),
-    ([], "say where to write the file: out=model.onnx"),
-    (["out={tmp}/model.pt"], "out={tmp}/model.pt must name a .onnx file, e.g. out=model.onnx"),
-    (["out={tmp}"], "must name a .onnx file"),
-    (["out={tmp}/a_file/model.onnx"], "a_file is a file, not a folder; choose another path, e.g. out=model.onnx"),
-    (["out=/proc/new/model.onnx"], "out=/proc/new/model.onnx: cannot write in /proc ("),
-    (["out={tmp}/m.onnx", "crop=0"], "crop must be a positive number of pixels, got crop=0 (e.g. crop=224)"),
-    (["out={tmp}/m.onnx", "+padding.stem_conv=sideways"], "unknown stem_conv scheme 'sideways'; choose one of"),
-    (["out={tmp}/m.onnx", "weights={tmp}/none.pt"], "no checkpoint at"),
-])
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["weights=torchvision:ResNet50"], "malformed weights='torchvision:ResNet50'"),
+        ([], "say where to write the file: out=model.onnx"),
+        (["out={tmp}/model.pt"], "out={tmp}/model.pt must name a .onnx file, e.g. out=model.onnx"),
+        (["out={tmp}"], "must name a .onnx file"),
+        (["out={tmp}/a_file/model.onnx"], "a_file is a file, not a folder; choose another path, e.g. out=model.onnx"),
+        (["out=/proc/new/model.onnx"], "out=/proc/new/model.onnx: cannot write in /proc ("),
+        (["out={tmp}/m.onnx", "crop=0"], "crop must be a positive number of pixels, got crop=0 (e.g. crop=224)"),
+        (["out={tmp}/m.onnx", "+padding.stem_conv=sideways"], "unknown stem_conv scheme 'sideways'; choose one of"),
+        (["out={tmp}/m.onnx", "weights={tmp}/none.pt"], "no checkpoint at"),
+    ],
+)
 def test_export_bad_input_is_one_line(tiny, tmp_path, capsys, overrides, says):
     (tmp_path / "a_file").write_text("")
     weights = [] if overrides and overrides[0].startswith("weights") else [f"weights={tiny[1]}"]

@@ -68,8 +68,20 @@ def helps() -> dict[str, tuple[int, str, str]]:
 
 
 def test_every_command_has_an_entry_point():
-    commands = {"train", "eval", "cross", "tables", "seed_table", "demo", "detect", "regrid", "export", "inspect",
-                "figures", "dashboard"}
+    commands = {
+        "train",
+        "eval",
+        "cross",
+        "tables",
+        "seed_table",
+        "demo",
+        "detect",
+        "regrid",
+        "export",
+        "inspect",
+        "figures",
+        "dashboard",
+    }
     assert {module_of(target) for target in SCRIPTS.values()} == {f"resnet.cli.{name}" for name in commands}
     assert all(name == "resnet-" + module_of(target).rpartition(".")[2].replace("_", "-")
                for name, target in SCRIPTS.items())  # fmt: skip
@@ -112,8 +124,10 @@ def test_the_installed_console_scripts_are_pyprojects():
         pytest.skip(f"{DISTRIBUTION} is not installed: nothing to compare pyproject.toml with")
     installed = {ep.name: ep.value for ep in distribution.entry_points if ep.group == "console_scripts"}
     if not installed:
-        pytest.skip(f"the installed {DISTRIBUTION} {distribution.version} metadata predates [project.scripts] "
-                    "(no console_scripts): reinstall (pip install -e .) to compare them")
+        pytest.skip(
+            f"the installed {DISTRIBUTION} {distribution.version} metadata predates [project.scripts] "
+            "(no console_scripts): reinstall (pip install -e .) to compare them"
+        )
     assert installed == SCRIPTS
 
 

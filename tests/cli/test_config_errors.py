@@ -42,8 +42,9 @@ def test_a_wrong_type_or_range_names_the_key_and_the_value(override):
 
 def test_list_items_are_checked():
     (problem,) = schema_problems(compose_config("train", "sched=step", "sched.milestones=[30,sixty]"))
-    assert problem.startswith("sched.milestones=") and problem.endswith("expected a number >= 0 for each item, "
-                                                                        "e.g. sched.milestones=[30,60,80]")
+    assert problem.startswith("sched.milestones=") and problem.endswith(
+        "expected a number >= 0 for each item, e.g. sched.milestones=[30,60,80]"
+    )
 
 
 def test_every_shipped_config_fits_the_schema():
@@ -75,8 +76,9 @@ def test_an_unknown_key_suggests_the_key():
 
 
 def test_a_group_outside_the_defaults_suggests_adding_it():
-    assert composition("padding=symmetric") == ("padding=symmetric: padding is not in the config until chosen; "
-                                                "did you mean +padding=symmetric?")
+    assert composition("padding=symmetric") == (
+        "padding=symmetric: padding is not in the config until chosen; did you mean +padding=symmetric?"
+    )
 
 
 def test_an_override_hydra_cannot_parse_is_one_line():
@@ -127,9 +129,11 @@ def test_inspect_of_an_unknown_architecture_is_one_line(capsys):
 
 TORCHRUN_CASES = {  # override -> its one line; a composition error (hydra_app.run_main), a value (one_line_errors)
     "+padding=symetric": "error: +padding=symetric: Could not find 'padding/symetric'; did you mean "
-                         "+padding=symmetric? choose one of asymmetric, caffe, keras, symmetric, tf_same, tf_slim",
+    "+padding=symmetric? choose one of asymmetric, caffe, keras, symmetric, tf_same, tf_slim",
     "optim.lr=abc": "error: optim.lr=abc: expected a number > 0, e.g. optim.lr=0.1",
 }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("override", ["+padding=symetric", "optim.lr=abc"])
 def test_under_torchrun_a_config_error_is_printed_once_with_status_2(tmp_path, override):
@@ -154,8 +158,9 @@ def test_every_hydra_command_ends_a_composition_error_in_one_line(capsys, monkey
         GlobalHydra.instance().clear()
     err = capsys.readouterr().err
     assert exit.value.code == 2 and err.count("\n") == 1
-    assert err.startswith("error: data=fashion_mnistt: Could not find 'data/fashion_mnistt'; "
-                          "did you mean data=fashion_mnist?")
+    assert err.startswith(
+        "error: data=fashion_mnistt: Could not find 'data/fashion_mnistt'; did you mean data=fashion_mnist?"
+    )
 
 
 @pytest.mark.parametrize("command", ["train.py", "eval.py", "resnet-detect"])
@@ -178,8 +183,10 @@ def test_a_misspelt_group_added_with_plus_is_refused_naming_the_group_not_added_
         GlobalHydra.instance().clear()
     assert exit.value.code == 2 and not ran
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: +paddng=asymmetric: there is no config group 'paddng' to add, and a key added "
-                           "with + would be read by nothing; did you mean +padding=asymmetric? the groups: ")
+    assert line.startswith(
+        "error: +paddng=asymmetric: there is no config group 'paddng' to add, and a key added "
+        "with + would be read by nothing; did you mean +padding=asymmetric? the groups: "
+    )
     assert "adds a new one" not in composition("optim.lrr=0.1")  # no hint suggests adding an unknown key
     from resnet.cli.hydra_app import config_groups, unknown_addition
 
@@ -212,5 +219,8 @@ def test_a_run_folder_that_cannot_be_made_is_one_line_saying_mkdir_or_chown(tmp_
         subprocess.run(["umount", str(outputs)], check=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     [line] = proc.stderr.strip().splitlines()
-    assert re.match(r"error: cannot write outputs/\S+ \(Read-only file system\), where this run's folder goes: make "
-                    r"it writable \(mkdir -p outputs; .*chown it to the --user uid\), or pass hydra.run.dir=", line)
+    assert re.match(
+        r"error: cannot write outputs/\S+ \(Read-only file system\), where this run's folder goes: make "
+        r"it writable \(mkdir -p outputs; .*chown it to the --user uid\), or pass hydra.run.dir=",
+        line,
+    )

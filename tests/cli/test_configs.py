@@ -90,9 +90,14 @@ def test_the_model_takes_the_datasets_facts_from_the_registry_or_an_override():
     assert (model.fc.out_features, model.conv1.in_channels) == (10, 3)
     model = instantiate(compose_train("data=imagefolder", "data.root=/tmp/none", "data.num_classes=3").model)
     assert model.fc.out_features == 3
-    with pytest.raises(Exception, match=re.escape("${dataset:num_classes} reads num_classes, in_chans, image_size of "
-                                                  "an in-memory dataset of data/ (data.name), not num_classes of "
-                                                  "imagenet; write the value in the YAML instead")):
+    with pytest.raises(
+        Exception,
+        match=re.escape(
+            "${dataset:num_classes} reads num_classes, in_chans, image_size of "
+            "an in-memory dataset of data/ (data.name), not num_classes of "
+            "imagenet; write the value in the YAML instead"
+        ),
+    ):
         resolved(compose_train("data.name=imagenet"))
 
 
@@ -123,8 +128,15 @@ def test_per_site_overrides():
 def test_every_site_can_be_overridden_after_a_preset():
     # Each value differs from the keras preset's, so an ignored override fails; -inf arrives
     # from the command line as a float, as a user types it, and True as a bool.
-    changed = {"stem_conv": "valid", "stem_pool": "valid", "stem_pool_value": "-inf", "block_conv": "valid",
-               "stem_conv_blur": True, "stem_pool_blur": True, "block_conv_blur": True}
+    changed = {
+        "stem_conv": "valid",
+        "stem_pool": "valid",
+        "stem_pool_value": "-inf",
+        "block_conv": "valid",
+        "stem_conv_blur": True,
+        "stem_pool_blur": True,
+        "block_conv_blur": True,
+    }
     assert set(changed) == set(SITES) and all(getattr(PRESETS["keras"], s) != v for s, v in changed.items())
     for site, value in changed.items():
         plus = "+" if site.endswith("_blur") else ""  # a preset has no blur slots (a recipe's blur survives it)

@@ -23,12 +23,14 @@ def sweep(tiny_folder, tmp_path_factory):
 @pytest.mark.slow
 def test_a_sweep_folder_becomes_the_cross_matrix_of_its_runs(sweep, tiny_folder, tmp_path, capsys):
     out = tmp_path / "cross"
-    cross.main([str(sweep), "--schemes", "symmetric", "asymmetric", "tf_same", "--out", str(out),
-                "data.workers=0"])  # the data: the runs' own (imagefolder at tiny_folder), read from their last.pt
+    cross.main(
+        [str(sweep), "--schemes", "symmetric", "asymmetric", "tf_same", "--out", str(out), "data.workers=0"]
+    )  # the data: the runs' own (imagefolder at tiny_folder), read from their last.pt
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
     assert sorted((r["weights"].split("/")[-2], r["padding_name"]) for r in rows) == sorted(
-        (job, scheme) for job in ("0", "1") for scheme in ("symmetric", "asymmetric", "tf_same"))
+        (job, scheme) for job in ("0", "1") for scheme in ("symmetric", "asymmetric", "tf_same")
+    )
     assert {r["dataset"] for r in rows} == {"imagefolder"}
     assert "2 model(s) x 3 scheme(s) (symmetric, asymmetric, tf_same): 6 evaluations" in printed
     assert "=== [6/6] " in printed

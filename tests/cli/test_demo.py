@@ -22,8 +22,21 @@ def test_demo_trains_three_models_evaluates_each_under_both_schemes_regrids_and_
     require_fashion_mnist()
     # resnet_tiny for the default resnet_small: the same plumbing at a quarter of the convolutions;
     # validation and every evaluation on 500 of the 10,000 test images; re-gridding on 64 images.
-    main(["--out", str(tmp_path), "--regrid-set", "images=64", "--regrid-set", "epochs=1",
-          "epochs=1", "max_steps_per_epoch=4", "batch_size=64", "model=resnet_tiny", "val_images=500"])
+    main(
+        [
+            "--out",
+            str(tmp_path),
+            "--regrid-set",
+            "images=64",
+            "--regrid-set",
+            "epochs=1",
+            "epochs=1",
+            "max_steps_per_epoch=4",
+            "batch_size=64",
+            "model=resnet_tiny",
+            "val_images=500",
+        ]
+    )
     rows = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
     pairs = {(r["trained_padding"], r["padding_name"]) for r in rows}
     trained = ("symmetric", "asymmetric", "grid[symmetric,asymmetric]")
@@ -38,8 +51,11 @@ def test_demo_trains_three_models_evaluates_each_under_both_schemes_regrids_and_
     with open(tmp_path / "regrid.csv", newline="") as f:
         table = list(csv.DictReader(f))
     assert [(r["method"], r["evaluated with"], r["images"]) for r in table] == [
-        ("none (native grid)", "asymmetric", "0"), ("none", "symmetric", "0"),
-        ("bn", "symmetric", "64"), ("distill + features, 1 pass", "symmetric", "64")]
+        ("none (native grid)", "asymmetric", "0"),
+        ("none", "symmetric", "0"),
+        ("bn", "symmetric", "64"),
+        ("distill + features, 1 pass", "symmetric", "64"),
+    ]
     own = {(r["trained_padding"], r["padding_name"]): r["top1_err"] for r in rows}
     assert float(table[0]["top-1 err %"]) == own["asymmetric", "asymmetric"]
     assert float(table[1]["top-1 err %"]) == own["asymmetric", "symmetric"]
@@ -79,8 +95,10 @@ def test_a_demo_stopped_mid_training_says_so_in_one_line_and_run_again_goes_on_w
     assert "Traceback" not in err
     [line] = [x for x in err.splitlines() if x.startswith("stopped by")]
     run_dir = tmp_path / "train_symmetric"
-    assert line == (f"stopped by SIGTERM: saved {run_dir / 'last.pt'}; to go on: run the demo again "
-                    f"({shlex.join(['resnet-demo', *args])}): it resumes that model and keeps the finished ones")
+    assert line == (
+        f"stopped by SIGTERM: saved {run_dir / 'last.pt'}; to go on: run the demo again "
+        f"({shlex.join(['resnet-demo', *args])}): it resumes that model and keeps the finished ones"
+    )
     assert load_checkpoint(run_dir / "last.pt")["epoch_partial"]["batches"] == 3
 
     monkeypatch.setattr(engine_run, "loss_and_augment", real)
@@ -123,4 +141,8 @@ def test_the_training_data_reaches_evaluation_and_regridding_and_later_values_wi
     given = ["data=imagefolder", "data.root=/x", "+data.extra=1", "epochs=2"]
     assert data_overrides(given) == ["data=imagefolder", "data.root=/x", "+data.extra=1"]
     assert merged(("method=distill", "images=15000", "epochs=2"), ["images=64", "lr=0.1"]) == [
-        "method=distill", "epochs=2", "images=64", "lr=0.1"]
+        "method=distill",
+        "epochs=2",
+        "images=64",
+        "lr=0.1",
+    ]

@@ -53,7 +53,7 @@ FRESH_FIRST = """# the job's first start: a new interpreter
 [ "${{SLURM_RESTART_COUNT:-0}}" != 0 ] || exec {python} "$@"
 """
 
-SITE_PAUSE = '''\"\"\"sitecustomize for the jobs of a test: rank 0 of the first job whose training gets to its
+SITE_PAUSE = """\"\"\"sitecustomize for the jobs of a test: rank 0 of the first job whose training gets to its
 8th loss waits there until a stop signal has arrived (a marker file holds its job id, once).\"\"\"
 import importlib.abc
 import importlib.util
@@ -110,7 +110,7 @@ class AfterImport(importlib.abc.MetaPathFinder):
 
 if os.environ.get("PAUSE_MARKER"):
     sys.meta_path.insert(0, AfterImport())
-'''
+"""
 
 
 def pausing(tmp_path: Path, marker: Path) -> dict[str, str]:
@@ -147,8 +147,7 @@ def config(data: Path) -> list[str]:
 def torchrun_reference(tiny_folder, tmp_path_factory) -> dict:
     """The same config as a 2-process torchrun run on this host: the weights every job must reach."""
     run_dir = tmp_path_factory.mktemp("torchrun") / "run"
-    args = [*procs.torchrun_here(), "train.py", *config(tiny_folder),
-            f"hydra.run.dir={run_dir}"]
+    args = [*procs.torchrun_here(), "train.py", *config(tiny_folder), f"hydra.run.dir={run_dir}"]
     proc = procs.run(args, {"OMP_NUM_THREADS": "1"}, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(run_dir / "last.pt", weights_only=True)
@@ -374,8 +373,11 @@ def test_a_dead_task_an_admin_requeue_a_full_scancel_and_a_reused_job_id_each_go
             assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), outs[name][-3000:]
 
         dead_dir = tmp_path / "dead"
-        assert re.search(rf"error: rank 1 \(\S+, pid \d+\) died \(after step 8\); last\.pt saved after epoch 1 "
-                         rf"\(step 6\) is intact; requeued SLURM job {dead}(?!\d)", outs["dead"]), outs["dead"][-3000:]
+        assert re.search(
+            rf"error: rank 1 \(\S+, pid \d+\) died \(after step 8\); last\.pt saved after epoch 1 "
+            rf"\(step 6\) is intact; requeued SLURM job {dead}(?!\d)",
+            outs["dead"],
+        ), outs["dead"][-3000:]
         assert "Traceback" not in outs["dead"] and "GLHF" not in outs["dead"]
         assert f"resumed from {dead_dir / 'last.pt'} after epoch 1 (step 6)" in outs["dead"]
         assert_same_weights(torchrun_reference, torch.load(dead_dir / "last.pt", weights_only=True))

@@ -263,8 +263,9 @@ def test_val_loader_counts_every_image_once(tmp_path, world_size):
     make_folder(tmp_path / "val", {"a": 3, "b": 4})
     seen = 0
     for rank in range(world_size):
-        loaders = build_loaders(DataConfig("imagefolder", str(tmp_path), workers=2, image_size=16), 2, rank=rank,
-                                world_size=world_size)
+        loaders = build_loaders(
+            DataConfig("imagefolder", str(tmp_path), workers=2, image_size=16), 2, rank=rank, world_size=world_size
+        )
         seen += sum(len(batch.labels) for batch in loaders.val)
         assert loaders.val_size == 7 and loaders.class_names == ["a", "b"]
     assert seen == 7
@@ -277,8 +278,13 @@ def test_val_images_scores_n_images_spread_over_the_set_the_same_at_every_world_
     for world_size in (1, 2, 3):
         seen = []
         for rank in range(world_size):
-            loaders = build_loaders(DataConfig("imagefolder", str(tmp_path), image_size=16), 2, rank=rank,
-                                    world_size=world_size, val_images=4)
+            loaders = build_loaders(
+                DataConfig("imagefolder", str(tmp_path), image_size=16),
+                2,
+                rank=rank,
+                world_size=world_size,
+                val_images=4,
+            )
             assert (loaders.val_size, loaders.val_split_size) == (4, 8)
             seen += list(loaders.val.sampler)
         assert sorted(seen) == [0, 2, 4, 6]  # both classes, not the first 4 images (all of class a)

@@ -89,11 +89,17 @@ def test_eval_and_the_config_check_name_the_entrys_own_layout(tmp_path):
     from resnet.evaluation.loader import EvalProtocol, build_eval_loader
 
     protocol = EvalProtocol(crops=1, crop=32, resize=36, interpolation="bilinear", preprocessing="torch")
-    with pytest.raises(FileNotFoundError, match=re.escape("imagenet_shards evaluation needs data.root=/path/to/"
-                                                          "imagenet_shards holding val/index.json and val/*.tar")):
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape(
+            "imagenet_shards evaluation needs data.root=/path/to/imagenet_shards holding val/index.json and val/*.tar"
+        ),
+    ):
         build_eval_loader("imagenet_shards", str(tmp_path), protocol, batch_size=4, workers=0)
-    for name, layout in (("imagenet", "train/<wnid>/*.JPEG and val/<wnid>/*.JPEG"),
-                         ("imagenet_shards", "train/ and val/, each with index.json and its .tar shards")):
+    for name, layout in (
+        ("imagenet", "train/<wnid>/*.JPEG and val/<wnid>/*.JPEG"),
+        ("imagenet_shards", "train/ and val/, each with index.json and its .tar shards"),
+    ):
         cfg = compose_config("train", f"data={name}", f"data.root={tmp_path / 'absent'}")
         with pytest.raises(ConfigError, match=re.escape(f"{name} needs a directory holding {layout}")):
             check_data_config(cfg.data)
@@ -132,17 +138,24 @@ def test_a_wrong_data_root_is_one_line_naming_the_folder_the_files_and_what_to_t
     from resnet.config import ConfigError, check_data_config
 
     absent = tmp_path / "absent"
-    says = (f"data.root={absent} is not a folder: Fashion-MNIST needs a folder holding train-images-idx3-ubyte.gz, "
-            "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; pass data.root=<that "
-            f"folder>, or data.root=null to look in $FASHION_MNIST_ROOT, {APT_ROOT} and {CACHE_ROOT}")
+    says = (
+        f"data.root={absent} is not a folder: Fashion-MNIST needs a folder holding train-images-idx3-ubyte.gz, "
+        "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz; pass data.root=<that "
+        f"folder>, or data.root=null to look in $FASHION_MNIST_ROOT, {APT_ROOT} and {CACHE_ROOT}"
+    )
     with pytest.raises(FileNotFoundError) as err:
         build_loaders(DataConfig("fashion_mnist", root=str(absent)), batch_size=8)
     assert str(err.value) == says and "\n" not in says
     with pytest.raises(ConfigError) as err:  # train.py and eval.py: before any work
         check_data_config(compose_config("train", f"data.root={absent}").data)
     assert str(err.value) == says
-    with pytest.raises(ConfigError, match=re.escape("data=synthetic is generated in memory and reads no files; "
-                                                    f"leave data.root unset (data.root=null), not {absent}")):
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "data=synthetic is generated in memory and reads no files; "
+            f"leave data.root unset (data.root=null), not {absent}"
+        ),
+    ):
         check_data_config(compose_config("train", "data=synthetic", f"data.root={absent}").data)
 
 

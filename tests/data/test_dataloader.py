@@ -64,9 +64,12 @@ def test_too_little_shared_memory_for_the_workers_batches_is_one_line_before_any
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
     try:
         batch = shm.batch_bytes(128, 224)  # 18.4 MiB
-        with pytest.raises(ValueError, match=r"has 64 MiB free, but 2 loader worker\(s\) need about 92 MiB for the "
-                                             r"batches in flight \(18.4 MiB each\): in Docker run with --shm-size=2g "
-                                             r"\(or --ipc=host\); elsewhere lower data.workers or batch_size"):
+        with pytest.raises(
+            ValueError,
+            match=r"has 64 MiB free, but 2 loader worker\(s\) need about 92 MiB for the "
+            r"batches in flight \(18.4 MiB each\): in Docker run with --shm-size=2g "
+            r"\(or --ipc=host\); elsewhere lower data.workers or batch_size",
+        ):
             shm.check_room(2, batch, where=str(small))
         shm.check_room(1, shm.batch_bytes(64, 224), where=str(small))  # 3 x 9.2 MiB fit
         shm.check_room(0, batch, where=str(small))  # no workers: the batches never leave the process
@@ -108,6 +111,9 @@ def test_the_shared_memory_estimate_counts_every_process_of_the_node(monkeypatch
     monkeypatch.setattr(os, "statvfs", lambda where: SimpleNamespace(f_bavail=1 << 17, f_frsize=4096))  # 512 MiB
     batch = shm.batch_bytes(128, 224)
     shm.check_room(2, batch, processes=1)
-    with pytest.raises(ValueError, match=r"has 512 MiB free, but 2 loader worker\(s\) of each of this node's 8 "
-                                         r"processes need about 735 MiB"):
+    with pytest.raises(
+        ValueError,
+        match=r"has 512 MiB free, but 2 loader worker\(s\) of each of this node's 8 "
+        r"processes need about 735 MiB",
+    ):
         shm.check_room(2, batch, processes=8)

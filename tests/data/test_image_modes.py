@@ -51,8 +51,12 @@ def rgb48_png(rgb: tuple[int, int, int]) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(row * height)) + chunk(
-        b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(row * height))
+        + chunk(b"IEND", b"")
+    )
 
 
 # name: (file name, its bytes, the RGB every pixel decodes to; None: PIL's own conversion, not checked here)
@@ -70,8 +74,11 @@ CASES = {
     "F tiff": ("float.tiff", jpeg_bytes(constant("F", 0.5), format="TIFF"), (127, 127, 127)),  # torchvision's
     "RGB 16-bit png": ("rgb48.png", rgb48_png((65535, 32768, 0)), (255, 128, 0)),
     "RGBA png": ("rgba.png", jpeg_bytes(constant("RGBA", (10, 20, 30, 0)), format="PNG"), (10, 20, 30)),
-    "RGBA webp": ("rgba.webp", jpeg_bytes(constant("RGBA", (10, 20, 30, 128)), format="WEBP", lossless=True),
-                  (10, 20, 30)),  # fmt: skip
+    "RGBA webp": (
+        "rgba.webp",
+        jpeg_bytes(constant("RGBA", (10, 20, 30, 128)), format="WEBP", lossless=True),
+        (10, 20, 30),
+    ),  # fmt: skip
     "CMYK jpeg": ("cmyk.jpg", jpeg_bytes(constant("CMYK", (0, 0, 0, 0)), quality=95), None),
     "CMYK tiff": ("cmyk.tiff", jpeg_bytes(constant("CMYK", (0, 0, 0, 0)), format="TIFF"), (255, 255, 255)),
     "YCbCr jpeg": ("ycbcr.jpg", jpeg_bytes(constant("RGB", (10, 20, 30)), quality=100), None),

@@ -43,7 +43,8 @@ def test_the_folders_have_imagenets_layout_and_the_demo_runs_on_them(tmp_path, c
     assert decode_jpeg(read_file(str(files[0]))).shape == (3, 72, 72)
     rows = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
     assert {(r["trained_padding"], r["padding_name"]) for r in rows} == {
-        (a, b) for a in ("symmetric", "asymmetric") for b in ("symmetric", "asymmetric")}
+        (a, b) for a in ("symmetric", "asymmetric") for b in ("symmetric", "asymmetric")
+    }
     assert all(r["dataset"] == "imagefolder" and r["n_images"] == 20 and r["crop"] == 64 for r in rows)
     assert (out / "regrid.md").is_file()
     assert "imagefolder (20 evaluation images)" in capsys.readouterr().out

@@ -86,13 +86,13 @@ def test_no_python_object_per_image(tmp_path):
         make_tree(tmp_path / f"f{n}", {"a": n // 2, "b": n - n // 2})
         dataset = ImageFolder(tmp_path / f"f{n}", Checksum())
         assert isinstance(dataset.samples, FileIndex) and len(dataset) == n
-        assert all(isinstance(a, np.ndarray) for a in (dataset.samples.names, dataset.samples.starts,
-                                                       dataset.samples.labels))
+        assert all(
+            isinstance(a, np.ndarray) for a in (dataset.samples.names, dataset.samples.starts, dataset.samples.labels)
+        )
         sizes[n] = pickled_objects(dataset)
     assert sizes[10] == sizes[400]
 
-    flat = {n: ImageFiles([(f"/val/{i:08d}.JPEG", i % 7) for i in range(n)], ["c"] * 7, Checksum())
-            for n in (10, 400)}
+    flat = {n: ImageFiles([(f"/val/{i:08d}.JPEG", i % 7) for i in range(n)], ["c"] * 7, Checksum()) for n in (10, 400)}
     assert pickled_objects(flat[10]) == pickled_objects(flat[400])
     assert flat[400].samples[399] == ("/val/00000399.JPEG", 399 % 7)
 
@@ -289,8 +289,9 @@ def test_the_flat_val_is_evaluated_exactly_once(tmp_path, world_size, workers):
     dataset = ImageFiles(index, classes, Checksum())
     seen = []
     for rank in range(world_size):
-        loader = DataLoader(dataset, batch_size=4, sampler=ShardSampler(len(dataset), rank, world_size),
-                            num_workers=workers)
+        loader = DataLoader(
+            dataset, batch_size=4, sampler=ShardSampler(len(dataset), rank, world_size), num_workers=workers
+        )
         seen += [(int(c), int(label)) for crc, labels in loader for c, label in zip(crc, labels)]
     expected = [(zlib.crc32(f"image {i}".encode()), classes.index(f"n0{i % 3}")) for i in range(1, 26)]
     assert sorted(seen) == sorted(expected)

@@ -168,8 +168,7 @@ def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, 
     torch.manual_seed(0)
     runtime = Runtime.local()
     model = resnet.build_model("resnet_tiny", num_classes=3)
-    batches = [(torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8), torch.randint(0, 3, (4,)))
-               for _ in range(4)]
+    batches = [(torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8), torch.randint(0, 3, (4,))) for _ in range(4)]
     batches.append((torch.zeros(0, 3, 32, 32, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
@@ -179,7 +178,10 @@ def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, 
     captured = capsys.readouterr()
     lines = progress_lines(captured.err, "train 1")  # epoch=0 is the first epoch: 1-based, as the epoch line
     assert [line.split(" | ")[0] for line in lines] == [
-        "train 1: 2/5 batches (40%)", "train 1: 4/5 batches (80%)", "train 1: 5/5 batches (100%)"]
+        "train 1: 2/5 batches (40%)",
+        "train 1: 4/5 batches (80%)",
+        "train 1: 5/5 batches (100%)",
+    ]
     assert " | loss (running mean) " in lines[1] and " | loss" not in lines[2]
     assert "\r" not in captured.err and captured.out == ""
 
@@ -187,14 +189,16 @@ def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, 
 def test_evaluate_prints_a_line_every_log_every_batches(capsys, no_override):
     torch.manual_seed(0)
     model = resnet.build_model("resnet_tiny", num_classes=3)
-    batches = [(torch.randint(0, 256, (3, 3, 28, 28), dtype=torch.uint8), torch.randint(0, 3, (3,)))
-               for _ in range(7)]
+    batches = [(torch.randint(0, 256, (3, 3, 28, 28), dtype=torch.uint8), torch.randint(0, 3, (3,))) for _ in range(7)]
     result = evaluate(model, batches, Runtime.local(), Normalize("torch"), desc="val EMA", log_every=3)
     assert result.n_images == 21
     captured = capsys.readouterr()
     lines = progress_lines(captured.err, "val EMA")
     assert [line.split(" | ")[0] for line in lines] == [
-        "val EMA: 3/7 batches (42%)", "val EMA: 6/7 batches (85%)", "val EMA: 7/7 batches (100%)"]
+        "val EMA: 3/7 batches (42%)",
+        "val EMA: 6/7 batches (85%)",
+        "val EMA: 7/7 batches (100%)",
+    ]
     assert "\r" not in captured.err and captured.out == ""
 
 
@@ -202,36 +206,55 @@ def test_train_py_prints_three_lines_an_epoch_to_a_pipe(tiny_folder, tmp_path, c
     """train.py's run with log_every=2 on 6 batches an epoch: a line at steps 2, 4 and 6 of
     each epoch and one per validation (2 batches < 50); stdout keeps only the epoch rows. The bar,
     the epoch line, steps.csv and metrics.csv count epochs from 1."""
-    train(compose_config(
-        "train", "model=resnet_tiny", "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3",
-        "data.image_size=32", "data.workers=0", "batch_size=4", "epochs=2", "log_every=2", "device=cpu",
-        f"run_dir={tmp_path}",
-    ))
+    train(
+        compose_config(
+            "train",
+            "model=resnet_tiny",
+            "data=imagefolder",
+            f"data.root={tiny_folder}",
+            "data.num_classes=3",
+            "data.image_size=32",
+            "data.workers=0",
+            "batch_size=4",
+            "epochs=2",
+            "log_every=2",
+            "device=cpu",
+            f"run_dir={tmp_path}",
+        )
+    )
     captured = capsys.readouterr()
     for epoch in (1, 2):
         lines = progress_lines(captured.err, f"train {epoch}")
         assert [line.split(" | ")[0] for line in lines] == [
-            f"train {epoch}: 2/6 batches (33%)", f"train {epoch}: 4/6 batches (66%)",
-            f"train {epoch}: 6/6 batches (100%)"], captured.err
-        pattern = (rf"train {epoch}: 2/6 batches \(33%\) \| loss \(running mean\) \d+\.\d{{3}} \| lr [\d.e-]+ \| "
-                   rf"img/s [\d,]+ \| {ETA}")
+            f"train {epoch}: 2/6 batches (33%)",
+            f"train {epoch}: 4/6 batches (66%)",
+            f"train {epoch}: 6/6 batches (100%)",
+        ], captured.err
+        pattern = (
+            rf"train {epoch}: 2/6 batches \(33%\) \| loss \(running mean\) \d+\.\d{{3}} \| lr [\d.e-]+ \| "
+            rf"img/s [\d,]+ \| {ETA}"
+        )
         assert re.fullmatch(pattern, lines[0]), lines[0]
         # the bar's running mean of the epoch ends at the epoch line's mean (one process)
         running = float(re.search(r"\| loss \(running mean\) ([\d.]+) \|", lines[-1]).group(1))
-        mean = float(re.search(rf"^epoch {epoch} \| train loss \(epoch mean\) ([\d.]+) \|", captured.out,
-                               re.M).group(1))
+        mean = float(
+            re.search(rf"^epoch {epoch} \| train loss \(epoch mean\) ([\d.]+) \|", captured.out, re.M).group(1)
+        )
         assert running == pytest.approx(mean, abs=6e-4)
     assert [line.split(" | ")[0] for line in progress_lines(captured.err, "val")] == ["val: 2/2 batches (100%)"] * 2
     assert "\r" not in captured.err + captured.out
     assert not any(re.search(r"\d+/\d+ batches", line) for line in captured.out.splitlines())
     assert [line.split(" | ")[0] for line in captured.out.splitlines() if line.startswith("epoch")] == [
-        "epoch 1", "epoch 2"]
+        "epoch 1",
+        "epoch 2",
+    ]
     assert [row["epoch"] for row in read_csv(tmp_path / "steps.csv")] == ["1"] * 3 + ["2"] * 3
     assert [row["epoch"] for row in read_csv(tmp_path / "metrics.csv")] == ["1", "2"]
 
 
-def test_after_a_resume_the_bar_shows_the_epoch_being_trained(tiny_folder, tmp_path, capsys, monkeypatch,
-                                                              no_override, one_thread):
+def test_after_a_resume_the_bar_shows_the_epoch_being_trained(
+    tiny_folder, tmp_path, capsys, monkeypatch, no_override, one_thread
+):
     """``resumed from X after batch B of epoch E``: the bar goes on at ``train E``, from batch B;
     steps.csv holds each epoch's rows once, 1-based, as every line numbers them."""
     nan_at(monkeypatch, 5)  # the 5th loss: the run stops, keeping the last.pt saved after 4 batches
@@ -257,8 +280,16 @@ def test_eval_py_prints_its_line_to_a_pipe_and_a_bar_when_asked(tmp_path, capsys
     make_folder(tmp_path / "data" / "val", {"a": 3, "b": 2, "c": 2}, size=(40, 36))
     torch.manual_seed(0)
     weights = save_checkpoint(tmp_path / "last.pt", resnet.build_model("resnet_tiny", num_classes=3))
-    overrides = [f"weights={weights}", "data=imagefolder", f"data.root={tmp_path / 'data'}", "data.num_classes=3",
-                 "data.workers=0", "batch_size=2", "device=cpu", f"results_file={tmp_path / 'eval.jsonl'}"]
+    overrides = [
+        f"weights={weights}",
+        "data=imagefolder",
+        f"data.root={tmp_path / 'data'}",
+        "data.num_classes=3",
+        "data.workers=0",
+        "batch_size=2",
+        "device=cpu",
+        f"results_file={tmp_path / 'eval.jsonl'}",
+    ]
     evaluate_weights(compose_config("eval", *overrides))
     captured = capsys.readouterr()
     [line] = progress_lines(captured.err, "eval")  # 4 batches, fewer than log_every's 50: the last line only

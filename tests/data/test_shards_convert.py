@@ -142,6 +142,7 @@ def test_folder_round_trip(folder, tmp_path):
 
 def test_webdataset_reads_the_shards(folder, tmp_path):
     import webdataset as wds  # a test dependency (pyproject.toml): missing, this test must fail
+
     index = convert_folder(folder, tmp_path, shard_size=5)
     urls = [str(index.path(shard)) for shard in index.shards]
     got = {s["__key__"]: (int(s["cls"]), s["jpg"]) for s in wds.WebDataset(urls, shardshuffle=False)}
@@ -159,8 +160,9 @@ def test_timms_wds_reader_reads_the_shards(folder, tmp_path):
     split = f"train-{{000000..{last:06d}}}.tar|{index.count}"
     dataset = create_dataset("wds/shards", root=str(tmp_path), split=split, is_training=False, batch_size=1)
     got = sorted((label, image.tobytes()) for image, label in dataset)
-    expected = sorted((label, Image.open(io.BytesIO(data)).convert("RGB").tobytes())
-                      for label, data in contents(index).values())
+    expected = sorted(
+        (label, Image.open(io.BytesIO(data)).convert("RGB").tobytes()) for label, data in contents(index).values()
+    )
     assert got == expected and len(got) == 12
 
 

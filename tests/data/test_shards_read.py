@@ -90,8 +90,9 @@ def test_val_images_reads_the_first_n_images_of_the_shards_at_every_world_size(d
     for world_size, workers in ((1, 0), (2, 2), (3, 0)):
         per_rank = read_all(shards / "val", world_size, workers, train=False, limit=5)
         assert sorted(c for rank in per_rank for batch in rank for c in batch) == sorted(first)
-    loaders = build_loaders(DataConfig("imagenet_shards", str(shards), image_size=16), 4, rank=1, world_size=2,
-                            val_images=5)
+    loaders = build_loaders(
+        DataConfig("imagenet_shards", str(shards), image_size=16), 4, rank=1, world_size=2, val_images=5
+    )
     assert (loaders.val_size, loaders.val_split_size, sum(len(b.labels) for b in loaders.val)) == (5, 7, 3)
 
 
@@ -221,8 +222,9 @@ def test_two_processes_train_on_shards_and_validate_every_image_once(data, tmp_p
     assert len(load_checkpoint(run_dir / "last.pt")["rng"]) == 2
     with open(run_dir / "metrics.csv", newline="") as f:
         assert [row["epoch"] for row in csv.DictReader(f)] == ["1"]  # one writer: one header, one row
-    alone = evaluate_weights(compose_config(
-        "eval", *eval_overrides(run_dir / "last.pt", "imagenet_shards", shards, tmp_path / "r.jsonl")))
+    alone = evaluate_weights(
+        compose_config("eval", *eval_overrides(run_dir / "last.pt", "imagenet_shards", shards, tmp_path / "r.jsonl"))
+    )
     assert alone["n_images"] == 7
     assert (alone["top1_err"], alone["top5_err"]) == (results["top1_err"], results["top5_err"])
 
@@ -235,10 +237,16 @@ def eval_overrides(weights: Path, data_name: str, root: Path, results: Path, *ex
 @pytest.mark.parametrize("crops", [1, 10])
 def test_eval_on_shards_equals_eval_on_the_folder(data, checkpoint, tmp_path, crops):
     folder, shards = data
-    on_folder = evaluate_weights(compose_config(
-        "eval", *eval_overrides(checkpoint, "imagefolder", folder, tmp_path / "r.jsonl", f"crops={crops}")))
-    on_shards = evaluate_weights(compose_config(
-        "eval", *eval_overrides(checkpoint, "imagenet_shards", shards, tmp_path / "r.jsonl", f"crops={crops}")))
+    on_folder = evaluate_weights(
+        compose_config(
+            "eval", *eval_overrides(checkpoint, "imagefolder", folder, tmp_path / "r.jsonl", f"crops={crops}")
+        )
+    )
+    on_shards = evaluate_weights(
+        compose_config(
+            "eval", *eval_overrides(checkpoint, "imagenet_shards", shards, tmp_path / "r.jsonl", f"crops={crops}")
+        )
+    )
     assert on_shards["n_images"] == on_folder["n_images"] == 7
     assert on_shards["top1_err"] == on_folder["top1_err"] and on_shards["top5_err"] == on_folder["top5_err"]
 
@@ -256,10 +264,12 @@ def test_eval_reads_the_raw_flat_val_with_its_solution_csv(data, checkpoint, tmp
         rows.append([stem, f"{'abc'[label]} 1 2 3 4"])
     with open(raw / "LOC_val_solution.csv", "w", newline="") as f:
         csv.writer(f).writerows([["ImageId", "PredictionString"], *rows])
-    on_folder = evaluate_weights(compose_config(
-        "eval", *eval_overrides(checkpoint, "imagefolder", folder, tmp_path / "r.jsonl")))
-    on_raw = evaluate_weights(compose_config(
-        "eval", *eval_overrides(checkpoint, "imagenet", raw, tmp_path / "r.jsonl")))
+    on_folder = evaluate_weights(
+        compose_config("eval", *eval_overrides(checkpoint, "imagefolder", folder, tmp_path / "r.jsonl"))
+    )
+    on_raw = evaluate_weights(
+        compose_config("eval", *eval_overrides(checkpoint, "imagenet", raw, tmp_path / "r.jsonl"))
+    )
     assert on_raw["n_images"] == 7 and on_raw["top1_err"] == on_folder["top1_err"]
 
 
@@ -267,12 +277,16 @@ def test_a_flat_val_without_labels_is_one_line(checkpoint, tmp_path):
     (tmp_path / "raw" / "val").mkdir(parents=True)
     (tmp_path / "raw" / "val" / "ILSVRC2012_val_00000001.JPEG").write_bytes(b"")
     with pytest.raises(ConfigError, match="data.val_labels=/path/to/LOC_val_solution.csv"):
-        evaluate_weights(compose_config("eval", *eval_overrides(checkpoint, "imagenet", tmp_path / "raw",
-                                                                tmp_path / "r.jsonl")))
+        evaluate_weights(
+            compose_config("eval", *eval_overrides(checkpoint, "imagenet", tmp_path / "raw", tmp_path / "r.jsonl"))
+        )
 
 
 def test_val_images_on_shards_scores_their_first_n_images(data, checkpoint, tmp_path, capsys):
     _, shards = data
-    row = evaluate_weights(compose_config(
-        "eval", *eval_overrides(checkpoint, "imagenet_shards", shards, tmp_path / "r.jsonl", "val_images=5")))
+    row = evaluate_weights(
+        compose_config(
+            "eval", *eval_overrides(checkpoint, "imagenet_shards", shards, tmp_path / "r.jsonl", "val_images=5")
+        )
+    )
     assert row["n_images"] == 5 and "5 of 7" in capsys.readouterr().out

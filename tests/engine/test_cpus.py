@@ -28,10 +28,16 @@ def tree(root: Path, files: dict[str, str]) -> Path:
         ("0::/\n", {"fs/cpu.max": "max 100000\n"}, None),
         ("0::/a/b\n", {"fs/a/b/cpu.max": "max 100000\n", "fs/a/cpu.max": "150000 100000\n"}, 1.5),  # a parent's
         ("0::/a/b\n", {"fs/a/b/cpu.max": "50000 100000\n", "fs/a/cpu.max": "400000 100000\n"}, 0.5),  # tightest
-        ("4:cpu,cpuacct:/job\n", {"fs/cpu,cpuacct/job/cpu.cfs_quota_us": "300000\n",
-                                  "fs/cpu,cpuacct/job/cpu.cfs_period_us": "100000\n"}, 3.0),  # v1
-        ("4:cpu,cpuacct:/job\n", {"fs/cpu,cpuacct/job/cpu.cfs_quota_us": "-1\n",
-                                  "fs/cpu,cpuacct/job/cpu.cfs_period_us": "100000\n"}, None),
+        (
+            "4:cpu,cpuacct:/job\n",
+            {"fs/cpu,cpuacct/job/cpu.cfs_quota_us": "300000\n", "fs/cpu,cpuacct/job/cpu.cfs_period_us": "100000\n"},
+            3.0,
+        ),  # v1
+        (
+            "4:cpu,cpuacct:/job\n",
+            {"fs/cpu,cpuacct/job/cpu.cfs_quota_us": "-1\n", "fs/cpu,cpuacct/job/cpu.cfs_period_us": "100000\n"},
+            None,
+        ),
         ("4:memory:/x\n", {}, None),  # no cpu controller
     ],
     ids=["v2-container", "v2-unlimited", "v2-parent", "v2-tightest", "v1", "v1-unlimited", "none"],

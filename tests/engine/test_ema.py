@@ -62,8 +62,11 @@ def test_ema_true_without_ema_weights_is_one_line(tiny_folder, tmp_path):
     with pytest.raises(WeightsUnavailable, match="holds no EMA weights .* drop ema=true"):
         eval_row(tiny_folder, tmp_path, "ema=true")
     with pytest.raises((WeightsError, ConfigError), match="have none: drop ema=true"):
-        evaluate_weights(compose_config("eval", "weights=torchvision:ResNet18_Weights.IMAGENET1K_V1", "ema=true",
-                                        "data=fashion_mnist"))
+        evaluate_weights(
+            compose_config(
+                "eval", "weights=torchvision:ResNet18_Weights.IMAGENET1K_V1", "ema=true", "data=fashion_mnist"
+            )
+        )
 
 
 def test_detect_reads_the_ema_as_eval_does(tiny_folder, run):

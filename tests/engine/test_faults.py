@@ -53,7 +53,6 @@ from tests.helpers.training import PY, REPO, read_csv, run_in_process, tiny_over
 KILLED = -signal.SIGKILL
 
 
-
 @pytest.fixture(scope="module")
 def wrapper(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("wrapper") / "faulty_train.py"
@@ -116,8 +115,7 @@ def test_killed_runs_resume_to_the_same_weights(tiny_folder, wrapper, tmp_path, 
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread,
-                                                                  capsys):
+def test_a_run_killed_mid_epoch_resumes_from_its_step_checkpoint(tiny_folder, wrapper, tmp_path, one_thread, capsys):
     # 6 batches an epoch, a checkpoint every 2: killed at the 5th step, it resumes after batch 4 of
     # the first epoch ("after batch 4 of epoch 1") and must end where the uninterrupted run ends
     # (loader workers and augmentation on).
@@ -468,7 +466,8 @@ def test_a_state_gone_non_finite_is_never_saved_and_a_lower_lr_resumes_from_the_
     with pytest.raises(RunFailed, match=r"^the training state went non-finite by step 5 \(") as stopped:
         run_in_process(tiny_folder, tmp_path / "run", "checkpoint_every=1")
     assert "last.pt saved after batch 4 of epoch 1 (step 4) is intact. Resume from it with a lower LR" in str(
-        stopped.value)
+        stopped.value
+    )
     monkeypatch.setattr(engine_run, "build_optimizer", real)
     capsys.readouterr()
     run_in_process(tiny_folder, tmp_path / "run", "checkpoint_every=1", "resume=true", "optim.lr=0.2")
@@ -695,6 +694,10 @@ def test_a_row_with_a_new_key_widens_the_csv_keeping_every_row(tmp_path, monkeyp
     log.write({"epoch": 4, "train_loss": 0.2, "train_top5_err": 10.0})  # the wider header, appended to
     log.write({"epoch": 5, "val_top1_err": 50.0})  # a key of its own, another missing: both kept
     assert [list(r.values()) for r in read_csv(path)] == [
-        ["1", "0.5", "", ""], ["2", "0.4", "", ""], ["3", "0.3", "12.5", ""], ["4", "0.2", "10.0", ""],
-        ["5", "", "", "50.0"]]
+        ["1", "0.5", "", ""],
+        ["2", "0.4", "", ""],
+        ["3", "0.3", "12.5", ""],
+        ["4", "0.2", "10.0", ""],
+        ["5", "", "", "50.0"],
+    ]
     assert list(read_csv(path)[0]) == ["epoch", "train_loss", "train_top5_err", "val_top1_err"]

@@ -10,8 +10,14 @@ from resnet.engine.ending import Fit
 
 def test_fill_from_copies_every_field():
     filled = Fit(0)
-    done = Fit(3, val={"top1_err": 0.5}, ema_val={"top1_err": 0.4}, train={"loss": 1.5, "images_per_s": 12.5},
-               history=[{"epoch": 1}], trained_to=3)
+    done = Fit(
+        3,
+        val={"top1_err": 0.5},
+        ema_val={"top1_err": 0.4},
+        train={"loss": 1.5, "images_per_s": 12.5},
+        history=[{"epoch": 1}],
+        trained_to=3,
+    )
     filled.fill_from(done)
     assert {f.name for f in fields(Fit)} == {"epochs", "val", "ema_val", "train", "history", "trained_to"}
     for f in fields(Fit):

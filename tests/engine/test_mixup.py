@@ -61,8 +61,9 @@ def test_training_with_mixup_survives_odd_batches_left_by_unreadable_images(tmp_
     make_folder(tmp_path / "data" / "val", {"a": 1, "b": 1, "c": 1}, size=(40, 36))
     good = jpeg_bytes(smooth_image(40, 36))
     (tmp_path / "data" / "train" / "c" / "truncated.JPEG").write_bytes(good[: len(good) // 3])
-    run_in_process(tmp_path / "data", tmp_path / "run", "mixup=0.8", "cutmix=1.0", "epochs=1", "log_every=1",
-                   "max_unreadable=0.1")  # 1 of 13
+    run_in_process(
+        tmp_path / "data", tmp_path / "run", "mixup=0.8", "cutmix=1.0", "epochs=1", "log_every=1", "max_unreadable=0.1"
+    )  # 1 of 13
     [row] = read_csv(tmp_path / "run" / "metrics.csv")
     assert row["skipped_images"] == "1" and "truncated.JPEG" in row["skipped_examples"]
     steps = [line for line in (tmp_path / "run" / "steps.csv").read_text().splitlines()[1:]]

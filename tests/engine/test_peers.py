@@ -60,9 +60,10 @@ def worker_exits(proc) -> list[int]:
 
 def assert_no_traceback_of_ours(proc) -> None:
     """torchrun ends a failed launch with its own traceback; no worker prints one (gloo's, ours)."""
-    ours = (str(REPO / "resnet"), str(REPO / "data"), "train.py\", line", "distributed_c10d.py")
-    frames = [line for line in proc.stderr.splitlines()
-              if line.strip().startswith('File "') and any(o in line for o in ours)]
+    ours = (str(REPO / "resnet"), str(REPO / "data"), 'train.py", line', "distributed_c10d.py")
+    frames = [
+        line for line in proc.stderr.splitlines() if line.strip().startswith('File "') and any(o in line for o in ours)
+    ]
     assert not frames, proc.stderr[-4000:]
     assert "GLHF" not in proc.stderr and "Connection reset" not in proc.stderr
 
@@ -133,8 +134,11 @@ def test_a_stalled_rank_is_named_within_dist_timeout_and_the_checkpoint_is_kept(
     os.kill(int(stalled.group(1)), signal.SIGKILL)
     [proc] = procs.wait_all([launched], 60)
     [line] = errors(proc)
-    assert re.match(r"error: rank 1 \(\S+, pid \d+\) is stopped \(SIGSTOP or a debugger\): rank 0 waited "
-                    rf"dist_timeout=3 s \(after step 8\); {re.escape(SAVED_BEFORE_STEP_9)}; not requeued", line), line
+    assert re.match(
+        r"error: rank 1 \(\S+, pid \d+\) is stopped \(SIGSTOP or a debugger\): rank 0 waited "
+        rf"dist_timeout=3 s \(after step 8\); {re.escape(SAVED_BEFORE_STEP_9)}; not requeued",
+        line,
+    ), line
     assert 75 in worker_exits(proc)
     assert_no_traceback_of_ours(proc)
     saved = load_checkpoint(run_dir / "last.pt")
@@ -187,10 +191,16 @@ def test_a_refusal_under_torchrun_is_the_reason_in_torchruns_report_and_no_stray
 @pytest.mark.parametrize(
     ("message", "kind"),
     [
-        ("[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation "
-         "to complete", "timeout"),
-        ("[third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:13697: Connection reset by "
-         "peer. This is typically caused by a remote worker hanging ... GLHF!", "closed"),
+        (
+            "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation "
+            "to complete",
+            "timeout",
+        ),
+        (
+            "[third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:13697: Connection reset by "
+            "peer. This is typically caused by a remote worker hanging ... GLHF!",
+            "closed",
+        ),
         ("NCCL communicator was aborted on rank 1.", "closed"),
         ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)", "timeout"),
         ("CUDA out of memory. Tried to allocate 2.00 GiB", None),  # the process's own failure, not a peer's

@@ -32,8 +32,18 @@ from resnet.padding import resolve_padding
 from tests.helpers.compose import CONFIGS, compose_config
 
 RECIPES = ("tv_v1", "tv_v2", "timm_a3", "fast")
-TINY = ("model=resnet_tiny", "data.num_classes=3", "data.workers=0", "batch_size=4", "epochs=2",
-        "max_steps_per_epoch=1", "data.image_size=32", "data.val_size=40", "log_every=1", "device=cpu")
+TINY = (
+    "model=resnet_tiny",
+    "data.num_classes=3",
+    "data.workers=0",
+    "batch_size=4",
+    "epochs=2",
+    "max_steps_per_epoch=1",
+    "data.image_size=32",
+    "data.val_size=40",
+    "log_every=1",
+    "device=cpu",
+)
 
 
 def test_the_recipes_are_the_experiment_configs():
@@ -57,13 +67,25 @@ def test_each_recipe_composes_with_every_padding_preset():
 def run_recipe(recipe: str, root: Path, run_dir: Path, monkeypatch, *extra: str) -> tuple[list[dict], dict]:
     """Train ``recipe`` for 2 steps (1 per epoch); return what each epoch trained with, and the results."""
     seen, built, validations = [], [], []
-    real_epoch, real_loaders, real_evaluate = (resnet.engine.run.train_one_epoch, resnet.engine.run.make_loaders,
-                                               resnet.engine.run.evaluate)
+    real_epoch, real_loaders, real_evaluate = (
+        resnet.engine.run.train_one_epoch,
+        resnet.engine.run.make_loaders,
+        resnet.engine.run.evaluate,
+    )
 
     def epoch_spy(model, loader, optimizer, scheduler, ctx, *args, **kwargs):
-        seen.append({"model": model, "loader": loader, "optimizer": optimizer, "scheduler": scheduler, "ctx": ctx,
-                     "size": getattr(loader.dataset.transform, "size", None), "loaders": built[0],
-                     "validations": validations})
+        seen.append(
+            {
+                "model": model,
+                "loader": loader,
+                "optimizer": optimizer,
+                "scheduler": scheduler,
+                "ctx": ctx,
+                "size": getattr(loader.dataset.transform, "size", None),
+                "loaders": built[0],
+                "validations": validations,
+            }
+        )
         return real_epoch(model, loader, optimizer, scheduler, ctx, *args, **kwargs)
 
     def loaders_spy(*args, **kwargs):
@@ -77,8 +99,9 @@ def run_recipe(recipe: str, root: Path, run_dir: Path, monkeypatch, *extra: str)
     monkeypatch.setattr(resnet.engine.run, "train_one_epoch", epoch_spy)
     monkeypatch.setattr(resnet.engine.run, "make_loaders", loaders_spy)
     monkeypatch.setattr(resnet.engine.run, "evaluate", evaluate_spy)
-    cfg = compose_config("train", f"+experiment={recipe}", "+padding=symmetric", f"data.root={root}",
-                         f"run_dir={run_dir}", *TINY, *extra)
+    cfg = compose_config(
+        "train", f"+experiment={recipe}", "+padding=symmetric", f"data.root={root}", f"run_dir={run_dir}", *TINY, *extra
+    )
     results = train(cfg)
     return seen, results
 

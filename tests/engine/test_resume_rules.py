@@ -136,15 +136,20 @@ def test_a_step_schedule_extends_and_a_fine_tune_starts_from_the_weights(tiny_fo
     assert "changed on resume: epochs: 1 -> 2" in capsys.readouterr().out
     assert load_checkpoint(tmp_path / "step" / "last.pt")["epoch"] == 2
     source = load_checkpoint(tmp_path / "step" / "last.pt")["model"]
-    run_in_process(tiny_folder, tmp_path / "tune", "epochs=1", f"init={tmp_path / 'step' / 'last.pt'}",
-                   "optim.lr=1e-12", "+padding=asymmetric")  # another grid: what a fine-tune may be for
+    run_in_process(
+        tiny_folder,
+        tmp_path / "tune",
+        "epochs=1",
+        f"init={tmp_path / 'step' / 'last.pt'}",
+        "optim.lr=1e-12",
+        "+padding=asymmetric",
+    )  # another grid: what a fine-tune may be for
     assert f"initialised from {tmp_path / 'step' / 'last.pt'}" in capsys.readouterr().out
     tuned = load_checkpoint(tmp_path / "tune" / "last.pt")
     assert tuned["epoch"] == 1 and tuned["meta"]["padding_name"] == "asymmetric"
     assert all(torch.allclose(tuned["model"][k], v, atol=1e-6) for k, v in source.items() if k.endswith(".weight"))
     with pytest.raises(ConfigError, match=r"^init=/no/such\.pt: "):
         run_in_process(tiny_folder, tmp_path / "bad", "init=/no/such.pt")
-
 
 
 @pytest.mark.parametrize("sched", [["sched=onecycle"], ["sched=cosine", "sched.warmup_epochs=1.5", "optim=sgd"],

@@ -168,8 +168,9 @@ def test_the_one_unfinished_run_of_the_config_is_resumed_whatever_else_is_there(
     assert pick(tiny_folder, root, "seed=3")[0] == root / "2026-01-01" / "c"
 
 
-def test_none_or_several_unfinished_runs_are_refused_naming_each_and_the_run_dir_to_pass(tiny_folder, tmp_path,
-                                                                                         unfinished):
+def test_none_or_several_unfinished_runs_are_refused_naming_each_and_the_run_dir_to_pass(
+    tiny_folder, tmp_path, unfinished
+):
     root = outputs(tmp_path, unfinished, a=None, b=None, done={"epochs": 2})
     with pytest.raises(ConfigError) as several:
         pick(tiny_folder, root)
@@ -182,8 +183,9 @@ def test_none_or_several_unfinished_runs_are_refused_naming_each_and_the_run_dir
     line = str(none.value)
     assert line.startswith(f"resume=true: no unfinished run of this config under {root} (of other configs: ")
     assert f"{root / '2026-01-01' / 'a'} (seed=0, this run has 9)" in line and "done" not in line
-    assert line.endswith("pass hydra.run.dir=<run dir> (and its config) to resume one, or leave out resume=true to "
-                         "start a new run")
+    assert line.endswith(
+        "pass hydra.run.dir=<run dir> (and its config) to resume one, or leave out resume=true to start a new run"
+    )
     with pytest.raises(ConfigError, match=r"no unfinished run of this config under .* \(finished: .*done\)"):
         pick(tiny_folder, outputs(tmp_path / "only", unfinished, done={"epochs": 2}))
 
@@ -198,20 +200,37 @@ def hydra_run(monkeypatch, output_dir: Path, run_dir_pattern: str, hydra_overrid
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    got = SimpleNamespace(mode=RunMode[mode], overrides=SimpleNamespace(hydra=list(hydra_overrides)),
-                          run=SimpleNamespace(dir=run_dir_pattern), runtime=SimpleNamespace(output_dir=str(output_dir)))
+    got = SimpleNamespace(
+        mode=RunMode[mode],
+        overrides=SimpleNamespace(hydra=list(hydra_overrides)),
+        run=SimpleNamespace(dir=run_dir_pattern),
+        runtime=SimpleNamespace(output_dir=str(output_dir)),
+    )
     monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: got))
 
 
-@pytest.mark.parametrize("case, searched", [("default", True), ("hydra.run.dir=", False), ("run_dir=", False),
-                                            ("multirun", False), ("resume=false", False), ("resume=path", False)])
+@pytest.mark.parametrize(
+    "case, searched",
+    [
+        ("default", True),
+        ("hydra.run.dir=", False),
+        ("run_dir=", False),
+        ("multirun", False),
+        ("resume=false", False),
+        ("resume=path", False),
+    ],
+)
 def test_only_a_made_up_run_dir_is_searched_beside(tmp_path, monkeypatch, case, searched):
     """scripts/slurm.sbatch (resume=true hydra.run.dir=...), a sweep, run_dir= and resume=<path> use their dir."""
     made_up = tmp_path / "outputs" / "2026-01-02" / "09-00-00"
-    hydra_run(monkeypatch, made_up, "outputs/2026-01-02/09-00-00",
-              ["hydra.run.dir=outputs/2026-01-02/09-00-00"] if case == "hydra.run.dir=" else [],
-              "MULTIRUN" if case == "multirun" else "RUN")
+    hydra_run(
+        monkeypatch,
+        made_up,
+        "outputs/2026-01-02/09-00-00",
+        ["hydra.run.dir=outputs/2026-01-02/09-00-00"] if case == "hydra.run.dir=" else [],
+        "MULTIRUN" if case == "multirun" else "RUN",
+    )
     resume = {"resume=false": False, "resume=path": "/x/last.pt"}.get(case, True)
     run_dir = tmp_path / "elsewhere" if case == "run_dir=" else made_up
     cfg = SimpleNamespace(get=lambda key: resume if key == "resume" else None)
@@ -239,10 +258,13 @@ def test_a_resume_on_another_training_set_is_one_line_and_a_moved_copy_resumes(t
     run_in_process(data, run_dir, "stop_after=1")
     extra = data / "train" / "a" / "extra.JPEG"
     shutil.copy(data / "train" / "a" / "0.JPEG", extra)  # a grown copy
-    with pytest.raises(ConfigError, match=r"was trained on another training set \(25 training images now, 24 then\): "
-                                          r"restore the data it was trained on .*pass data_changed=rescale .* or "
-                                          r"fine-tune from it in a new run dir: init=.*last\.pt "
-                                          r"hydra\.run\.dir=<new dir>$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"was trained on another training set \(25 training images now, 24 then\): "
+        r"restore the data it was trained on .*pass data_changed=rescale .* or "
+        r"fine-tune from it in a new run dir: init=.*last\.pt "
+        r"hydra\.run\.dir=<new dir>$",
+    ):
         run_in_process(data, run_dir, "resume=true")
     # ... or go on with the rest of the schedule planned for the new size (28 images: 7 steps an epoch,
     # not 6): it ends annealed, with no scheduler error

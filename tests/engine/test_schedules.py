@@ -38,8 +38,15 @@ def test_warmup_then_cosine_is_timms_cosine_with_a_warmup_prefix(warmup_epochs, 
 
     warmup = int(warmup_epochs * steps_per_epoch)
     timm_opt = sgd()
-    theirs = CosineLRScheduler(timm_opt, t_initial=steps_per_epoch * epochs - warmup, lr_min=floor * PEAK,
-                               warmup_t=warmup, warmup_lr_init=0.01 * PEAK, warmup_prefix=True, t_in_epochs=False)
+    theirs = CosineLRScheduler(
+        timm_opt,
+        t_initial=steps_per_epoch * epochs - warmup,
+        lr_min=floor * PEAK,
+        warmup_t=warmup,
+        warmup_lr_init=0.01 * PEAK,
+        warmup_prefix=True,
+        t_in_epochs=False,
+    )
     expected = []
     for step in range(steps_per_epoch * epochs):
         theirs.step_update(step)
@@ -62,8 +69,9 @@ def test_onecycle_is_torchs_linear_one_cycle_without_momentum_cycling():
     cfg = {"name": "onecycle", "pct_start": 0.25, "div_factor": 25.0, "final_div_factor": 1e4}
     opt = sgd()
     ours = lrs(build_scheduler(cfg, opt, 10, 4), opt, 40)
-    reference = lr_scheduler.OneCycleLR(opt2 := sgd(), max_lr=PEAK, total_steps=40, pct_start=0.25,
-                                        anneal_strategy="linear", cycle_momentum=False)
+    reference = lr_scheduler.OneCycleLR(
+        opt2 := sgd(), max_lr=PEAK, total_steps=40, pct_start=0.25, anneal_strategy="linear", cycle_momentum=False
+    )
     assert ours == pytest.approx(lrs(reference, opt2, 40))
     assert ours[0] == pytest.approx(PEAK / 25) and max(ours) == pytest.approx(PEAK)
     assert ours[-1] == pytest.approx(PEAK / 25 / 1e4)
@@ -92,8 +100,16 @@ def test_the_trainer_steps_the_schedule_once_per_optimizer_step(tiny_folder, tmp
     from tests.helpers.training import read_csv, run_in_process
 
     # 24 images, batch 4: 6 steps per epoch, 2 epochs; every step logged with the LR it ran at.
-    run_in_process(tiny_folder, tmp_path, "epochs=2", "batch_size=4", "log_every=1", "sched=cosine",
-                   "sched.warmup_epochs=1", "optim.lr=0.2")
+    run_in_process(
+        tiny_folder,
+        tmp_path,
+        "epochs=2",
+        "batch_size=4",
+        "log_every=1",
+        "sched=cosine",
+        "sched.warmup_epochs=1",
+        "optim.lr=0.2",
+    )
     logged = [float(row["lr"]) for row in read_csv(tmp_path / "steps.csv")]
     model = nn.Linear(2, 2)
     opt = build_optimizer({"name": "sgd", "lr": 0.2, "momentum": 0.9, "weight_decay": 0.0}, model, 4)

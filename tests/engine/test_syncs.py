@@ -173,8 +173,11 @@ def test_on_nonfinite_skip_reads_once_a_step_after_queueing_the_backward(twenty_
     # forward's verdict once the backward is queued (on a GPU: the backward runs meanwhile).
     train_twenty_steps(twenty_steps, tmp_path, "on_nonfinite=skip")
     assert len(reads.reads) == STEPS + 1
-    per_step = "".join("b" if e == "backward" else "r" if e in READS else "s" for e in reads.events
-                       if e in ("backward", "step", *READS))
+    per_step = "".join(
+        "b" if e == "backward" else "r" if e in READS else "s"
+        for e in reads.events
+        if e in ("backward", "step", *READS)
+    )
     assert per_step == "brs" * STEPS + "r"
 
 
@@ -208,8 +211,13 @@ def _rank_main(rank: int, store: str, out: Path, nan_step: int | None, on_nonfin
         model = resnet.build_model("resnet_tiny", num_classes=3)
         ddp = nn.parallel.DistributedDataParallel(model)
         generator = torch.Generator().manual_seed(rank)
-        batches = [(torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8, generator=generator),
-                    torch.randint(0, 3, (4,), generator=generator)) for _ in range(8)]
+        batches = [
+            (
+                torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8, generator=generator),
+                torch.randint(0, 3, (4,), generator=generator),
+            )
+            for _ in range(8)
+        ]
         calls = [0]
 
         def loss_fn(logits, labels):
@@ -219,8 +227,14 @@ def _rank_main(rank: int, store: str, out: Path, nan_step: int | None, on_nonfin
 
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-        ctx = StepContext(runtime=Runtime(env), normalize=Normalize("torch"), loss_fn=loss_fn, log_every=4,
-                          progress=False, on_nonfinite=on_nonfinite)
+        ctx = StepContext(
+            runtime=Runtime(env),
+            normalize=Normalize("torch"),
+            loss_fn=loss_fn,
+            log_every=4,
+            progress=False,
+            on_nonfinite=on_nonfinite,
+        )
         result: dict = {}
         try:
             with counter.inside():
@@ -228,8 +242,11 @@ def _rank_main(rank: int, store: str, out: Path, nan_step: int | None, on_nonfin
             result.update(steps=stats.steps, skipped=stats.skipped_steps)
         except NonFiniteLoss as err:
             result["error"] = str(err)
-        result.update(reads=len(counter.reads), collectives=dict(counter.collectives()),
-                      weights=float(sum(p.double().sum() for p in model.parameters())))
+        result.update(
+            reads=len(counter.reads),
+            collectives=dict(counter.collectives()),
+            weights=float(sum(p.double().sum() for p in model.parameters())),
+        )
         (out / f"{rank}.json").write_text(json.dumps(result))
         dist.destroy_process_group()
     except BaseException:
@@ -245,8 +262,10 @@ def two_processes(tmp_path: Path, nan_step: int | None, on_nonfinite: str = "sto
     context.set_forkserver_preload([__name__])
     out = tmp_path / f"{on_nonfinite}_{nan_step}"
     out.mkdir()
-    procs = [context.Process(target=_rank_main, args=(rank, str(out / "store"), out, nan_step, on_nonfinite))
-             for rank in range(2)]
+    procs = [
+        context.Process(target=_rank_main, args=(rank, str(out / "store"), out, nan_step, on_nonfinite))
+        for rank in range(2)
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:

@@ -15,8 +15,12 @@ ALONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
 
 def test_sums_are_read_back_by_name_and_made_into_the_metrics():
-    step = totals.StepOutput(logits=torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0]]), targets=torch.tensor([0, 1]),
-                             loss=torch.tensor(0.5), images=2)
+    step = totals.StepOutput(
+        logits=torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0]]),
+        targets=torch.tensor([0, 1]),
+        loss=torch.tensor(0.5),
+        images=2,
+    )
     sums = totals.Totals(torch.device("cpu"))
     sums.add(totals.step_sums(step))
     sums.add(totals.step_sums(step))
@@ -30,8 +34,12 @@ def test_sums_are_read_back_by_name_and_made_into_the_metrics():
 
 
 def test_soft_targets_count_their_heaviest_class():
-    step = totals.StepOutput(logits=torch.tensor([[2.0, 1.0], [2.0, 1.0]]),
-                             targets=torch.tensor([[0.7, 0.3], [0.4, 0.6]]), loss=torch.tensor(1.0), images=2)
+    step = totals.StepOutput(
+        logits=torch.tensor([[2.0, 1.0], [2.0, 1.0]]),
+        targets=torch.tensor([[0.7, 0.3], [0.4, 0.6]]),
+        loss=torch.tensor(1.0),
+        images=2,
+    )
     assert totals.step_sums(step)["correct1"].item() == 1
 
 

@@ -50,8 +50,9 @@ def test_train_writes_results_metrics_and_checkpoint(tiny_folder, tmp_path):
     assert checkpoint["config"]["model"]["arch"] == "resnet_tiny"
 
 
-def test_a_train_metric_added_in_two_lines_reaches_every_report_and_a_resumed_csv(tiny_folder, tmp_path,
-                                                                                   monkeypatch, capsys):
+def test_a_train_metric_added_in_two_lines_reaches_every_report_and_a_resumed_csv(
+    tiny_folder, tmp_path, monkeypatch, capsys
+):
     # resnet/engine/totals.py: what a step adds (on the device) and the metric made from the epoch's sums.
     # A run begun without it and resumed with it: metrics.csv gains the column (empty for epoch 1),
     # results.json and the epoch line have it. 3 classes: every label is among the 5 best scores.
@@ -59,10 +60,14 @@ def test_a_train_metric_added_in_two_lines_reaches_every_report_and_a_resumed_cs
     from resnet.evaluation.loop import topk_correct
 
     run_in_process(tiny_folder, tmp_path, "stop_after=1")
-    monkeypatch.setitem(totals.STEP_SUMS, "correct5",
-                        totals.StepSum(lambda s: topk_correct(s.logits, s.classes, (5,))[0]))
-    monkeypatch.setitem(totals.TRAIN_METRICS, "top5_err", totals.TrainMetric(
-        lambda t: totals.error(t["correct5"], t["images"]), "train top-5 err {:.2f}%"))
+    monkeypatch.setitem(
+        totals.STEP_SUMS, "correct5", totals.StepSum(lambda s: topk_correct(s.logits, s.classes, (5,))[0])
+    )
+    monkeypatch.setitem(
+        totals.TRAIN_METRICS,
+        "top5_err",
+        totals.TrainMetric(lambda t: totals.error(t["correct5"], t["images"]), "train top-5 err {:.2f}%"),
+    )
     results = run_in_process(tiny_folder, tmp_path, "resume=true")
     rows = read_csv(tmp_path / "metrics.csv")
     assert [r["epoch"] for r in rows] == ["1", "2"] and [r["train_top5_err"] for r in rows] == ["", "0.0"]
@@ -115,8 +120,11 @@ def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path, capsy
     (root / "train" / "c" / "cut.JPEG").write_bytes(good[: len(good) // 3])
     # 2 or 3 of 21 (the cut JPEG may decode partly): over the default max_unreadable=0.05, a run that
     # trains on other data than asked (a class folder gone, a failing disk) stops in one line
-    with pytest.raises(RunFailed, match=r"^epoch 1 could not read [23] of its 21 images \(1\d%, more than "
-                                        r"max_unreadable=0.05\), e.g. .*no last.pt was written before\. Restore"):
+    with pytest.raises(
+        RunFailed,
+        match=r"^epoch 1 could not read [23] of its 21 images \(1\d%, more than "
+        r"max_unreadable=0.05\), e.g. .*no last.pt was written before\. Restore",
+    ):
         run_in_process(root, tmp_path / "stopped", "epochs=1", "batch_size=3")
     assert not (tmp_path / "stopped" / "last.pt").exists()
     run_in_process(root, tmp_path / "run", "epochs=1", "batch_size=3", "max_unreadable=0.2")
@@ -153,8 +161,14 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(launch_folde
     wrapper = tmp_path / "faulty_train.py"
     wrapper.write_text(WRAPPER)
     killed, marker = tmp_path / "killed", tmp_path / "killed_once"
-    args = [*procs.torchrun_here(), "--max-restarts=1", str(wrapper),
-            str(REPO / "train.py"), *launcher_overrides(launch_folder, killed, 2), "resume=true"]
+    args = [
+        *procs.torchrun_here(),
+        "--max-restarts=1",
+        str(wrapper),
+        str(REPO / "train.py"),
+        *launcher_overrides(launch_folder, killed, 2),
+        "resume=true",
+    ]
     # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
     # resnet.distributed gives each attempt its own prefix.
     proc = launch(args, "step:9", FAULT_RANK="1", FAULT_ONCE=str(marker))
@@ -179,8 +193,17 @@ def test_submitit_local_launcher_runs_a_job_as_one_process_group(tiny_folder, tm
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
     args = [o for o in tiny_overrides(tiny_folder, tmp_path, "epochs=1", "batch_size=2") if not o.startswith("run_dir")]
     run_script(
-        [PY, "train.py", "-m", "hydra/launcher=submitit_local", f"hydra.sweep.dir={tmp_path}",
-         "hydra.launcher.timeout_min=5", "hydra.launcher.tasks_per_node=2", "+padding=asymmetric", *args],
+        [
+            PY,
+            "train.py",
+            "-m",
+            "hydra/launcher=submitit_local",
+            f"hydra.sweep.dir={tmp_path}",
+            "hydra.launcher.timeout_min=5",
+            "hydra.launcher.tasks_per_node=2",
+            "+padding=asymmetric",
+            *args,
+        ],
         env={"OMP_NUM_THREADS": "1", **submitit_tasks.sweep_env(tmp_path / "site")},  # tasks forked, not new
     )
     [results] = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/results.json"))]

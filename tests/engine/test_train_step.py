@@ -30,7 +30,7 @@ def batch(n: int = 4, size: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
 
 def sgd(model: nn.Module) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 ** step)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5**step)
 
 
 def context(**options) -> StepContext:

@@ -246,8 +246,9 @@ def test_val_images_scores_n_of_the_split_and_the_summary_says_of_how_many(folde
 def test_torchrun_two_processes_count_each_image_once(folder, checkpoint, tmp_path):
     args = folder_overrides(folder, checkpoint, tmp_path / "two.jsonl", "crops=10", "batch_size=20")
     one = run_eval(*folder_overrides(folder, checkpoint, tmp_path / "one.jsonl", "crops=10", "batch_size=20"))
-    proc = procs.run([*procs.torchrun_here(), "eval.py", *args,
-                      f"hydra.run.dir={tmp_path / 'run'}"])  # a hang kills both processes and fails
+    proc = procs.run(
+        [*procs.torchrun_here(), "eval.py", *args, f"hydra.run.dir={tmp_path / 'run'}"]
+    )  # a hang kills both processes and fails
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = read_rows(tmp_path / "two.jsonl")
     assert len(rows) == 1  # rank 0 alone writes

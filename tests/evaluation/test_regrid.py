@@ -124,7 +124,7 @@ def test_the_distillation_schedule_peaks_once_and_every_step_learns(steps):
     factors = [one_cycle(steps)(i) for i in range(steps)]
     peak = factors.index(1.0)
     assert max(factors) == 1.0 and peak == max(1, round(0.15 * steps)) - 1
-    assert factors[:peak + 1] == sorted(factors[:peak + 1]) and factors[peak:] == sorted(factors[peak:], reverse=True)
+    assert factors[: peak + 1] == sorted(factors[: peak + 1]) and factors[peak:] == sorted(factors[peak:], reverse=True)
     assert min(factors) > 0  # the last step too
 
 
@@ -286,8 +286,9 @@ def test_feature_matching_compares_every_stage_output_per_channel_scale():
     from resnet.regrid import _stage_distance, stages
 
     model = trained_like()
-    assert [name for name, m in model.named_children() if any(m is s for s in stages(model))] == \
-        [f"layer{i}" for i in range(1, len(stages(model)) + 1)]
+    assert [name for name, m in model.named_children() if any(m is s for s in stages(model))] == [
+        f"layer{i}" for i in range(1, len(stages(model)) + 1)
+    ]
     gen = torch.Generator().manual_seed(0)
     teacher = [torch.randn(4, c, 6, 6, generator=gen) for c in (3, 5)]
     student = [t + 0.5 * torch.randn(t.shape, generator=gen) for t in teacher]

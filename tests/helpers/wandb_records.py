@@ -21,8 +21,8 @@ def read_records(path: Path):
         if block - pos % block < 7:  # a block's tail too short for a chunk header: zeros
             pos += block - pos % block
             continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 0:  # zero padding
             continue
         assert kind in (1, 2, 3, 4), f"{path}: chunk type {kind} at {pos}"

@@ -272,8 +272,12 @@ def test_names_read_back():
     with pytest.raises(ValueError, match="unknown padding preset 'symetric'"):
         resolve_padding("symetric+blur(block_conv)")
     # files keep an unblurred scheme's four sites, as before the blur sites: old readers read them
-    assert PRESETS["tf_same"].as_dict() == {"stem_conv": "same", "stem_pool": "same", "stem_pool_value": "-inf",
-                                           "block_conv": "same"}
+    assert PRESETS["tf_same"].as_dict() == {
+        "stem_conv": "same",
+        "stem_pool": "same",
+        "stem_pool_value": "-inf",
+        "block_conv": "same",
+    }
     assert Padding(block_conv_blur=True).as_dict()["block_conv_blur"] is True
 
 
@@ -281,11 +285,15 @@ def test_config_sites_and_overrides():
     cfg = compose_config("train", "+padding=symmetric", "+padding.block_conv_blur=true")
     assert resolve_padding(padding_from_config(cfg)).name == "symmetric+blur(block_conv)"
     cfg = compose_config("train", *padding_overrides("tf_slim+blur(stem_pool,block_conv)"))
-    assert resolve_padding(padding_from_config(cfg)) == replace(PRESETS["tf_slim"], stem_pool_blur=True,
-                                                                block_conv_blur=True)
+    assert resolve_padding(padding_from_config(cfg)) == replace(
+        PRESETS["tf_slim"], stem_pool_blur=True, block_conv_blur=True
+    )
     assert padding_overrides("caffe") == ["+padding=caffe"]
-    with pytest.raises(ConfigError, match=r"padding.stem_conv_blur must be true or false, not 'yes' "
-                                          r"\(e.g. \+\+padding.stem_conv_blur=true\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"padding.stem_conv_blur must be true or false, not 'yes' "
+        r"\(e.g. \+\+padding.stem_conv_blur=true\)",
+    ):
         check_run_config(compose_config("train", "+padding=symmetric", "+padding.stem_conv_blur=yes"))
 
 
@@ -307,19 +315,38 @@ def test_inspect_shows_the_blur_per_site():
 def result_row(trained: str, evaluated: str, top1: float, **padding_extra) -> dict:
     padding = resolve_padding(evaluated)
     return {
-        "arch": "resnet_small", "weights": f"runs/{trained}/last.pt", "weights_source": "checkpoint",
-        "trained_padding": trained, "padding_name": padding.name, "padding": {**padding.as_dict(), **padding_extra},
-        "input_size": 28, "resize": 28, "crop": 28, "interpolation": "bilinear", "preprocessing": "torch",
-        "crops": 1, "dataset": "fashion_mnist", "top1_err": top1, "top5_err": 1.0, "n_images": 10000,
-        "date": "2025-02-01T00:00:00+00:00", "git_commit": "0" * 12,
+        "arch": "resnet_small",
+        "weights": f"runs/{trained}/last.pt",
+        "weights_source": "checkpoint",
+        "trained_padding": trained,
+        "padding_name": padding.name,
+        "padding": {**padding.as_dict(), **padding_extra},
+        "input_size": 28,
+        "resize": 28,
+        "crop": 28,
+        "interpolation": "bilinear",
+        "preprocessing": "torch",
+        "crops": 1,
+        "dataset": "fashion_mnist",
+        "top1_err": top1,
+        "top5_err": 1.0,
+        "n_images": 10000,
+        "date": "2025-02-01T00:00:00+00:00",
+        "git_commit": "0" * 12,
     }
 
 
 def test_blurred_schemes_are_rows_and_columns_of_their_own():
     blur = "symmetric+blur(block_conv)"
-    rows = [result_row(t, e, top1) for (t, e), top1 in
-            {("symmetric", "symmetric"): 10.0, ("symmetric", blur): 12.0,
-             (blur, "symmetric"): 13.0, (blur, blur): 9.0}.items()]
+    rows = [
+        result_row(t, e, top1)
+        for (t, e), top1 in {
+            ("symmetric", "symmetric"): 10.0,
+            ("symmetric", blur): 12.0,
+            (blur, "symmetric"): 13.0,
+            (blur, blur): 9.0,
+        }.items()
+    ]
     custom = {**result_row("symmetric", "symmetric", 15.0), "padding_name": "custom"}
     custom["padding"] = {**Padding(stem_pool="same", block_conv_blur=True).as_dict()}
     rows.append(custom)
@@ -347,7 +374,11 @@ def test_old_rows_still_read_label_and_deduplicate():
     assert "symmetric" in labels and all("blur" not in label for label in labels)
     # the same evaluation written again with the blur sites spelled out (off) replaces the old row
     old = rows[0]
-    again = {**old, "padding": {**old["padding"], **dict.fromkeys(BLUR_SITES, False)}, "top1_err": 1.0,
-             "date": "2030-01-01T00:00:00+00:00"}
+    again = {
+        **old,
+        "padding": {**old["padding"], **dict.fromkeys(BLUR_SITES, False)},
+        "top1_err": 1.0,
+        "date": "2030-01-01T00:00:00+00:00",
+    }
     (kept,) = latest_rows([old, again])
     assert kept["top1_err"] == 1.0 and scheme_label(kept) == scheme_label(old)

@@ -72,8 +72,9 @@ STRIDE2_PADS = {
 
 # ResNet-50 at 64 px with one bottleneck per stage: every stride-2 site of its graph (stem, the
 # strided 3x3 and 1x1 shortcut of each stage), at a fraction of the export time of all 16 blocks.
-@pytest.mark.parametrize("arch, preset, size, depths", [("resnet50", "asymmetric", 64, (1, 1, 1, 1)),
-                                                        ("resnet18", "symmetric", 224, None)])
+@pytest.mark.parametrize(
+    "arch, preset, size, depths", [("resnet50", "asymmetric", 64, (1, 1, 1, 1)), ("resnet18", "symmetric", 224, None)]
+)
 @pytest.mark.slow
 def test_onnx_matches_pytorch_with_every_stride2_pad(tmp_path, arch, preset, size, depths):
     torch.manual_seed(0)

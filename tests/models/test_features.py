@@ -56,8 +56,14 @@ def one_epoch(model: nn.Module, batches: list, runtime: Runtime | None = None, *
     model = runtime.place(model)  # in place: the caller's module
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    ctx = StepContext(runtime=runtime, normalize=Normalize("torch"), loss_fn=nn.CrossEntropyLoss(), log_every=1,
-                      progress=False, **ctx_options)
+    ctx = StepContext(
+        runtime=runtime,
+        normalize=Normalize("torch"),
+        loss_fn=nn.CrossEntropyLoss(),
+        log_every=1,
+        progress=False,
+        **ctx_options,
+    )
     return train_one_epoch(model, batches, optimizer, scheduler, ctx, epoch=0, global_step=0)
 
 
@@ -153,6 +159,7 @@ def test_fp16_resume_restores_the_scaler_and_ends_bit_identical(fp16_runs):
 def test_channels_last_gives_the_contiguous_loss_and_gradients():
     base, batch = tiny_model(), tiny_batch()
     nchw, nhwc = copy.deepcopy(base), copy.deepcopy(base)
+
     def is_nhwc(x, out):
         return x.is_contiguous(memory_format=torch.channels_last), out.is_contiguous(memory_format=torch.channels_last)
 
@@ -174,8 +181,10 @@ def test_channels_last_gives_the_contiguous_loss_and_gradients():
 
 
 @pytest.mark.slow  # C++ kernels compiled cold: about 35 s on 2 cores, scheduled first
-@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                    reason="torch.compile's default backend (inductor) compiles C++ kernels: no C compiler here")
+@pytest.mark.skipif(
+    shutil.which("cc") is None and shutil.which("gcc") is None,
+    reason="torch.compile's default backend (inductor) compiles C++ kernels: no C compiler here",
+)
 def test_torch_compile_gives_the_eager_outputs(monkeypatch):
     # The layers this project adds, under inductor (what compile=true uses): a SAME conv and a SAME
     # max pool, whose pads depend on the input size, with BN, ReLU and a head. 17 px: odd, so the
@@ -189,8 +198,15 @@ def test_torch_compile_gives_the_eager_outputs(monkeypatch):
 
     monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)  # compile here, not in a worker pool
     torch.manual_seed(0)
-    layers = nn.Sequential(make_conv("same", 3, 8, 3, 2), nn.BatchNorm2d(8), nn.ReLU(), make_max_pool("same"),
-                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, NUM_CLASSES))
+    layers = nn.Sequential(
+        make_conv("same", 3, 8, 3, 2),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        make_max_pool("same"),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, NUM_CLASSES),
+    )
     with torch.no_grad():
         layers[1].running_mean.uniform_(-0.5, 0.5)
         layers[1].running_var.uniform_(0.5, 2.0)
@@ -240,8 +256,9 @@ def test_a_compiled_training_step_gives_the_eager_loss_and_weights():
 def trainer_mixing(mixup: float, cutmix: float, label_smoothing: float):
     """(loss_fn, batch augmentation) as train() builds them from these config values (loss=ce, no
     random erasing: the augmentation is timm's Mixup/CutMix alone, or None)."""
-    cfg = OmegaConf.create({"mixup": mixup, "cutmix": cutmix, "label_smoothing": label_smoothing, "loss": "ce",
-                            "random_erasing": 0.0})
+    cfg = OmegaConf.create(
+        {"mixup": mixup, "cutmix": cutmix, "label_smoothing": label_smoothing, "loss": "ce", "random_erasing": 0.0}
+    )
     return loss_and_augment(cfg, NUM_CLASSES, torch.device("cpu"))
 
 
@@ -337,8 +354,14 @@ def decays(module: nn.Module, name: str, rule: str) -> bool:
 @pytest.mark.parametrize("rule", ["norm_and_bias", "norm", "none"])
 def test_weight_decay_groups_and_one_step_follow_the_rule(rule):
     model = tiny_model()
-    cfg = {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": False, "weight_decay": WEIGHT_DECAY,
-           "no_weight_decay": rule}
+    cfg = {
+        "name": "sgd",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "nesterov": False,
+        "weight_decay": WEIGHT_DECAY,
+        "no_weight_decay": rule,
+    }
     optimizer = build_optimizer(cfg, model, 256)  # global batch 256: lr as configured
     group_of = {id(p): group for group in optimizer.param_groups for p in group["params"]}
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(group_of) == len(list(model.parameters()))
@@ -346,8 +369,9 @@ def test_weight_decay_groups_and_one_step_follow_the_rule(rule):
     for module_name, module in model.named_modules():
         for name, p in module.named_parameters(recurse=False):
             expected[id(p)] = decays(module, name, rule)
-            assert group_of[id(p)]["weight_decay"] == (WEIGHT_DECAY if expected[id(p)] else 0.0), \
+            assert group_of[id(p)]["weight_decay"] == (WEIGHT_DECAY if expected[id(p)] else 0.0), (
                 f"{module_name}.{name} ({type(module).__name__})"
+            )
     assert any(expected.values()) and (rule == "none" or not all(expected.values()))
     assert rule != "norm_and_bias" or not expected[id(model.fc.bias)]
     assert rule != "norm" or expected[id(model.fc.bias)]
@@ -377,8 +401,12 @@ def test_weight_decay_groups_and_one_step_follow_the_rule(rule):
 
 
 def bn_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {f"{n}.{b}": getattr(m, b).clone() for n, m in model.named_modules() if isinstance(m, BatchNorm)
-            for b in ("running_mean", "running_var", "num_batches_tracked")}
+    return {
+        f"{n}.{b}": getattr(m, b).clone()
+        for n, m in model.named_modules()
+        if isinstance(m, BatchNorm)
+        for b in ("running_mean", "running_var", "num_batches_tracked")
+    }
 
 
 @pytest.mark.parametrize("freeze", [True, False])

@@ -171,8 +171,11 @@ def test_export_of_a_grid_run_under_its_second_preset_carries_that_presets_stati
     trained = make_grid(build_model("resnet_tiny", num_classes=3, padding=presets[0]), presets, bn="statistics")
     trained.load_state_dict(load_checkpoint(tmp_path / "last.pt")["model"])
     set_grid(trained.eval(), 1)
-    out = export(compose_config("export", f"weights={tmp_path / 'last.pt'}", f"out={tmp_path / 'm.onnx'}",
-                                "+padding=tf_same", "crop=32"))
+    out = export(
+        compose_config(
+            "export", f"weights={tmp_path / 'last.pt'}", f"out={tmp_path / 'm.onnx'}", "+padding=tf_same", "crop=32"
+        )
+    )
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     onnx_logits = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"image": x.numpy()})[0]
     first_stats = build_model("resnet_tiny", num_classes=3, padding="tf_same").eval()  # the first preset's
@@ -204,8 +207,11 @@ def test_a_grid_run_resumes_only_with_its_own_presets_and_batchnorm(tiny_folder,
     from tests.helpers.training import run_in_process
 
     run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "stop_after=1")
-    with pytest.raises(ConfigError, match=r"was trained with grid=\[symmetric,tf_same\], this run has "
-                                          r"\[symmetric,asymmetric\]: pass grid=\[symmetric,tf_same\] to resume it"):
+    with pytest.raises(
+        ConfigError,
+        match=r"was trained with grid=\[symmetric,tf_same\], this run has "
+        r"\[symmetric,asymmetric\]: pass grid=\[symmetric,tf_same\] to resume it",
+    ):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric,asymmetric]", "resume=true")
     with pytest.raises(ConfigError, match="grid_bn=statistics, this run has shared: pass grid_bn=statistics"):
         run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "grid_bn=shared", "resume=true")
@@ -247,10 +253,20 @@ def test_regridding_a_grid_model_to_one_of_its_presets_points_to_eval(tiny_folde
     from tests.helpers.training import run_in_process
 
     run_in_process(tiny_folder, tmp_path, "grid=[symmetric,tf_same]", "epochs=1")
-    cfg = compose_config("regrid", f"weights={tmp_path / 'last.pt'}", "+padding=tf_same", f"out={tmp_path / 'r.pt'}",
-                         "data=imagefolder", f"data.root={tiny_folder}", "data.num_classes=3")
-    with pytest.raises(ConfigError, match=r"was trained for tf_same \(grid\[symmetric,tf_same\]\): python eval.py "
-                                          r"weights=.* \+padding=tf_same runs it with its own BatchNorm"):
+    cfg = compose_config(
+        "regrid",
+        f"weights={tmp_path / 'last.pt'}",
+        "+padding=tf_same",
+        f"out={tmp_path / 'r.pt'}",
+        "data=imagefolder",
+        f"data.root={tiny_folder}",
+        "data.num_classes=3",
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"was trained for tf_same \(grid\[symmetric,tf_same\]\): python eval.py "
+        r"weights=.* \+padding=tf_same runs it with its own BatchNorm",
+    ):
         run(cfg)
     assert not (tmp_path / "r.pt").exists()
 
@@ -267,8 +283,12 @@ def test_detection_scores_each_preset_of_a_grid_model_with_its_own_batchnorm():
     plain = build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric").eval()
     plain.load_state_dict(preset_state_dict(state, 0))
     generator = torch.Generator().manual_seed(0)
-    batches = [(torch.randint(0, 256, (16, 1, 28, 28), dtype=torch.uint8, generator=generator),
-                torch.randint(0, 10, (16,), generator=generator))]
+    batches = [
+        (
+            torch.randint(0, 256, (16, 1, 28, 28), dtype=torch.uint8, generator=generator),
+            torch.randint(0, 10, (16,), generator=generator),
+        )
+    ]
     normalize = Normalize("torch")
     report = detect_padding(plain, batches, normalize, 28, preset_norms=norms)
     asymmetric = next(s for s in report.scores if "asymmetric" in s.presets)
@@ -280,8 +300,11 @@ def test_detection_scores_each_preset_of_a_grid_model_with_its_own_batchnorm():
 
 def _per_grid_model(presets=("symmetric", "asymmetric", "tf_same"), affine: bool = False):
     torch.manual_seed(0)
-    model = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding=presets[0]), list(presets),
-                      bn="affine" if affine else "statistics")
+    model = make_grid(
+        build_model("resnet_small", num_classes=10, in_chans=1, padding=presets[0]),
+        list(presets),
+        bn="affine" if affine else "statistics",
+    )
     model.train()
     with torch.no_grad():
         for index in range(len(presets)):  # each preset's statistics measured on different data
@@ -373,13 +396,19 @@ def test_per_grid_bn_state_dict_keeps_the_plain_keys_and_adds_grid_ones():
     assert has_grid_bn(state) and not has_grid_bn(plain.state_dict())
     assert set(plain.state_dict()) < set(state)
     assert {k.rpartition(".")[2] for k in set(state) - set(plain.state_dict())} == {
-        "grid_running_mean", "grid_running_var", "grid_num_batches_tracked"}
+        "grid_running_mean",
+        "grid_running_var",
+        "grid_num_batches_tracked",
+    }
     assert preset_state_dict(state, 0).keys() == plain.state_dict().keys()
     assert torch.equal(preset_state_dict(state, 0)["bn1.running_mean"], state["bn1.running_mean"])
     assert torch.equal(preset_state_dict(state, 1)["bn1.running_mean"], state["bn1.grid_running_mean"][0])
     # a model made anew with per-grid BN loads it back (the trained run's checkpoint)
-    again = make_grid(build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric"),
-                      ["symmetric", "asymmetric"], bn="statistics")
+    again = make_grid(
+        build_model("resnet_small", num_classes=10, in_chans=1, padding="symmetric"),
+        ["symmetric", "asymmetric"],
+        bn="statistics",
+    )
     again.load_state_dict(state)
 
 

@@ -76,8 +76,10 @@ def test_a_torch_conv_reports_its_padding_mode(mode, hw):
 
 @pytest.mark.parametrize("hw", SIZES)
 @pytest.mark.parametrize("blur", [False, True])
-@pytest.mark.parametrize("scheme, value", [(scheme, value) for scheme in POOL_SCHEMES for value in POOL_PAD_VALUES
-                                           if (scheme, value) != ("ceil", "zero")])  # ceil clips: no pad value
+@pytest.mark.parametrize(
+    "scheme, value",
+    [(scheme, value) for scheme in POOL_SCHEMES for value in POOL_PAD_VALUES if (scheme, value) != ("ceil", "zero")],
+)  # ceil clips: no pad value
 def test_each_pool_scheme_applies_what_it_reports(scheme, value, blur, hw):
     pool = make_max_pool(scheme, value, blur=blur, channels=2).double()
     pad = layer_pad(pool, hw)
@@ -169,8 +171,9 @@ def _make_conv_with(scheme: str, layer: type[nn.Conv2d], **kwargs):
 
 
 def test_a_grid_conv_pads_with_its_schemes_mode_not_zeros(monkeypatch):
-    monkeypatch.setattr(resnet.grid, "make_conv", _make_conv_with("reflect", nn.Conv2d, padding=3,
-                                                                  padding_mode="reflect"))
+    monkeypatch.setattr(
+        resnet.grid, "make_conv", _make_conv_with("reflect", nn.Conv2d, padding=3, padding_mode="reflect")
+    )
     torch.manual_seed(0)
     stem = make_conv("symmetric", 3, 4, 7, 2)
     grid = GridConv2d.like(stem, ["symmetric", "reflect"])
@@ -214,8 +217,15 @@ def test_the_pad_table_tells_a_reflected_stem_from_a_zero_padded_one():
     plain = resnet.build_model("resnet_tiny", padding="symmetric").eval()
     reflected = resnet.build_model("resnet_tiny", padding="symmetric").eval()
     conv = plain.conv1
-    reflected.conv1 = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride,
-                                padding=conv.padding, bias=False, padding_mode="reflect")
+    reflected.conv1 = nn.Conv2d(
+        conv.in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        conv.stride,
+        padding=conv.padding,
+        bias=False,
+        padding_mode="reflect",
+    )
     ours, theirs = pad_table(plain, 32), pad_table(reflected, 32)
     assert [r.value for r in theirs] == ["reflect"] + [r.value for r in ours[1:]]
     assert ours[0].pad_h == theirs[0].pad_h and ours != theirs

@@ -56,8 +56,13 @@ def grid_model(presets: list[str]) -> nn.Module:
 
 def batches(sizes: list[int], image_size: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(seed)
-    return [(torch.randint(0, 256, (n, 3, image_size, image_size), dtype=torch.uint8, generator=generator),
-             torch.randint(0, 3, (n,), generator=generator)) for n in sizes]
+    return [
+        (
+            torch.randint(0, 256, (n, 3, image_size, image_size), dtype=torch.uint8, generator=generator),
+            torch.randint(0, 3, (n,), generator=generator),
+        )
+        for n in sizes
+    ]
 
 
 def train_compiled(model: nn.Module, epochs: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> list[int]:
@@ -68,9 +73,14 @@ def train_compiled(model: nn.Module, epochs: list[list[tuple[torch.Tensor, torch
     compiled = torch.compile(model, backend=backend)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    ctx = StepContext(runtime=Runtime.local(), normalize=Normalize("torch"), loss_fn=nn.CrossEntropyLoss(),
-                      log_every=50, progress=False,
-                      before_step=lambda step: set_grid(model, draw(0, step, len(model.grid))))
+    ctx = StepContext(
+        runtime=Runtime.local(),
+        normalize=Normalize("torch"),
+        loss_fn=nn.CrossEntropyLoss(),
+        log_every=50,
+        progress=False,
+        before_step=lambda step: set_grid(model, draw(0, step, len(model.grid))),
+    )
     step, graphs = 0, []
     for epoch, loader in enumerate(epochs):
         step += train_one_epoch(compiled, loader, optimizer, scheduler, ctx, epoch=epoch, global_step=step).steps
@@ -109,4 +119,3 @@ def test_progressive_sizes_add_one_graph_per_preset_and_later_epochs_none(fresh_
         allow_recompiles(compiled_graphs(PRESETS))
         graphs = train_compiled(grid_model(PRESETS), epochs)
     assert graphs == [len(PRESETS), *[2 * len(PRESETS)] * 3]
-

@@ -141,6 +141,7 @@ def test_fbtorch_refuses_what_it_cannot_read(tmp_path, resnet200) -> None:
 
 # --- TensorNets: resnets.py's TF variables, by name --------------------------------------------
 
+
 def tf_forward_resnext(v: dict[str, np.ndarray], x: torch.Tensor, model: str) -> torch.Tensor:
     """TensorNets' resnext forward (``_block3``, ``gconvbn``) under symmetric pads, from its arrays."""
     _, filters, depths, groups = TENSORNETS[model]

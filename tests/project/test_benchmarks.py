@@ -33,8 +33,10 @@ def test_every_benchmark_writes_its_json(tmp_path, monkeypatch):
             assert all(rate > 0 for rate in pipeline["images_per_s"][clock].values())
         assert "whole transform us" in pipeline["breakdown"]
         assert "decode (the crop's window only) us" in pipeline["breakdown"]
-    assert pipeline["config"]["photos"] and not json.loads((tmp_path / "bench_input_pipeline.json").read_text())[
-        "config"]["photos"]
+    assert (
+        pipeline["config"]["photos"]
+        and not json.loads((tmp_path / "bench_input_pipeline.json").read_text())["config"]["photos"]
+    )
 
     e2e = json.loads((tmp_path / "bench_end_to_end.json").read_text())
     assert {"config", "env", "commands", "images_per_s", "runs", "ratios", "goals", "ddp_overhead"} <= set(e2e)
@@ -49,8 +51,11 @@ def test_every_benchmark_writes_its_json(tmp_path, monkeypatch):
     assert set(step["modes"]) == {f"{mode} {clock}" for mode in ("train", "infer") for clock in model_step.CLOCKS}
 
     shards = json.loads((tmp_path / "bench_shards.json").read_text())
-    assert set(shards["ratios"]) == {"shards / folders train", "shards / folders read only",
-                                     "shards verified / unverified train"}
+    assert set(shards["ratios"]) == {
+        "shards / folders train",
+        "shards / folders read only",
+        "shards verified / unverified train",
+    }
     assert all(rate > 0 for rate in shards["images_per_s_per_worker"].values())
 
     alternatives = json.loads((tmp_path / "bench_decode_alternatives.json").read_text())

@@ -101,8 +101,9 @@ def test_every_path_the_code_map_and_its_recipes_name_exists():
 
 
 def test_the_code_map_check_catches_a_path_that_moved():
-    stale = ("| engine | `resnet/engine/`: `run.py`, `gone.py` |\n\n"
-             "`resnet/nowhere.py`, `configs/none/<name>.yaml`, `x.py`")
+    stale = (
+        "| engine | `resnet/engine/`: `run.py`, `gone.py` |\n\n`resnet/nowhere.py`, `configs/none/<name>.yaml`, `x.py`"
+    )
     missing = sorted(token for token, path in code_map_paths(stale) if not path.exists())
     assert missing == ["configs/none/<name>.yaml", "gone.py", "resnet/nowhere.py", "x.py"]
 

@@ -110,7 +110,7 @@ def test_lint_does_not_depend_on_the_folders_of_the_working_tree(tmp_path):
     (tmp_path / "wandb").mkdir()
     (tmp_path / "check.py").write_text(  # sorted as in this repo, where resnet/ and data/ sit beside it
         '"""Imports."""\n\nimport onnx\nimport torch\nimport wandb\n\nfrom data import Normalize\n'
-        "from resnet.padding import freeze_padding\n\n__all__ = [\"Normalize\", \"freeze_padding\", \"onnx\", "
+        'from resnet.padding import freeze_padding\n\n__all__ = ["Normalize", "freeze_padding", "onnx", '
         '"torch", "wandb"]\n'
     )
     proc = subprocess.run([ruff, "check", "--no-cache", "check.py"], cwd=tmp_path, capture_output=True, text=True)
@@ -154,7 +154,12 @@ def test_the_last_line_is_the_eval_command_of_the_runs_last_pt(tiny_folder, tmp_
     *_, named, last = capsys.readouterr().out.splitlines()
     assert named == f"results: {tmp_path / 'run' / 'results.json'}; weights: {tmp_path / 'run' / 'last.pt'}"
     command = shlex.split(last.removeprefix("evaluate them: "))
-    assert command == ["python", "eval.py", f"weights={tmp_path / 'run' / 'last.pt'}", "data=imagefolder",
-                       f"data.root={tiny_folder}"]
+    assert command == [
+        "python",
+        "eval.py",
+        f"weights={tmp_path / 'run' / 'last.pt'}",
+        "data=imagefolder",
+        f"data.root={tiny_folder}",
+    ]
     row = evaluate_weights(compose_config("eval", *command[2:], f"results_file={tmp_path / 'eval.jsonl'}"))
     assert (row["top1_err"], row["n_images"]) == (trained["top1_err"], trained["n_val_images"])  # the same val set

@@ -95,9 +95,12 @@ def test_parity_fails_on_our_code_or_a_wrong_decoder_not_on_nvjpegs_own_rounding
             "repeat_equal": True}  # fmt: skip
     assert parity_problems("bilinear", h100) == []
     assert parity_problems("bilinear", h100 | {"code_part_max_abs_diff": 2}) == [
-        "bilinear: crop_resize_flip on the device differs from the same code on the CPU by 2 levels (limit 1)"]
+        "bilinear: crop_resize_flip on the device differs from the same code on the CPU by 2 levels (limit 1)"
+    ]
     swapped = h100 | {"decoder_mean_abs_diff": 41.0}  # e.g. BGR for RGB, or a plane shifted
     assert parity_problems("bicubic", swapped) == [
-        "bicubic: nvJPEG's images differ from libjpeg-turbo's by 41.00 levels on average (limit 4)"]
+        "bicubic: nvJPEG's images differ from libjpeg-turbo's by 41.00 levels on average (limit 4)"
+    ]
     assert parity_problems("bicubic", h100 | {"repeat_equal": False}) == [
-        "bicubic: two decodes of the same batch differ"]
+        "bicubic: two decodes of the same batch differ"
+    ]

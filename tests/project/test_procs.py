@@ -150,7 +150,6 @@ def test_a_shared_server_that_died_before_it_was_ready_is_not_waited_for(tmp_pat
     assert time.monotonic() - start < 5 and zygote_client._server["off"].startswith("the server did not start")
 
 
-
 WORKER = """
 import json, os, sys, time
 # one write, the newline included: print() makes two, and the other rank's line may come between

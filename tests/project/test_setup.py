@@ -16,9 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 def venv(tmp_path: Path) -> Path:
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n'  # and pip's lines, some of them progress
-                      'case "$*" in *"--progress-bar"*) printf "Collecting torch\\n  Downloading torch.whl (797 MB)\\n'
-                      'Requirement already satisfied: six\\n";; esac\n')
+    python.write_text(
+        f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n'  # and pip's lines, some of them progress
+        'case "$*" in *"--progress-bar"*) printf "Collecting torch\\n  Downloading torch.whl (797 MB)\\n'
+        'Requirement already satisfied: six\\n";; esac\n'
+    )
     python.chmod(0o755)
     return python.parents[1]
 

@@ -91,11 +91,14 @@ def test_the_wheel_carries_the_configs_and_every_command_runs_from_an_empty_fold
         helps = dict(zip(SCRIPTS, pool.map(lambda script: run(script, "--help"), SCRIPTS)))
     for script, proc in helps.items():
         assert proc.returncode == 0 and ("usage:" in proc.stdout or "Override anything" in proc.stdout), (
-            f"{script} --help from an empty folder: rc {proc.returncode}\n{proc.stderr[-2000:]}")
+            f"{script} --help from an empty folder: rc {proc.returncode}\n{proc.stderr[-2000:]}"
+        )
 
     where = run("python", "-c", "import resnet, resnet.config as c; print(resnet.__file__); print(c.config_dir())")
-    assert where.stdout.split() == [str(next((venv / "lib").glob("python3*/site-packages")) / "resnet" / "__init__.py"),
-                                    str(next((venv / "lib").glob("python3*/site-packages")) / "resnet" / "configs")]
+    assert where.stdout.split() == [
+        str(next((venv / "lib").glob("python3*/site-packages")) / "resnet" / "__init__.py"),
+        str(next((venv / "lib").glob("python3*/site-packages")) / "resnet" / "configs"),
+    ]
 
     trained = run("resnet-train", *QUICK, "hydra.run.dir=run")
     assert trained.returncode == 0, trained.stderr[-3000:]

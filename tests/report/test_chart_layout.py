@@ -94,19 +94,31 @@ REGRID_TABLE = [  # the demo's regrid table (README), and a method that beats th
 FAILED_REGRID = [*REGRID_TABLE[:3], {**REGRID_TABLE[3], "method": "distill, 1 pass", "top-1 err %": 17.9}]
 
 
-@pytest.mark.parametrize("chart", ["regrid", "regrid, distillation failing", "tensornets", "tensornets, two schemes",
-                                   "cross", "cross, two schemes"])
+@pytest.mark.parametrize(
+    "chart",
+    ["regrid", "regrid, distillation failing", "tensornets", "tensornets, two schemes", "cross", "cross, two schemes"],
+)
 def test_no_chart_draws_text_over_text_or_lines_or_its_legend_away_from_its_axes(chart, monkeypatch, tmp_path):
     rows = realistic_rows()
     plot = {
         "regrid": lambda: plot_regrid(REGRID_TABLE, tmp_path / "regrid.png"),
         "regrid, distillation failing": lambda: plot_regrid(FAILED_REGRID, tmp_path / "regrid.png"),
         "tensornets": lambda: plot_scheme_table(scheme_table(rows), tmp_path / "tensornets.png"),
-        "tensornets, two schemes": lambda: plot_scheme_table(scheme_table(rows, ["symmetric", "asymmetric"]),
-                                                             tmp_path / "tensornets.png"),
+        "tensornets, two schemes": lambda: plot_scheme_table(
+            scheme_table(rows, ["symmetric", "asymmetric"]), tmp_path / "tensornets.png"
+        ),
         "cross": lambda: plot_cross(cross_matrices(rows), tmp_path / "cross.png"),
-        "cross, two schemes": lambda: plot_cross(cross_matrices([r for r in rows if r["padding_name"] in (
-            "symmetric", "asymmetric") and r["trained_padding"] in ("symmetric", "asymmetric")]), tmp_path / "c.png"),
+        "cross, two schemes": lambda: plot_cross(
+            cross_matrices(
+                [
+                    r
+                    for r in rows
+                    if r["padding_name"] in ("symmetric", "asymmetric")
+                    and r["trained_padding"] in ("symmetric", "asymmetric")
+                ]
+            ),
+            tmp_path / "c.png",
+        ),
     }[chart]
     figures = drawn(monkeypatch, plot)
     try:

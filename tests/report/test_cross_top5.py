@@ -29,7 +29,7 @@ def test_cross_files_carry_top1_and_top5_and_a_missing_top5_reads_missing(tmp_pa
     assert top5 == pytest.approx(top1 / 9, abs=1e-3)
     assert matrix.cell("symmetric (12-18-10/1)", "tf_same", "top5_err") is None
     assert f"**{top1:.3f}**" in markdown and f"**{top5:.3f}**" in markdown  # the diagonal, bold in both
-    top5_part = markdown[markdown.index("Top-5 error (%)"):]
+    top5_part = markdown[markdown.index("Top-5 error (%)") :]
     assert "| symmetric (12-18-10/1) | – | – | – | – | – |" in top5_part
     with open(tmp_path / "out" / "cross.csv", newline="") as f:
         records = list(csv.DictReader(f))

@@ -53,12 +53,26 @@ def test_distillation_shows_its_progress(capsys, monkeypatch):
     assert all(line.startswith("distill: ") for line in lines) and len(lines) == 6  # a line a step: 6 < 20 steps
 
 
-def test_every_pass_of_resnet_regrid_says_where_it_is_in_one_line_each(tiny_folder, checkpoint, tmp_path, capsys,
-                                                                      monkeypatch):
+def test_every_pass_of_resnet_regrid_says_where_it_is_in_one_line_each(
+    tiny_folder, checkpoint, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("RESNET_PROGRESS", "lines")  # as in a log
-    run(compose_config("regrid", f"weights={checkpoint}", "+padding=asymmetric", "method=distill", "data=imagefolder",
-                       f"data.root={tiny_folder}", "data.workers=0", "images=24", "batch_size=8", "crop=32",
-                       "features=0", f"out={tmp_path / 'r.pt'}"))
+    run(
+        compose_config(
+            "regrid",
+            f"weights={checkpoint}",
+            "+padding=asymmetric",
+            "method=distill",
+            "data=imagefolder",
+            f"data.root={tiny_folder}",
+            "data.workers=0",
+            "images=24",
+            "batch_size=8",
+            "crop=32",
+            "features=0",
+            f"out={tmp_path / 'r.pt'}",
+        )
+    )
     passes = [line.split(":")[0] for line in capsys.readouterr().err.splitlines()]
     assert passes == ["read images", "BN statistics", "teacher outputs", "distill", "distill", "distill"]
 

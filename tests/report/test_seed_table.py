@@ -69,8 +69,9 @@ def table(tmp: Path) -> dict:
 
 
 def seed_config(tmp: Path, *overrides: str, models: dict | None = None, out: str = "out"):
-    cfg = compose_config("seed_table", f"data.root={tmp / 'imagenet'}", "data.workers=0", "device=cpu",
-                         f"out={tmp / out}", *overrides)
+    cfg = compose_config(
+        "seed_table", f"data.root={tmp / 'imagenet'}", "data.workers=0", "device=cpu", f"out={tmp / out}", *overrides
+    )
     with open_dict(cfg):
         cfg.table = models or table(tmp)
     return cfg
@@ -91,7 +92,9 @@ def test_the_command_evaluates_every_model_and_shows_each_missing_one(standins, 
     rows = [json.loads(line) for line in (standins / "out" / "eval.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and all(r["n_images"] == 4 and r["dataset"] == "imagenet" for r in rows)
     assert {(r["weights_source"], r["padding_name"], r["crops"]) for r in rows} == {
-        (s, p, c) for s in ("keras", "torchvision", "timm", "checkpoint") for p in ("symmetric", "asymmetric")
+        (s, p, c)
+        for s in ("keras", "torchvision", "timm", "checkpoint")
+        for p in ("symmetric", "asymmetric")
         for c in (1, 10)
     }
     assert {r["trained_padding"] for r in rows if r["weights_source"] == "keras"} == {"keras"}
@@ -101,15 +104,18 @@ def test_the_command_evaluates_every_model_and_shows_each_missing_one(standins, 
     assert missing["resnet200_v2"].startswith("table.files.resnet200_v2=/path/to/its/file")
 
     out = standins / "out"
-    assert all((out / name).stat().st_size > 0 for name in
-               ("tensornets.md", "tensornets.csv", "tensornets.png", "cross.md", "cross.csv", "cross.png"))
+    assert all(
+        (out / name).stat().st_size > 0
+        for name in ("tensornets.md", "tensornets.csv", "tensornets.png", "cross.md", "cross.csv", "cross.png")
+    )
     with open(out / "tensornets.csv", newline="") as f:
         records = list(csv.DictReader(f))
     by_model = {(r["model"], r["weights"].split(":")[0]): r for r in records}
     assert len(records) == 6  # 4 evaluated + 2 missing: none dropped
     keras50 = by_model[("resnet50_v1", "keras")]
-    cell = next(r for r in rows if r["weights"] == "keras:ResNet50" and r["padding_name"] == "asymmetric"
-                and r["crops"] == 10)
+    cell = next(
+        r for r in rows if r["weights"] == "keras:ResNet50" and r["padding_name"] == "asymmetric" and r["crops"] == 10
+    )
     assert float(keras50["asymmetric 10-crop Top-5"]) == pytest.approx(cell["top5_err"])
     assert float(keras50["TensorNets Top-1"]) == pytest.approx(25.126)  # published beside
     assert by_model[("resnet200_v2", "fbtorch")]["weights"] == "fbtorch:<table.files.resnet200_v2>"
@@ -137,11 +143,15 @@ def test_the_files_no_hub_serves_go_through_the_command(standins, capsys):
                    {**row, "arch": "resnext50_32x4d", "weights": "tensornets:{file}"}],
     }  # fmt: skip
     result = run(seed_config(standins, "schemes=[asymmetric]", "crops=[1]", models=files, out="out_files"))
-    assert result["missing"] == [] and "note:" not in capsys.readouterr().out.replace("note: " + str(
-        standins / "imagenet" / "val") + " holds", "")
-    assert {(r["arch"], r["weights_source"], r["trained_padding"], r["padding_name"], r["n_images"])
-            for r in result["rows"]} == {("resnet200_v2", "fbtorch", "symmetric", "asymmetric", 4),
-                                         ("resnext50_32x4d", "tensornets", "symmetric", "asymmetric", 4)}
+    assert result["missing"] == [] and "note:" not in capsys.readouterr().out.replace(
+        "note: " + str(standins / "imagenet" / "val") + " holds", ""
+    )
+    assert {
+        (r["arch"], r["weights_source"], r["trained_padding"], r["padding_name"], r["n_images"]) for r in result["rows"]
+    } == {
+        ("resnet200_v2", "fbtorch", "symmetric", "asymmetric", 4),
+        ("resnext50_32x4d", "tensornets", "symmetric", "asymmetric", 4),
+    }
     assert "resnet200_v2" in (standins / "out_files" / "tensornets.md").read_text()
 
 
@@ -213,5 +223,8 @@ def test_an_unknown_wandb_mode_is_refused_before_any_work(standins, tmp_path, mo
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     with pytest.raises(ConfigError, match="unknown W&B mode 'sideways'; choose one of online, offline, disabled"):
-        evaluate_weights(compose_config("eval", f"weights={standins / 'tiny.pt'}", "logger=wandb",
-                                        "logger.mode=sideways", "data=fashion_mnist"))
+        evaluate_weights(
+            compose_config(
+                "eval", f"weights={standins / 'tiny.pt'}", "logger=wandb", "logger.mode=sideways", "data=fashion_mnist"
+            )
+        )

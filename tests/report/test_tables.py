@@ -37,11 +37,18 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def find(records: list[dict], model: str, protocol: str, weights: str | None = None,
-         dataset: str | None = None) -> dict:
+def find(
+    records: list[dict], model: str, protocol: str, weights: str | None = None, dataset: str | None = None
+) -> dict:
     dataset = dataset or ("fashion_mnist" if protocol == TINY else "imagenet")
-    hits = [r for r in records if r["model"] == model and r["protocol"] == protocol and r["dataset"] == dataset
-            and (weights is None or r["weights"] == weights)]
+    hits = [
+        r
+        for r in records
+        if r["model"] == model
+        and r["protocol"] == protocol
+        and r["dataset"] == dataset
+        and (weights is None or r["weights"] == weights)
+    ]
     assert len(hits) == 1, hits
     return hits[0]
 
@@ -241,11 +248,14 @@ def self_labelled(model: nn.Module, normalize: nn.Module, size: int, batches: in
     return out
 
 
-@pytest.mark.parametrize("preset, group", [
-    ("tf_same", ("tf_same",)),
-    ("asymmetric", ("asymmetric",)),
-    ("symmetric", ("symmetric", "tf_slim", "caffe", "keras")),  # no stem pool, (1, 1) everywhere
-])
+@pytest.mark.parametrize(
+    "preset, group",
+    [
+        ("tf_same", ("tf_same",)),
+        ("asymmetric", ("asymmetric",)),
+        ("symmetric", ("symmetric", "tf_slim", "caffe", "keras")),  # no stem pool, (1, 1) everywhere
+    ],
+)
 def test_detection_finds_the_training_preset(preset, group):
     normalize = Normalize("torch")
     model = random_model(preset)

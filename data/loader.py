@@ -295,7 +295,12 @@ def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, re
     if repeated_aug > 1:
         from timm.data.distributed_sampler import RepeatAugSampler
 
-        shares = RepeatAugSampler(train_set, num_replicas=world_size, rank=rank, num_repeats=repeated_aug)
+        # selected_round=256 rounds an epoch down to a multiple of 256 images; a smaller set is not
+        # rounded (timm >= 1.0.31 does the same; older timm rounded it down to an epoch of none)
+        rounding = 256 if len(train_set) >= 256 else 0
+        shares = RepeatAugSampler(
+            train_set, num_replicas=world_size, rank=rank, num_repeats=repeated_aug, selected_round=rounding
+        )
         return EpochSampler(shares, seed, seeded=isinstance(train_set, ImageFolder), rank=rank)
     shares = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return EpochSampler(shares, seed, seeded=isinstance(train_set, ImageFolder))

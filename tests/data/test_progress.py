@@ -18,7 +18,6 @@ from data.shards.write import Sample
 from resnet.checkpoint import save_checkpoint
 from resnet.config import ConfigError
 from resnet.engine.loop import NonFiniteLoss, StepContext, train_one_epoch
-from resnet.engine.run import train
 from resnet.evaluation.loop import evaluate
 from resnet.evaluation.run import evaluate_weights
 from resnet.runtime import Runtime
@@ -206,22 +205,7 @@ def test_train_py_prints_three_lines_an_epoch_to_a_pipe(tiny_folder, tmp_path, c
     """train.py's run with log_every=2 on 6 batches an epoch: a line at steps 2, 4 and 6 of
     each epoch and one per validation (2 batches < 50); stdout keeps only the epoch rows. The bar,
     the epoch line, steps.csv and metrics.csv count epochs from 1."""
-    train(
-        compose_config(
-            "train",
-            "model=resnet_tiny",
-            "data=imagefolder",
-            f"data.root={tiny_folder}",
-            "data.num_classes=3",
-            "data.image_size=32",
-            "data.workers=0",
-            "batch_size=4",
-            "epochs=2",
-            "log_every=2",
-            "device=cpu",
-            f"run_dir={tmp_path}",
-        )
-    )
+    run_in_process(tiny_folder, tmp_path, "device=cpu")
     captured = capsys.readouterr()
     for epoch in (1, 2):
         lines = progress_lines(captured.err, f"train {epoch}")

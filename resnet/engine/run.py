@@ -129,8 +129,8 @@ def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
               f"the grid {','.join(cfg.grid)}" if cfg.get("grid") else "its native padding")  # fmt: skip
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""
     line = (
-        f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} epochs "
-        f"({env.device}{processes}); run folder {run_dir}"
+        f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} "
+        f"epoch{'s' if cfg.epochs != 1 else ''} ({env.device}{processes}); run folder {run_dir}"
     )
     advice = volume_advice(run_dir)
     return line if advice is None else f"{line}\nnote: {advice}"

@@ -52,11 +52,11 @@ if [ ! -f "$stamp-test" ] && { [ -n "$EXTRAS" ] || [ ! -f "$stamp" ]; }; then
         PIP_CONSTRAINT="$VENV/constraints.txt" pip_install -e ".[test]" "setuptools>=77"
         rm -f "$VENV"/.installed-* && touch "$stamp-test"
     elif [ -n "$EXTRAS" ]; then
-        echo "[setup] installing the project and its test extras into $VENV (first time: 3-5 minutes, most of it torch)"
+        echo "[setup] installing the project and its test extras into $VENV (first time: 1.5-4 min, most of it fetching torch)"
         pip_install -e ".[test,dashboard]"
         rm -f "$VENV"/.installed-* && touch "$stamp-test"
     else
-        echo "[setup] installing the project into $VENV (first time: 2-4 minutes, most of it torch)"
+        echo "[setup] installing the project into $VENV (first time: 1-4 min, most of it fetching torch)"
         pip_install -e .
         rm -f "$VENV"/.installed-* && touch "$stamp"
     fi

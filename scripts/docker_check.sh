@@ -295,7 +295,7 @@ in_image --read-only --tmpfs /tmp -v "$VOLUME:$W/outputs" "$IMAGE" python train.
     || { tail -20 "$DIR/read-only.log" >&2; die "train.py under --read-only --tmpfs /tmp failed ($DIR/read-only.log)"; }
 in_image "$IMAGE" python train.py "${TINY[@]}" > "$DIR/no-volume.log" 2>&1 \
     || { tail -20 "$DIR/no-volume.log" >&2; die "train.py without a volume failed ($DIR/no-volume.log)"; }
-grep -q "^training .* run folder outputs/" "$DIR/no-volume.log" || die "train.py printed no start line ($DIR/no-volume.log)"
+grep -q "^training .* run folder $W/outputs/" "$DIR/no-volume.log" || die "train.py printed no start line ($DIR/no-volume.log)"
 grep -q "^note: .* not on a volume.* -v resnet-outputs:$W/outputs " "$DIR/no-volume.log" \
     || die "train.py without a volume did not name the -v that keeps its run ($DIR/no-volume.log)"
 

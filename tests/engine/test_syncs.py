@@ -270,9 +270,12 @@ def two_processes(tmp_path: Path, nan_step: int | None, on_nonfinite: str = "sto
         proc.start()
     for proc in procs:
         proc.join(timeout=120)
-    hung = [proc for proc in procs if proc.is_alive()]
-    for proc in hung:
+    alive = [(rank, proc) for rank, proc in enumerate(procs) if proc.is_alive()]
+    for _, proc in alive:
         os.kill(proc.pid, 9)
+    # a process that wrote its result finished its epoch and hung, if at all, tearing gloo down
+    # afterwards (seen once under load): only one that never wrote took another branch
+    hung = [proc for rank, proc in alive if not (out / f"{rank}.json").exists()]
     assert not hung, "a process hung: the two took different branches"
     results = [json.loads((out / f"{rank}.json").read_text()) for rank in range(2)]
     assert not any("crashed" in r for r in results), [r.get("crashed") for r in results]

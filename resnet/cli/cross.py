@@ -22,7 +22,7 @@ from pathlib import Path
 from ..config import ConfigError, compose, padding_overrides
 from ..padding import PRESETS
 from ..quoting import override
-from .demo import _scheme_name
+from .arguments import scheme_name
 from .errors import one_line_errors
 from .tables import written_files
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("models", nargs="+", metavar="MODEL",
                         help="run folders (every last.pt below), checkpoint files, hub weights; KEY=VALUE: eval.py "
                              "overrides")  # fmt: skip
-    parser.add_argument("--schemes", nargs="+", type=_scheme_name,
+    parser.add_argument("--schemes", nargs="+", type=scheme_name,
                         help="the evaluation schemes (default: those the models were trained with, symmetric, "
                              "asymmetric)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("results/cross"), help="where the tables go")

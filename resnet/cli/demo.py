@@ -28,13 +28,13 @@ from pathlib import Path
 from ..config import compose, padding_overrides
 from ..engine.preempt import Stopped
 from ..grid import grid_name, grid_paddings
-from ..padding import resolve_padding
 from ..quoting import override
 from ..report.charts import plot_regrid
 from ..report.console import format_table
 from ..report.rows import read_rows
 from ..report.table_files import write_tables
 from ..report.tables import to_markdown, write_csv
+from .arguments import scheme_name
 from .errors import leave, one_line_errors
 
 # Each re-gridding method the demo runs, as resnet-regrid overrides. bn: the BatchNorm
@@ -123,14 +123,6 @@ def merged(overrides: tuple[str, ...], extra: list[str]) -> list[str]:
     return [o for o in overrides if o.partition("=")[0] not in keys] + extra
 
 
-def _scheme_name(name: str) -> str:
-    """An argparse type: a scheme's name as result rows spell it (``resnet.padding.Padding.name``)."""
-    try:
-        return resolve_padding(name).name
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def _dir_name(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")  # no ( ) [ ] in a path
 
@@ -196,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         "--schemes",
         nargs="+",
         default=["symmetric", "asymmetric"],
-        type=_scheme_name,
+        type=scheme_name,
         help="presets, or blurred ones such as 'symmetric+blur(block_conv)'",
     )
     parser.add_argument(

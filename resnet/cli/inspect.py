@@ -13,21 +13,11 @@ import difflib
 
 from ..archs import ARCHS, canonical_name
 from ..inspect import format_pad_tables
-from ..padding import PRESETS, resolve_padding
+from ..padding import PRESETS
+from .arguments import scheme_name
 from .config_exit import exit_config_error
 
 DESCRIPTION = "Which pad every strided layer of a model applies at a given input size."  # --help's first line
-
-
-def _scheme_name(name: str) -> str:
-    """An argparse type: a preset, or a blurred one (``symmetric+blur(block_conv)``)."""
-    try:
-        resolve_padding(name)
-    except ValueError as err:  # its "(e.g. +padding=...)" is a config override's hint, not this command's
-        near = difflib.get_close_matches(name, list(PRESETS), n=1)
-        hint = f"; did you mean {near[0]}?" if near else ""
-        raise argparse.ArgumentTypeError(str(err).split(" (e.g.")[0] + hint) from None
-    return name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
         "--presets",
         nargs="+",
         default=list(PRESETS),
-        type=_scheme_name,
+        type=scheme_name,
         help="columns: presets, or blurred ones such as 'symmetric+blur(block_conv)'",
     )
     args = parser.parse_args(argv)

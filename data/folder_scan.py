@@ -132,23 +132,26 @@ class FolderScan:
 
 
 def special_line(root: Path, special: list[str]) -> str | None:
-    if not special:
-        return None
-    more = f" and {len(special) - 3} more" if len(special) > 3 else ""
-    return (
-        f"{root}: skipped {len(special)} image-named entries that are not regular files: {', '.join(special[:3])}{more}"
-    )
+    """One line counting and naming the image-named entries under ``root`` that are not regular files."""
+    return _skipped_line(root, special, "image-named entries that are not regular files")
 
 
 def links_line(root: Path, links: list[str]) -> str | None:
     """One line naming the directory ``links`` skipped under ``root``; None when there were none."""
-    if not links:
-        return None
-    more = f" and {len(links) - 3} more" if len(links) > 3 else ""
-    return (
-        f"{root}: skipped {len(links)} directory link(s) that lead to folders already listed "
-        f"(a loop, or a second path to the same images; no image is listed twice): {', '.join(links[:3])}{more}"
+    return _skipped_line(
+        root,
+        links,
+        "directory link(s) that lead to folders already listed "
+        "(a loop, or a second path to the same images; no image is listed twice)",
     )
+
+
+def _skipped_line(root: Path, names: list[str], what: str) -> str | None:
+    """``<root>: skipped N <what>: a, b, c and M more``; None for no ``names``."""
+    if not names:
+        return None
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"{root}: skipped {len(names)} {what}: {', '.join(names[:3])}{more}"
 
 
 def walk_images(folder: Path) -> tuple[list[str], list[str]]:

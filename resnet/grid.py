@@ -34,6 +34,7 @@ from .padding import (
     layer_pad,
     make_conv,
     make_max_pool,
+    pad_at_any_size,
     pad_mode,
     resolve_padding,
 )
@@ -44,8 +45,9 @@ class GridConv2d(nn.Conv2d):
     """A strided conv whose pads follow ``schemes[active]`` (conv schemes of :mod:`resnet.padding`).
 
     Each scheme's conv is built once by :func:`resnet.padding.make_conv`, on the meta device, and
-    asked for its pad (amounts and mode) at each input (:func:`resnet.padding.layer_pad`): those
-    layers are never run and hold no state (not submodules: no state-dict key). A scheme whose
+    asked for its pad (amounts and mode): once, here, where it is fixed (:func:`resnet.padding.pad_at_any_size`),
+    else at each input (:func:`resnet.padding.layer_pad`, SAME). Those layers are never run and hold
+    no state (not submodules: no state-dict key). A scheme whose
     layer pads with a mode a conv cannot run on (not one of
     :data:`resnet.padding.CONV_PAD_MODES`) is refused here."""
 
@@ -59,6 +61,7 @@ class GridConv2d(nn.Conv2d):
         with torch.device("meta"):
             self.layers = tuple(make_conv(scheme, self.in_channels, self.out_channels, k, s, self.groups,
                                           dilation=d) for scheme in self.schemes)  # fmt: skip
+        self.fixed = tuple(map(pad_at_any_size, self.layers))  # None: the pad follows the input's size
         for scheme, mode in zip(self.schemes, map(pad_mode, self.layers)):
             if mode not in CONV_PAD_MODES:
                 raise ValueError(
@@ -85,7 +88,8 @@ class GridConv2d(nn.Conv2d):
 
     def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
         """The active preset's pad for an ``input_hw`` input: what its own layer applies."""
-        return layer_pad(self.layers[self.active], input_hw)
+        fixed = self.fixed[self.active]
+        return fixed if fixed is not None else layer_pad(self.layers[self.active], input_hw)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return conv_with_pads(self, x, self.applied_pad(x.shape[-2:]))

@@ -333,6 +333,14 @@ def layer_pad(module: nn.Module, input_hw: tuple[int, int]) -> AppliedPad:
     )
 
 
+def pad_at_any_size(module: nn.Module) -> AppliedPad | None:
+    """``module``'s pad where it is the same at every input size (fixed when the layer was built);
+    None where it follows the size (SAME, a ceil-mode pool): ask :func:`layer_pad` per input then."""
+    if getattr(module, "pads_by_size", False) or (isinstance(module, nn.MaxPool2d) and module.ceil_mode):
+        return None
+    return layer_pad(module, (1, 1))
+
+
 def pad_mode(module: nn.Module) -> str:
     """What ``module``'s padded cells hold. The mode never depends on the input size, so any size tells it."""
     return layer_pad(module, (1, 1)).mode
@@ -344,9 +352,7 @@ def _two(value: int | tuple[int, int]) -> tuple[int, int]:
 
 def _ceil_mode_after(n: int, k: int, s: int, p: int) -> int:
     """Cells a ceil-mode pool reads past the image (clipped windows), as an after-pad."""
-    out = math.ceil((n + 2 * p - k) / s) + 1
-    if (out - 1) * s >= n + p:
-        out -= 1
+    out = _torch_pool_len(n, k, s, p, ceil_mode=True)
     return max((out - 1) * s + k - n - p, p)
 
 
@@ -396,6 +402,8 @@ class SameConv2d(nn.Conv2d):
     Where SAME happens to be symmetric (odd n for odd k) the conv pads itself, so
     no copy of the input is made.
     """
+
+    pads_by_size = True  # pad_at_any_size: SAME's pad follows each input's size
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, padding=0, **kwargs)
@@ -468,6 +476,8 @@ def _ceil_mode_args(
 
 class SameMaxPool2d(nn.MaxPool2d):
     """TF 'SAME' max pool; the pad value is -inf (TF ignores padded cells) or 0 (Keras)."""
+
+    pads_by_size = True  # pad_at_any_size: SAME's pad follows each input's size
 
     def __init__(self, kernel_size: int, stride: int, value: float = -math.inf) -> None:
         super().__init__(kernel_size, stride, padding=0)

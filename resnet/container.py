@@ -39,7 +39,8 @@ def volume_advice(run_dir: Path) -> str | None:
     if not in_our_image() or mount_point(run_dir) != Path("/"):
         return None
     absolute = run_dir.resolve()
-    top = Path.cwd() / absolute.relative_to(Path.cwd()).parts[0] if absolute.is_relative_to(Path.cwd()) else absolute
+    inside = absolute.relative_to(Path.cwd()).parts if absolute.is_relative_to(Path.cwd()) else ()
+    top = Path.cwd() / inside[0] if inside else absolute  # outputs/ for outputs/<date>/<time>; the folder itself
     return (
         f"{absolute} is in this container's own layer, not on a volume: it goes with the container "
         f"(docker run --rm), and no resume can find it; keep runs with docker run -v resnet-outputs:{top} ..."

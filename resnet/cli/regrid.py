@@ -35,6 +35,7 @@ def target_padding(cfg, spec, loaded):
     already or hold its BatchNorm (a grid model: eval.py runs it as it is)."""
     from ..config import ConfigError, padding_from_config
     from ..padding import PRESETS, resolve_padding
+    from ..quoting import app_words, command, override
 
     source = loaded.model
     try:
@@ -47,9 +48,10 @@ def target_padding(cfg, spec, loaded):
             f"{spec.text} is already under {target.name}: pass the grid to move to, e.g. {' or '.join(others)}"
         )
     if target.name in loaded.preset_norms:  # a grid model holds this preset's own BatchNorm already
+        evaluate = command([*app_words("eval"), override("weights", spec.text), f"+padding={target.name}"])
         raise ConfigError(
-            f"{spec.text} was trained for {target.name} ({loaded.trained_for}): python eval.py "
-            f"weights={spec.text} +padding={target.name} runs it with its own BatchNorm, no re-gridding"
+            f"{spec.text} was trained for {target.name} ({loaded.trained_for}): {evaluate} runs it with its own "
+            "BatchNorm, no re-gridding"
         )
     return target
 

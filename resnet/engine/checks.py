@@ -10,6 +10,7 @@ from data.testsets import TEST_SETS
 
 from ..config import ConfigError, check_run_config
 from ..grid import GRID_BN, grid_paddings
+from ..quoting import app_words
 from ..schema import choices
 from .losses import LOSSES
 
@@ -26,7 +27,7 @@ def check_train_config(cfg: DictConfig) -> None:
     if cfg.data.name in TEST_SETS:
         raise ConfigError(
             f"data={cfg.data.name} is a test set, evaluation only: train with data=imagenet, then "
-            f"python eval.py weights=<run dir>/last.pt data={cfg.data.name} data.root=..."
+            f"{' '.join(app_words('eval'))} weights=<run dir>/last.pt data={cfg.data.name} data.root=..."
         )
     check_run_config(cfg)
     if cfg.epochs <= 0:

@@ -89,10 +89,6 @@ class EpochStats:
         """The epoch's mean training loss (0 before its end)."""
         return self.metrics.get("loss", 0.0)
 
-    @property
-    def images_per_s(self) -> float:
-        return self.images / self.seconds if self.seconds else 0.0
-
     _STATE = (
         "images",
         "steps",

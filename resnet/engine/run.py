@@ -18,8 +18,9 @@ from ..container import volume_advice
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
 from ..evaluation.tencrop import flip_pair
-from ..grid import draw, make_grid, set_grid
+from ..grid import draw, grid_name, make_grid, set_grid
 from ..model import ModelMeta
+from ..padding import resolve_padding
 from ..report.console import format_table
 from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
@@ -124,9 +125,9 @@ def train(cfg: DictConfig) -> dict:
 
 def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
     """What this run trains, where, and into which folder: the first line it prints."""
-    padding = cfg.get("padding") or {}
-    scheme = (f"padding {padding['preset']}" if padding.get("preset") else
-              f"the grid {','.join(cfg.grid)}" if cfg.get("grid") else "its native padding")  # fmt: skip
+    spec = padding_from_config(cfg)
+    scheme = (f"the grid {grid_name(cfg.grid)}" if cfg.get("grid") else
+              "its native padding" if spec is None else f"padding {resolve_padding(spec).name}")  # fmt: skip
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""
     line = (
         f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} "

@@ -41,6 +41,11 @@ def test_a_run_folder_in_the_containers_own_layer_gets_the_volume_to_mount(insid
     assert "not on a volume" in line
 
 
+def test_a_run_folder_that_is_the_working_directory_gets_the_same_advice(inside):
+    # hydra.run.dir=. in the image: the -v names the folder itself
+    assert f"docker run -v resnet-outputs:{inside} " in container.volume_advice(Path("."))
+
+
 def test_a_run_folder_on_a_volume_or_outside_a_container_needs_no_advice(inside, monkeypatch):
     assert container.volume_advice(inside / "volume" / "runs" / "a") is None  # under the mount point
     assert container.mount_point(inside / "volume" / "x") == inside / "volume"

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from ..config import ConfigError, compose, padding_overrides
-from ..padding import PRESETS
 from ..quoting import override
+from ..report.tables import scheme_order
 from .arguments import scheme_name
 from .errors import one_line_errors
 from .tables import written_files
@@ -83,10 +83,10 @@ def data_of(overrides: list[str], datas: list[dict]) -> list[str]:
     return [f"data={name}", *([override("data.root", root)] if root and not user_root else [])]
 
 
-def ordered(schemes: list[str]) -> list[str]:
-    """Each scheme once: the presets in PRESETS' order, then any other (blurred) scheme as given."""
-    unique = list(dict.fromkeys(schemes))
-    return [p for p in PRESETS if p in unique] + [s for s in unique if s not in PRESETS]
+def default_schemes(trained: list[str]) -> list[str]:
+    """The schemes to evaluate under where ``--schemes`` is not given: those the models were
+    trained with, and the two of the question, in the tables' order."""
+    return scheme_order([*trained, *DEFAULT_SCHEMES])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -116,7 +116,7 @@ def run(paths: list[str], overrides: list[str], schemes: list[str] | None, out: 
                           "multirun/2026-11-28/12-00-00")  # fmt: skip
     models = models_of(paths)
     trained, datas = trained_with(models)
-    schemes = ordered(schemes or [*trained, *DEFAULT_SCHEMES])
+    schemes = list(dict.fromkeys(schemes)) if schemes else default_schemes(trained)
     data = data_of(overrides, datas)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "eval.jsonl"

@@ -126,7 +126,7 @@ def train(cfg: DictConfig) -> dict:
 def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
     """What this run trains, where, and into which folder: the first line it prints."""
     spec = padding_from_config(cfg)
-    scheme = (f"the grid {grid_name(cfg.grid)}" if cfg.get("grid") else
+    scheme = (grid_name(cfg.grid) if cfg.get("grid") else
               "its native padding" if spec is None else f"padding {resolve_padding(spec).name}")  # fmt: skip
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""
     line = (

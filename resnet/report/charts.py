@@ -31,9 +31,9 @@ def chart_rows(table: SchemeTable) -> tuple[list[tuple[str, ModelRow]], str]:
     with a short label (``arch, trained <scheme>``, then the run where two rows would read the
     same: :func:`resnet.report.rows.run_labels`), and what every row shares (dataset, protocol),
     for the title."""
-    from .tables import _arch_order, _scheme_order
+    from .tables import _arch_order, scheme_order
 
-    schemes = {s: i for i, s in enumerate(_scheme_order(r.trained_padding for r in table.rows))}
+    schemes = {s: i for i, s in enumerate(scheme_order(r.trained_padding for r in table.rows))}
     shared = {(r.dataset, r.protocol) for r in table.rows}
     common = f"{table.rows[0].dataset}, {table.rows[0].protocol}" if len(shared) == 1 else ""
     keys = [f"{r.arch}, trained {r.trained_padding}" + ("" if common else f", {r.dataset}") for r in table.rows]

@@ -36,7 +36,7 @@ METRIC_TITLES = {"top1_err": "Top-1", "top5_err": "Top-5", "top5_err_10crop": "1
 MODEL_COLUMNS = ("model", "weights", "trained with", "dataset", "protocol")
 
 
-def _scheme_order(labels: Iterable[str]) -> list[str]:
+def scheme_order(labels: Iterable[str]) -> list[str]:
     """Presets in PRESETS order, each followed by its blurred forms; then the rest (custom) by name."""
     presets = list(PRESETS)
 
@@ -95,7 +95,7 @@ def scheme_table(
     ``delta``: (a, b) for ``a - b`` columns; default the second scheme minus the first.
     """
     rows = latest_rows(rows)
-    present = _scheme_order(scheme_label(r) for r in rows)
+    present = scheme_order(scheme_label(r) for r in rows)
     schemes = list(schemes) if schemes else present
     unknown = sorted(set(schemes) - set(present))
     if unknown:
@@ -277,9 +277,9 @@ def cross_matrices(
         labels = run_labels([r["trained_padding"] for r in group], [weights_label(r) for r in group])
         cells = {(label, scheme_label(r)): {m: _error(r, m) for m in metrics} for label, r in zip(labels, group)}
         trained_scheme = {label: r["trained_padding"] for label, r in zip(labels, group)}
-        order = {s: i for i, s in enumerate(_scheme_order(trained_scheme.values()))}
+        order = {s: i for i, s in enumerate(scheme_order(trained_scheme.values()))}
         trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], t))
-        evaluated = _scheme_order(e for _, e in cells)
+        evaluated = scheme_order(e for _, e in cells)
         matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme, tuple(metrics)))
     return matrices
 
@@ -288,7 +288,7 @@ def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict
     """All matrices as one wide table: arch, dataset, protocol, trained with, then a column per
     scheme and metric (``symmetric Top-1`` ..., then ``symmetric Top-5`` ...: tensornets.csv's names);
     a cell not evaluated, or a top-5 not recorded, is empty."""
-    schemes = _scheme_order(s for m in matrices for s in m.evaluated)
+    schemes = scheme_order(s for m in matrices for s in m.evaluated)
     metrics = [m for m in METRICS if any(m in matrix.metrics for matrix in matrices)] or list(CROSS_METRICS)
     columns = [
         "arch",

@@ -45,7 +45,13 @@ def test_a_sweep_folder_becomes_the_cross_matrix_of_its_runs(sweep, tiny_folder,
 
 
 def test_the_default_schemes_are_those_trained_with_and_the_two_of_the_question():
-    assert cross.ordered(["tf_same", *cross.DEFAULT_SCHEMES, "symmetric"]) == ["symmetric", "asymmetric", "tf_same"]
+    assert cross.default_schemes(["tf_same", "symmetric"]) == ["symmetric", "asymmetric", "tf_same"]
+    assert cross.default_schemes(["keras", "symmetric+blur(block_conv)"]) == [
+        "symmetric",
+        "symmetric+blur(block_conv)",
+        "asymmetric",
+        "keras",
+    ]
 
 
 @pytest.mark.parametrize("make, expected", [

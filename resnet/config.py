@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -49,12 +48,17 @@ def padding_from_config(cfg: DictConfig) -> dict | None:
 
 
 def padding_overrides(name: str) -> list[str]:
-    """Hydra overrides that select the scheme ``name`` names: ``["+padding=symmetric"]``, and for a
-    blurred one (``symmetric+blur(block_conv)``, :attr:`resnet.padding.Padding.name`) its blur
-    sites too: ``["+padding=symmetric", "+padding.block_conv_blur=true"]``."""
+    """Hydra overrides that select the scheme ``name`` names (:attr:`resnet.padding.Padding.name`):
+    its preset, each site where it departs from it, each blurred site. ``symmetric`` gives
+    ``["+padding=symmetric"]``; ``tf_same[stem_pool=symmetric]+blur(block_conv)`` gives
+    ``["+padding=tf_same", "+padding.stem_pool=symmetric", "+padding.block_conv_blur=true"]``."""
     padding = resolve_padding(name)  # an unknown name fails here, in one line
-    preset = next(p for p, scheme in PRESETS.items() if scheme == replace(padding, **dict.fromkeys(BLUR_SITES, False)))
-    return [f"+padding={preset}", *(f"+padding.{site}=true" for site in BLUR_SITES if getattr(padding, site))]
+    preset, changed = padding.departures()
+    return [
+        f"+padding={preset}",
+        *(f"+padding.{site}={scheme}" for site, scheme in changed.items()),
+        *(f"+padding.{site}=true" for site in BLUR_SITES if getattr(padding, site)),
+    ]
 
 
 def check_run_config(cfg: DictConfig) -> None:

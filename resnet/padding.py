@@ -117,14 +117,25 @@ class Padding:
 
     @property
     def name(self) -> str:
-        """The preset this equals; ``<preset>+blur(<sites>)`` where it equals a preset but for
-        blurred sites (e.g. ``symmetric+blur(block_conv)``); else ``custom``.
-        :func:`resolve_padding` reads every name but ``custom`` back."""
-        unblurred = replace(self, **dict.fromkeys(BLUR_SITES, False))
-        for preset_name, preset in PRESETS.items():
-            if preset == unblurred:
-                return f"{preset_name}+blur({','.join(self.blurred)})" if self.blurred else preset_name
-        return "custom"
+        """The canonical name, which says what each site got and which :func:`resolve_padding`
+        reads back: the nearest preset (fewest scheme sites apart; the first in :data:`PRESETS`
+        order on a tie), the sites where this one departs from it in brackets, the blurred
+        sites last: ``asymmetric``, ``tf_same[stem_pool=symmetric]``,
+        ``symmetric[block_conv=same]+blur(block_conv)``. Two different schemes never share one."""
+        preset, changed = self.departures()
+        sites = f"[{','.join(f'{site}={value}' for site, value in changed.items())}]" if changed else ""
+        blurred = f"+blur({','.join(self.blurred)})" if self.blurred else ""
+        return f"{preset}{sites}{blurred}"
+
+    def departures(self) -> tuple[str, dict[str, str]]:
+        """The nearest preset and the scheme sites (in site order) where this one differs from it:
+        ``("tf_same", {"stem_pool": "symmetric"})``. Blur sites are not among them (:attr:`blurred`)."""
+
+        def changed(preset: Padding) -> dict[str, str]:
+            return {site: getattr(self, site) for site in SCHEME_SITES if getattr(self, site) != getattr(preset, site)}
+
+        nearest = min(PRESETS, key=lambda preset: len(changed(PRESETS[preset])))  # min keeps the first of a tie
+        return nearest, changed(PRESETS[nearest])
 
 
 # docs/padding.md, "Presets". "asymmetric" is TensorNets' Case 1: only the
@@ -139,7 +150,9 @@ PRESETS: dict[str, Padding] = {
 }
 
 SITES = tuple(f.name for f in fields(Padding))
-_BLURRED_NAME = re.compile(r"(?P<preset>[^+]+)\+blur\((?P<sites>[^()]*)\)")
+SCHEME_SITES = tuple(site for site in SITES if site not in BLUR_SITES)  # the sites a name's brackets set
+# Padding.name: <preset>[<site>=<scheme>,...]+blur(<sites>), the brackets and the blur optional
+_NAME = re.compile(r"(?P<preset>[^\[\]+()]+)(\[(?P<sites>[^\]]*)\])?(\+blur\((?P<blurred>[^()]*)\))?")
 
 
 def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding = "symmetric") -> Padding:
@@ -156,20 +169,7 @@ def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding 
     if isinstance(spec, Padding):
         return spec
     if isinstance(spec, str):
-        blurred = _BLURRED_NAME.fullmatch(spec)
-        if blurred:
-            sites = [site.strip() for site in blurred["sites"].split(",")]
-            unknown = [repr(site) for site in sites if f"{site}_blur" not in BLUR_SITES]
-            if unknown:
-                choices = ", ".join(site.removesuffix("_blur") for site in BLUR_SITES)
-                raise ValueError(f"unknown blur site(s) {', '.join(unknown)} in {spec!r}; the sites are {choices}")
-            return replace(resolve_padding(blurred["preset"]), **{f"{site}_blur": True for site in sites})
-        if spec not in PRESETS:
-            raise ValueError(
-                f"unknown padding preset {spec!r}; choose one of {', '.join(PRESETS)} "
-                f"(e.g. +padding={next(iter(PRESETS))})"
-            )
-        return PRESETS[spec]
+        return _parse_name(spec)
     if isinstance(spec, Mapping):
         overrides = {k: v for k, v in spec.items() if v is not None}
         if isinstance(overrides.get("stem_pool_value"), float):  # a command line's -inf / 0 arrive as numbers
@@ -188,6 +188,39 @@ def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding 
             )
         return replace(base, **overrides)
     raise TypeError(f"padding must be a preset name, a mapping of sites or a Padding, not {type(spec)}")
+
+
+def _parse_name(name: str) -> Padding:
+    """A :attr:`Padding.name` (or one with its sites in another order, or from another base
+    preset) -> Padding."""
+    parsed = _NAME.fullmatch(name.strip())
+    if parsed is None or parsed["preset"] not in PRESETS:
+        if name == "custom":  # what rows named a per-site scheme before names said its sites
+            raise ValueError(
+                "'custom' names no one scheme; name its sites after a preset, e.g. symmetric[stem_pool=same] "
+                "(Padding.name), or pass the sites as +padding.<site>=<scheme>"
+            )
+        preset = parsed["preset"] if parsed else name
+        raise ValueError(
+            f"unknown padding preset {preset!r}; choose one of {', '.join(PRESETS)} "
+            f"(e.g. +padding={next(iter(PRESETS))})"
+        )
+    sites = {}
+    for item in filter(None, (part.strip() for part in (parsed["sites"] or "").split(","))):
+        site, equals, scheme = item.partition("=")
+        if site.strip() not in SCHEME_SITES or not equals:
+            raise ValueError(
+                f"{item!r} in {name!r} is not <site>=<scheme>; the sites are {', '.join(SCHEME_SITES)}, "
+                "e.g. symmetric[stem_pool=same]"
+            )
+        sites[site.strip()] = scheme.strip()
+    blurred = [site.strip() for site in (parsed["blurred"] or "").split(",")] if parsed["blurred"] is not None else []
+    unknown = [repr(site) for site in blurred if f"{site}_blur" not in BLUR_SITES]
+    if unknown:
+        choices = ", ".join(site.removesuffix("_blur") for site in BLUR_SITES)
+        raise ValueError(f"unknown blur site(s) {', '.join(unknown)} in {name!r}; the sites are {choices}")
+    changed = {**sites, **{f"{site}_blur": True for site in blurred}}
+    return replace(PRESETS[parsed["preset"]], **changed) if changed else PRESETS[parsed["preset"]]
 
 
 # --- formulas (docs/padding.md, "Convolution schemes") ---------------------------------

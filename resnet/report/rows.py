@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..padding import BLUR_SITES, PRESETS
+from ..padding import BLUR_SITES, resolve_padding
 
 # Every row has exactly these keys, in this order. Errors are in percent.
 ROW_KEYS = (
@@ -25,8 +25,8 @@ ROW_KEYS = (
     "weights",  # the weights= value as given: a path, torchvision:<Enum>.<TAG>, timm:<name>, keras:<file>
     "weights_source",  # checkpoint | torchvision | timm | keras | fbtorch | tensornets
     "ema",  # true: a checkpoint's EMA weights (eval.py ema=true), not the weights themselves
-    "trained_padding",  # preset the weights were trained with / natively use ("custom" if none; grid[a,b]: several)
-    "padding_name",  # preset evaluated under, "<preset>+blur(<sites>)" with blurred sites ("custom" for a per-site mix)
+    "trained_padding",  # the scheme the weights were trained with / natively use (its name; grid[a,b]: several)
+    "padding_name",  # the scheme evaluated under, its Padding.name: "asymmetric", "tf_same[stem_pool=symmetric]"
     "padding",  # {stem_conv, stem_pool, stem_pool_value, block_conv} evaluated under, and *_blur: true where on
     "input_size",  # side of the square the network sees (px); equals crop
     "resize",  # shorter side after resizing, before cropping (px)
@@ -119,13 +119,12 @@ PROTOCOL_FIELDS = ("dataset", "input_size", "resize", "crop", "interpolation", "
 
 
 def scheme_label(row: Mapping) -> str:
-    """The scheme's name (a preset, or ``symmetric+blur(block_conv)``), or ``custom(site=scheme, ...)``
-    for the sites that differ from symmetric (a blur site as ``block_conv_blur=True``)."""
+    """The scheme's name (:attr:`resnet.padding.Padding.name`: ``asymmetric``,
+    ``tf_same[stem_pool=symmetric]``, ``symmetric+blur(block_conv)``); a row written before names
+    said their sites (``custom``) gets its name from its sites."""
     if row["padding_name"] != "custom":
         return row["padding_name"]
-    base = {**PRESETS["symmetric"].as_dict(), **dict.fromkeys(BLUR_SITES, False)}
-    changed = [f"{site}={value}" for site, value in sorted(row["padding"].items()) if base.get(site) != value]
-    return f"custom({', '.join(changed)})"
+    return resolve_padding(dict(row["padding"])).name
 
 
 EMA_MARK = " (EMA)"

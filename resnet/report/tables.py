@@ -9,9 +9,9 @@ Rules, so that no number is silently merged with another:
   ``imagenet_real`` ...: a column of its own) and the protocol (input size, resize, crop,
   interpolation, preprocessing, number of images) are part of every table row's label,
   so results measured differently never share a row, a delta or a matrix.
-* A scheme is its ``padding_name``; a ``custom`` per-site padding is labelled by the
-  sites where it departs from ``symmetric``, so two custom schemes never merge. A blurred
-  preset (``symmetric+blur(block_conv)``) is a scheme of its own, next to its preset.
+* A scheme is its name (:attr:`resnet.padding.Padding.name`), which says the sites where it
+  departs from its nearest preset (``tf_same[stem_pool=symmetric]``), so two per-site schemes
+  never merge. It stands next to that preset, as a blurred one (``symmetric+blur(block_conv)``) does.
 * 10-crop Top-5 is the ``top5_err`` of the row with ``crops=10``, same protocol.
 
 Output: Markdown, CSV and ``wandb.Table``; the charts are :mod:`resnet.report.charts`.
@@ -37,11 +37,12 @@ MODEL_COLUMNS = ("model", "weights", "trained with", "dataset", "protocol")
 
 
 def scheme_order(labels: Iterable[str]) -> list[str]:
-    """Presets in PRESETS order, each followed by its blurred forms; then the rest (custom) by name."""
+    """Presets in PRESETS order, each followed by the schemes named after it (blurred, per-site);
+    then the rest (grids) by name."""
     presets = list(PRESETS)
 
     def key(label: str) -> tuple[int, str]:
-        base = label.split("+", 1)[0]
+        base = label.split("+", 1)[0].split("[", 1)[0]
         return (presets.index(base) if base in presets else len(presets), label)
 
     return sorted(set(labels), key=key)
@@ -92,7 +93,8 @@ def scheme_table(
     """Build the table from result rows (deduplicated here: latest wins).
 
     ``schemes``: which columns, in order (default: every scheme present, presets first).
-    ``delta``: (a, b) for ``a - b`` columns; default the second scheme minus the first.
+    ``delta``: (a, b) for ``a - b`` columns; default the second preset minus the first (the
+    second scheme minus the first where fewer than two are presets).
     """
     rows = latest_rows(rows)
     present = scheme_order(scheme_label(r) for r in rows)
@@ -100,8 +102,9 @@ def scheme_table(
     unknown = sorted(set(schemes) - set(present))
     if unknown:
         raise ValueError(f"no results for scheme(s) {', '.join(unknown)}; the results have {', '.join(present)}")
+    presets = [s for s in schemes if s in PRESETS]
     if delta is None and len(schemes) >= 2:
-        delta = (schemes[1], schemes[0])
+        delta = (presets[1], presets[0]) if len(presets) >= 2 else (schemes[1], schemes[0])
     if delta is not None and (len(delta) != 2 or not set(delta) <= set(schemes)):
         raise ValueError(f"delta must name two of the table's schemes ({', '.join(schemes)}), got {list(delta)}")
     table: dict[tuple, ModelRow] = {}

@@ -117,7 +117,7 @@ def test_padding_options_build_their_preset(preset):
 def test_per_site_overrides():
     cfg = compose_train("+padding=symmetric", "padding.stem_pool=same")
     model = build_run_model(cfg)
-    assert model.meta.padding.stem_pool == "same" and model.meta.padding_name == "custom"
+    assert model.meta.padding.stem_pool == "same" and model.meta.padding_name == "symmetric[stem_pool=same]"
     assert model.meta.padding.stem_conv == "symmetric"
     # a single site over the model's native preset, without naming a preset
     cfg = compose_train("model=resnet50_v1", "+padding.stem_pool=valid")

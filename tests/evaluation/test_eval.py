@@ -214,7 +214,7 @@ def test_checkpoint_native_and_under_another_padding(folder, checkpoint, tmp_pat
     rows = read_rows(results)
     assert rows == [native, other, site] and all(list(r) == list(ROW_KEYS) for r in rows)
     assert {r["weights"] for r in rows} == {str(checkpoint)} and {r["trained_padding"] for r in rows} == {"symmetric"}
-    assert [r["padding_name"] for r in rows] == ["symmetric", "asymmetric", "custom"]
+    assert [r["padding_name"] for r in rows] == ["symmetric", "asymmetric", "symmetric[stem_conv=same]"]
     assert other["padding"]["stem_conv"] == "same" and native["padding"]["stem_conv"] == "symmetric"
     assert site["padding"] == {**native["padding"], "stem_conv": "same"}
     # resnet_tiny evaluates at 28 px; resize = floor(28 / 0.875)

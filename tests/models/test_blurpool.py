@@ -262,7 +262,7 @@ def test_names_read_back():
     assert all(p.name == name and not p.blurred for name, p in PRESETS.items())  # unchanged
     assert replace(PRESETS["tf_same"], block_conv_blur=True).name == "tf_same+blur(block_conv)"
     assert Padding(**ALL).name == "symmetric+blur(stem_conv,stem_pool,block_conv)"  # site order
-    assert Padding(stem_pool="valid", block_conv_blur=True).name == "custom"
+    assert Padding(stem_pool="valid", block_conv_blur=True).name == "symmetric[stem_pool=valid]+blur(block_conv)"
     for preset in PRESETS.values():
         for sites in (("block_conv",), ("stem_conv", "stem_pool"), ("stem_conv", "stem_pool", "block_conv")):
             padding = replace(preset, **{f"{site}_blur": True for site in sites})
@@ -350,11 +350,12 @@ def test_blurred_schemes_are_rows_and_columns_of_their_own():
     custom = {**result_row("symmetric", "symmetric", 15.0), "padding_name": "custom"}
     custom["padding"] = {**Padding(stem_pool="same", block_conv_blur=True).as_dict()}
     rows.append(custom)
-    assert scheme_label(custom) == "custom(block_conv_blur=True, stem_pool=same)"
+    per_site = "symmetric[stem_pool=same]+blur(block_conv)"
+    assert scheme_label(custom) == per_site  # a row of before per-site names: named from its sites
 
     (matrix,) = cross_matrices(rows)
     assert matrix.trained == ["symmetric", blur]
-    assert matrix.evaluated == ["symmetric", blur, "custom(block_conv_blur=True, stem_pool=same)"]
+    assert matrix.evaluated == ["symmetric", blur, per_site]
     assert matrix.cell(blur, blur) == 9.0 and matrix.cell("symmetric", blur) == 12.0 and matrix.matched(blur, blur)
     text = cross_markdown([matrix])
     assert f"| trained with \\ evaluated with | symmetric | {blur} |" in text

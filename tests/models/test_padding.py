@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -14,6 +15,9 @@ from torch import nn
 import resnet
 from resnet.inspect import pad_table
 from resnet.padding import (
+    CONV_SCHEMES,
+    POOL_PAD_VALUES,
+    POOL_SCHEMES,
     PRESETS,
     Padding,
     PadMaxPool2d,
@@ -282,16 +286,60 @@ def test_resolve_padding_forms():
     assert resolve_padding("asymmetric") is PRESETS["asymmetric"]
     assert resolve_padding(None, native="caffe") is PRESETS["caffe"]
     mixed = resolve_padding({"preset": "symmetric", "stem_pool": "same"})
-    assert mixed == Padding(stem_pool="same") and mixed.name == "custom"
+    assert mixed == Padding(stem_pool="same") and mixed.name == "symmetric[stem_pool=same]"
     assert resolve_padding({"stem_conv": "same", "stem_pool": "same"}).name == "asymmetric"
     assert resolve_padding({"stem_pool": "ceil"}).name == "caffe"  # a site override can land on a preset
     model = resnet.build_model("resnet18", padding={"stem_pool": "valid"})
-    assert model.meta.padding.stem_pool == "valid" and model.meta.padding_name == "custom"
+    assert model.meta.padding.stem_pool == "valid" and model.meta.padding_name == "symmetric[stem_pool=valid]"
+
+
+def every_padding() -> list[Padding]:
+    """Every scheme the sites allow, blur included (ceil with a zero pad value has no meaning)."""
+    sites = itertools.product(CONV_SCHEMES, POOL_SCHEMES, POOL_PAD_VALUES, CONV_SCHEMES, *[(False, True)] * 3)
+    return [Padding(*s) for s in sites if not (s[1] == "ceil" and s[2] == "zero")]
+
+
+def test_every_scheme_has_its_own_name_and_it_reads_back():
+    paddings = every_padding()
+    names = [p.name for p in paddings]
+    assert len(set(names)) == len(paddings) == 4 * 7 * 4 * 8  # two schemes never read alike
+    assert all(resolve_padding(name) == p for name, p in zip(names, paddings))
+    assert not any(c in name for name in names for c in " '\"")  # a shell word, a CSV cell, a W&B name
+    presets = [p for p in paddings if p in PRESETS.values()]
+    assert sorted(p.name for p in presets) == sorted(PRESETS)  # a preset is named by its name alone
+
+
+@pytest.mark.parametrize(
+    "padding, name",
+    [
+        (Padding("same", "symmetric", "-inf", "same"), "tf_same[stem_pool=symmetric]"),  # 1 site from tf_same
+        (Padding(block_conv="same"), "symmetric[block_conv=same]"),
+        (Padding(stem_conv="same"), "symmetric[stem_conv=same]"),  # as near asymmetric: the first preset wins
+        (Padding("valid", "valid", "zero", "valid"), "keras[stem_conv=valid,stem_pool=valid,block_conv=valid]"),
+        (Padding(stem_pool="valid", stem_conv_blur=True, block_conv_blur=True),
+         "symmetric[stem_pool=valid]+blur(stem_conv,block_conv)"),
+    ],
+)  # fmt: skip
+def test_a_per_site_name_says_what_departs_from_the_nearest_preset(padding, name):
+    assert padding.name == name and resolve_padding(name) == padding
+    preset, changed = padding.departures()
+    assert name.startswith(preset) and all(f"{site}={scheme}" in name for site, scheme in changed.items())
+
+
+def test_a_per_site_name_in_another_spelling_reads_as_the_same_scheme():
+    same = resolve_padding("symmetric[block_conv=same, stem_conv=same]")  # other order, other base, spaces
+    assert same == resolve_padding("tf_same[stem_pool=symmetric]") and same.name == "tf_same[stem_pool=symmetric]"
+    assert resolve_padding("asymmetric[]") == PRESETS["asymmetric"]
 
 
 @pytest.mark.parametrize(
     "spec, words",
     [
+        ("custom", ["'custom' names no one scheme", "symmetric[stem_pool=same]"]),
+        ("symmetric[stem_cnv=same]", ["'stem_cnv=same'", "the sites are stem_conv", "block_conv"]),
+        ("symmetric[block_conv_blur=true]", ["the sites are", "stem_pool_value"]),  # blur: +blur(...)
+        ("symmetric[stem_conv=reflect]", ["stem_conv", "symmetric, same, fixed, valid"]),
+        ("symetric[stem_conv=same]", ["unknown padding preset 'symetric'", "asymmetric"]),
         ("asymetric", ["unknown padding preset", "asymmetric", "tf_slim"]),
         ({"stem_cnv": "same"}, ["unknown padding site", "stem_conv", "block_conv"]),
         ({"stem_conv": "reflect"}, ["stem_conv", "symmetric, same, fixed, valid"]),

@@ -129,13 +129,13 @@ def test_protocols_are_never_merged():
     assert find(records, "resnet50", RESNET50_256.replace("50000", "500"))["symmetric Top-1"] == 50.0
 
 
-def test_schemes_order_delta_and_custom_labels():
+def test_schemes_order_delta_and_per_site_labels():
     rows = read_rows(FIXTURE)
     table = scheme_table(rows)
-    assert table.schemes == ["symmetric", "asymmetric", "tf_same", "tf_slim", "keras", "custom(stem_conv=same)"]
+    assert table.schemes == ["symmetric", "symmetric[stem_conv=same]", "asymmetric", "tf_same", "tf_slim", "keras"]
     assert table.delta == ("asymmetric", "symmetric")
-    custom = next(r for r in rows if r["padding_name"] == "custom")
-    assert scheme_label(custom) == "custom(stem_conv=same)"
+    custom = next(r for r in rows if r["padding_name"] == "custom")  # a row written before per-site names
+    assert scheme_label(custom) == "symmetric[stem_conv=same]"
     table = scheme_table(rows, ["tf_same", "symmetric"], delta=["symmetric", "tf_same"])
     _, records = scheme_records(table)
     tiny = find(records, "resnet_tiny", TINY, "runs/tiny-tf_same/last.pt")
@@ -155,15 +155,15 @@ def test_cross_matrix_cells(written):
     assert (matrix.arch, matrix.dataset, matrix.protocol) == ("resnet_tiny", "fashion_mnist", TINY)
     seed0, seed1 = "symmetric (tiny-symmetric)", "symmetric (tiny-symmetric-seed1)"  # runs/.../last.pt: run_labels
     assert matrix.trained == [seed0, seed1, "tf_same"]  # two symmetric checkpoints: a row each
-    assert matrix.evaluated == ["symmetric", "asymmetric", "tf_same", "custom(stem_conv=same)"]
+    assert matrix.evaluated == ["symmetric", "symmetric[stem_conv=same]", "asymmetric", "tf_same"]
     assert matrix.cell("tf_same", "tf_same") == 8.05 and matrix.cell("tf_same", "symmetric") == 10.90
     assert matrix.cell(seed0, "asymmetric") == 9.30 and matrix.cell(seed1, "asymmetric") is None
     assert matrix.matched(seed1, "symmetric") and not matrix.matched("tf_same", "symmetric")
     markdown = cross_markdown([matrix])
-    assert "| tf_same | 10.900 | 9.800 | **8.050** | – |" in markdown
+    assert "| tf_same | 10.900 | – | 9.800 | **8.050** |" in markdown
     rows = read_csv(out / "cross.csv")
     tf_same = next(r for r in rows if r["trained with"] == "tf_same")
-    assert (float(tf_same["symmetric Top-1"]), tf_same["custom(stem_conv=same) Top-1"]) == (10.90, "")
+    assert (float(tf_same["symmetric Top-1"]), tf_same["symmetric[stem_conv=same] Top-1"]) == (10.90, "")
     everything = cross_matrices(read_rows(FIXTURE), weights_sources=None)
     assert [m.arch for m in everything] == ["resnet50", "resnet50", "resnet50_v1", "resnet50_v2", "resnet_tiny"]
 
@@ -178,8 +178,9 @@ def test_grid_trained_weights_are_their_own_row_matched_under_each_of_their_pres
     (matrix,) = cross_matrices([*tiny, *grid])
     assert matrix.trained[-1] == "grid[symmetric,asymmetric]"
     assert matrix.cell("grid[symmetric,asymmetric]", "asymmetric") == 8.25
-    assert [matrix.matched("grid[symmetric,asymmetric]", s) for s in matrix.evaluated[:3]] == [True, True, False]
-    assert "| grid[symmetric,asymmetric] | **8.500** | **8.250** |" in cross_markdown([matrix])
+    assert [matrix.matched("grid[symmetric,asymmetric]", s) for s in matrix.evaluated[:4]] == [True, False, True, False]
+    assert matrix.evaluated[:4] == ["symmetric", "symmetric[stem_conv=same]", "asymmetric", "tf_same"]
+    assert "| grid[symmetric,asymmetric] | **8.500** | – | **8.250** |" in cross_markdown([matrix])
 
 
 def test_cli_prints_markdown(tmp_path, capsys):

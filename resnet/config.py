@@ -61,6 +61,15 @@ def padding_overrides(name: str) -> list[str]:
     ]
 
 
+def scheme_words(name: str) -> str:
+    """A scheme's name as a line names it: a preset alone; a per-site scheme with the overrides
+    that select it, so that a reader can run it again: ``tf_same[stem_pool=symmetric] (+padding=tf_same
+    +padding.stem_pool=symmetric)``."""
+    if name in PRESETS:
+        return name
+    return f"{name} ({' '.join(padding_overrides(name))})"
+
+
 def check_run_config(cfg: DictConfig) -> None:
     """Every number and switch (:data:`resnet.schema.SCHEMA`), then the keys train.yaml and
     eval.yaml share: device, amp, padding, data."""

@@ -4,25 +4,27 @@ evaluated under each scheme, exactly as ``eval.py`` would (one results row each,
 
     resnet-cross multirun/2026-11-28/12-00-00           # a sweep: every last.pt below the folder
     resnet-cross outputs/2026-11-28/10-00-00 outputs/2026-11-28/11-00-00 --schemes symmetric asymmetric tf_same
+    resnet-cross multirun/2026-11-28/12-00-00 --schemes symmetric 'tf_same[stem_pool=symmetric]'
     resnet-cross runs/a/last.pt timm:resnet50.a1_in1k data=imagenet data.root=/data/imagenet
 
 A folder stands for every ``last.pt`` below it (a run folder, a sweep's, ``outputs/``). Words with
 ``=`` are ``eval.py`` overrides for every evaluation (``data.root=``, ``val_images=``,
 ``batch_size=``); without ``data=``, the data the checkpoints were trained on is evaluated. The
-schemes: those the models were trained with, and ``symmetric`` and ``asymmetric``.
+schemes: every one the models were trained with (a per-site one by its name, a grid model's
+presets), and ``symmetric`` and ``asymmetric``; ``--schemes`` takes any scheme's name.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 from ..config import ConfigError, compose, padding_overrides
+from ..padding import resolve_padding
 from ..quoting import override
 from ..report.tables import scheme_order
-from .arguments import scheme_name
+from .arguments import help_parser, scheme_name
 from .errors import one_line_errors
 from .tables import written_files
 
@@ -59,11 +61,18 @@ def trained_with(models: list[str]) -> tuple[list[str], list[dict]]:
             continue
         checkpoint = load_checkpoint(model)
         grid, _ = recorded_grid(checkpoint)
-        schemes += grid or [str(checkpoint["meta"].get("padding_name", "symmetric"))]
+        schemes += grid or [trained_scheme(checkpoint["meta"])]
         data = (checkpoint.get("config") or {}).get("data")
         if data:
             datas.append(data)
     return schemes, datas
+
+
+def trained_scheme(meta: dict) -> str:
+    """The name of the scheme a checkpoint's model was built with, from its sites (a checkpoint
+    written before per-site names says ``custom`` in ``padding_name``)."""
+    padding = meta.get("padding")
+    return resolve_padding(dict(padding)).name if padding else str(meta.get("padding_name", "symmetric"))
 
 
 def data_of(overrides: list[str], datas: list[dict]) -> list[str]:
@@ -90,9 +99,7 @@ def default_schemes(trained: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0].strip("`: "),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:]))  # fmt: skip
+    parser = help_parser(__doc__)
     parser.add_argument("models", nargs="+", metavar="MODEL",
                         help="run folders (every last.pt below), checkpoint files, hub weights; KEY=VALUE: eval.py "
                              "overrides")  # fmt: skip

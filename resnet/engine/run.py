@@ -13,7 +13,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from ..config import ConfigError, padding_from_config
+from ..archs import ARCHS, canonical_name
+from ..config import ConfigError, padding_from_config, scheme_words
 from ..container import volume_advice
 from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import evaluate
@@ -126,8 +127,10 @@ def train(cfg: DictConfig) -> dict:
 def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
     """What this run trains, where, and into which folder: the first line it prints."""
     spec = padding_from_config(cfg)
-    scheme = (grid_name(cfg.grid) if cfg.get("grid") else
-              "its native padding" if spec is None else f"padding {resolve_padding(spec).name}")  # fmt: skip
+    padding = resolve_padding(spec, native=ARCHS[canonical_name(cfg.model.arch)].native_padding)
+    scheme = grid_name(cfg.grid) if cfg.get("grid") else f"padding {scheme_words(padding.name)}"
+    if spec is None and not cfg.get("grid"):
+        scheme += " (its native padding)"
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""
     line = (
         f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} "

@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 
 import resnet
 from resnet.config import ConfigError, padding_from_config
+from resnet.distributed import DistEnv
 from resnet.engine.checks import check_train_config
-from resnet.engine.run import build_run_model
+from resnet.engine.run import build_run_model, start_line
 from resnet.padding import PRESETS, SITES
 from tests.helpers.compose import CONFIGS, compose_config
 
@@ -233,3 +234,28 @@ def test_the_commands_that_write_only_out_share_one_hydra_block():
         hydra = compose(name, *required, hydra=True).hydra
         assert (hydra.output_subdir, hydra.run.dir, hydra.job.name) == (shared.output_subdir, ".", name)
     assert compose("eval", "weights=w", hydra=True).hydra.output_subdir == ".hydra"  # eval keeps its run folder
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        ([], "with padding symmetric (its native padding) on"),
+        (["model=resnet50_v1"], "with padding caffe (its native padding) on"),
+        (["+padding=asymmetric"], "with padding asymmetric on"),
+        # one site over a v1 model's native caffe, not over symmetric: the name says what is built
+        (["model=resnet50_v1", "+padding.block_conv=same"],
+         "with padding caffe[block_conv=same] (+padding=caffe +padding.block_conv=same) on"),
+        (["+padding.stem_conv=same", "+padding.block_conv=same"],
+         "with padding tf_same[stem_pool=symmetric] (+padding=tf_same +padding.stem_pool=symmetric) on"),
+        (["grid=[symmetric,asymmetric]"], "with grid[symmetric,asymmetric] on"),
+    ],
+)  # fmt: skip
+def test_the_start_line_names_the_scheme_built_and_how_to_select_it_again(overrides, says, tmp_path):
+    cfg = compose_train(*overrides)
+    line = start_line(cfg, DistEnv(0, 1, 0, torch.device("cpu")), tmp_path)
+    assert says in line, line
+    if "(+padding=" in says:  # the overrides it prints select the same scheme
+        again = compose_train(
+            *[o for o in overrides if o.startswith("model=")], *says.split("(")[1].split(")")[0].split()
+        )
+        assert build_run_model(again).meta.padding == build_run_model(cfg).meta.padding

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..config import ConfigError, compose, padding_overrides
+from ..evaluation.trained_data import data_overrides
 from ..padding import resolve_padding
 from ..quoting import override
 from ..report.tables import scheme_order
@@ -75,23 +76,6 @@ def trained_scheme(meta: dict) -> str:
     return resolve_padding(dict(padding)).name if padding else str(meta.get("padding_name", "symmetric"))
 
 
-def data_of(overrides: list[str], datas: list[dict]) -> list[str]:
-    """The data overrides: the user's ``data=``, else the one dataset the checkpoints were trained on."""
-    if any(o.lstrip("+").partition("=")[0] == "data" for o in overrides):
-        return []  # the user's, among the overrides
-    trained = {(d.get("name"), d.get("root")) for d in datas}
-    if len(trained) > 1:
-        named = ", ".join(f"{name} ({root})" if root else str(name) for name, root in sorted(trained, key=str))
-        raise ConfigError(f"the checkpoints were trained on different data ({named}): pass the data to evaluate "
-                          "on, e.g. data=imagenet data.root=/data/imagenet")  # fmt: skip
-    if not trained:
-        raise ConfigError("no checkpoint says what data it was trained on: pass it, e.g. data=imagenet "
-                          "data.root=/data/imagenet")  # fmt: skip
-    ((name, root),) = trained
-    user_root = any(o.partition("=")[0] == "data.root" for o in overrides)
-    return [f"data={name}", *([override("data.root", root)] if root and not user_root else [])]
-
-
 def default_schemes(trained: list[str]) -> list[str]:
     """The schemes to evaluate under where ``--schemes`` is not given: those the models were
     trained with, and the two of the question, in the tables' order."""
@@ -124,7 +108,7 @@ def run(paths: list[str], overrides: list[str], schemes: list[str] | None, out: 
     models = models_of(paths)
     trained, datas = trained_with(models)
     schemes = list(dict.fromkeys(schemes)) if schemes else default_schemes(trained)
-    data = data_of(overrides, datas)
+    data = data_overrides(overrides, datas)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "eval.jsonl"
     results.unlink(missing_ok=True)  # the tables hold these models only

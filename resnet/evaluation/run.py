@@ -6,8 +6,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ..config import ConfigError, check_run_config
+from ..config import ConfigError, check_run_config, scheme_words
 from ..distributed import DistEnv, shutdown
+from ..model import ModelMeta
 from ..report.console import summary
 from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
 from ..runtime import join_job, runtime_for
@@ -27,16 +28,18 @@ from .protocol import (
 from .tencrop import protocol_view
 
 
-def evaluate_weights(cfg: DictConfig) -> dict:
+def evaluate_weights(cfg: DictConfig, trained_data: bool = False) -> dict:
     """Evaluate ``cfg.weights`` as configured (``configs/eval.yaml``); rank 0 appends the
-    results row to ``cfg.results_file`` and prints the summary. Returns the row."""
+    results row to ``cfg.results_file`` and prints the summary. Returns the row. ``trained_data``:
+    ``cfg.data`` is the data the weights were trained on, not one the user named (the start line
+    says so)."""
     spec = weights_spec(cfg)
     if cfg.ema:
         check_has_ema(spec)  # before any work
     _check_config(cfg)
     env = join_job(cfg)
     try:
-        return _evaluate(cfg, spec, env)
+        return _evaluate(cfg, spec, env, trained_data)
     finally:
         shutdown(env)
 
@@ -55,7 +58,7 @@ def _check_config(cfg: DictConfig) -> None:
         raise ConfigError(str(err)) from None
 
 
-def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
+def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bool) -> dict:
     from data import Normalize  # imported here so that composing configs stays fast
 
     loaded = load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env, cfg.ema)
@@ -83,8 +86,10 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     check_fit(meta, data)
-    if data.note and env.is_main:
-        print(f"note: {data.note}", flush=True)
+    if env.is_main:
+        print(start_line(spec, meta, trained_padding, cfg.data.name, trained_data), flush=True)
+        if data.note:
+            print(f"note: {data.note}", flush=True)
 
     runtime = runtime_for(cfg, env)
     result = evaluate(
@@ -126,6 +131,15 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv) -> dict:
         if cfg.get("logger") and cfg.logger.get("wandb"):
             _log_to_wandb(cfg, row, path)
     return row
+
+
+def start_line(spec: WeightsSpec, meta: ModelMeta, trained: str, dataset: str, trained_data: bool) -> str:
+    """What this evaluation runs: which weights, trained with which scheme, under which, on which data."""
+    source = " (the data they were trained on; data=<name> for another)" if trained_data else ""
+    return (
+        f"evaluating {spec.text}: {meta.arch} trained with {trained}, under padding {scheme_words(meta.padding_name)}, "
+        f"on {dataset}{source}"
+    )
 
 
 def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:

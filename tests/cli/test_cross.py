@@ -9,6 +9,7 @@ import pytest
 
 from resnet.checkpoint import load_checkpoint
 from resnet.cli import cross
+from resnet.evaluation.trained_data import data_overrides
 from resnet.padding import resolve_padding
 from tests.helpers import procs
 from tests.helpers.builtin_data import require_fashion_mnist
@@ -157,7 +158,7 @@ def test_a_path_with_no_model_is_one_line(make, expected, tmp_path, capsys):
 def test_checkpoints_of_different_data_need_the_data_named():
     datas = [{"name": "imagefolder", "root": "/a"}, {"name": "fashion_mnist", "root": None}]
     with pytest.raises(cross.ConfigError, match=r"different data .*: pass the data to evaluate on, e\.g\. data="):
-        cross.data_of([], datas)
-    assert cross.data_of(["data=imagenet", "data.root=/x"], datas) == []  # the user's own
-    assert cross.data_of([], datas[:1]) == ["data=imagefolder", "data.root=/a"]
-    assert cross.data_of(["data.root=/b"], datas[:1]) == ["data=imagefolder"]  # a root given wins
+        data_overrides([], datas)
+    assert data_overrides(["data=imagenet", "data.root=/x"], datas) == []  # the user's own
+    assert data_overrides([], datas[:1]) == ["data=imagefolder", "data.root=/a"]
+    assert data_overrides(["data.root=/b"], datas[:1]) == ["data=imagefolder"]  # a root given wins

@@ -6,12 +6,17 @@ Hydra composes the config before the decorated function runs, so its own errors 
 does not exist, a key that is not in the config, an override it cannot parse) never reach the
 function's :func:`resnet.cli.one_line_errors`. Left to itself Hydra prints up to 15 lines and exits
 with status 1; :func:`run_main` has it raise them instead and ends each in one line with status 2,
-saying what to type.
+saying what to type. Some typos Hydra accepts, and the run would go on without what was meant (a
+``+`` or ``++`` key that nothing reads), or answers in its config files' syntax (a group chosen
+twice): :func:`checked_overrides` ends those in one line before Hydra reads the command line, and
+turns a scheme name (:attr:`resnet.padding.Padding.name`) typed as ``+padding=<name>`` into the
+overrides that select it.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import sys
@@ -20,27 +25,36 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import hydra
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig
+from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig, OmegaConf
 
-from ..config import config_dir, register_configs
+from ..config import ConfigError, compose, config_dir, padding_overrides, register_configs
 from ..quoting import started_from_checkout, unreadable_override
 from .config_exit import exit_config_error
 from .errors import JobEnded, one_line_errors
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # "1": Hydra raises its errors instead of printing them and exiting 1
+# Options that point Hydra at the user's own configs: their groups and keys are not the ones checked here
+OWN_CONFIGS = ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp", "hydra.searchpath",
+               "+hydra.searchpath", "++hydra.searchpath")  # fmt: skip
+# One value of +padding=: a preset, or Padding.name's <preset>[<site>=<scheme>,...]+blur(<sites>)
+SCHEME_NAME = re.compile(r"[\w-]+(\[[^\[\]]*\])?(\+blur\([^()]*\))?")
+PRESET_NAME = re.compile(r"[\w-]+")  # a preset, or a typo of one: Hydra reads it (and names the nearest)
+RootConfig = Callable[[], DictConfig | None]  # the command's config, composed when first asked
 
 
-def run_main(main: Callable[[], object]) -> None:
-    """Call a ``@hydra.main`` function; a config Hydra cannot compose ends in one line, status 2
-    (:func:`resnet.cli.config_exit.exit_config_error`). With ``HYDRA_FULL_ERROR=1`` set by the user,
-    Hydra's own report, traceback included, is left as it is."""
+def run_main(main: Callable[[], object], config_name: str) -> None:
+    """Call a ``@hydra.main`` function of ``configs/<config_name>.yaml`` on the command line's
+    overrides as :func:`checked_overrides` leaves them; a config Hydra cannot compose ends in one
+    line, status 2 (:func:`resnet.cli.config_exit.exit_config_error`). With ``HYDRA_FULL_ERROR=1``
+    set by the user, Hydra's own report, traceback included, is left as it is."""
+    try:
+        sys.argv[1:] = checked_overrides(sys.argv[1:], config_name)
+    except ConfigError as err:
+        exit_config_error(str(err))
     if os.environ.get(FULL_ERROR) == "1":
         main()
         return
-    unknown = unknown_addition(sys.argv[1:], config_groups())
-    if unknown is not None:  # Hydra would add it, and the run would go on without what was meant
-        exit_config_error(unknown)
     os.environ[FULL_ERROR] = "1"
     try:
         main()
@@ -70,9 +84,12 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
         group, _, name = err.missing_cfg_file.rpartition("/")
         typed = _override_of(group, overrides)
         options = sorted(err.options)
-        near = difflib.get_close_matches(name, options, n=1)
-        prefix = typed.partition("=")[0] if typed else group
-        hint = f"did you mean {prefix}={near[0]}? " if near else ""
+        prefix, _, value = typed.partition("=") if typed else (group, "", name)
+        if not re.fullmatch(r"[\w\-,]+", value):  # choice(...), glob(...): the one name Hydra could not find
+            value = name
+        mended = [option if option in options else _nearest(option, options) for option in value.split(",")]
+        found = all(mended) and mended != value.split(",")  # a sweep's hint keeps its other values
+        hint = f"did you mean {prefix}={','.join(mended)}? " if found else ""
         return f"{typed or group}: Could not find '{group}/{name}'; {hint}choose one of {', '.join(options)}"
     cause = err.__cause__
     node = getattr(cause, "parent_node", None)
@@ -80,11 +97,14 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
     if isinstance(node, DictConfig) and full_key and str(err).startswith("Could not override"):
         typed = _override_of(full_key, overrides) or full_key
         parent, _, key = full_key.rpartition(".")
+        if not parent and key in config_groups():  # padding.stem_pool=same: the group is added with +
+            return f"{typed}: {key} is not in the config until chosen; did you mean +{typed.lstrip('+~')}?"
         keys = sorted(str(k) for k in node if k != "hydra")  # hydra.*: Hydra's settings, not the run's
-        near = difflib.get_close_matches(key, keys, n=1)
-        where = f"in {parent}" if parent else "in the config"
         value = typed.partition("=")[2]
-        hint = f"did you mean {parent + '.' if parent else ''}{near[0]}={value}? " if near else ""
+        within = f"{parent}." if parent else ""
+        near = _nested_keys(node, key) or difflib.get_close_matches(key, keys, n=1)  # lr=: optim.lr, epoch=: epochs
+        where = f"in {parent}" if parent else "in the config"
+        hint = f"did you mean {' or '.join(f'{within}{k}={value}' for k in near)}? " if near else ""
         return f"{typed}: there is no key '{key}' {where}; {hint}its keys: {', '.join(keys)}"
     text = str(err)
     group = re.match(r"Could not override '([\w.]+)'\. No match in the defaults list\.", text)
@@ -96,6 +116,38 @@ def composition_error(err: Exception, overrides: Sequence[str]) -> str:
     if "Config search path:" in lines:  # where Hydra looked: not what the user can change
         lines = lines[: lines.index("Config search path:")]
     return "; ".join(line for line in lines if line)
+
+
+def _nearest(name: str, options: Sequence[str]) -> str | None:
+    """The option ``name`` was meant to be: the same but for case (``SYMMETRIC``), else the closest."""
+    by_case = {option.lower(): option for option in options}
+    near = difflib.get_close_matches(name.lower(), list(by_case), n=1)
+    return by_case[near[0]] if near else None
+
+
+def _nested_keys(node: DictConfig, key: str) -> list[str]:
+    """The dotted paths below ``node`` that end in ``key`` (``lr`` -> ``optim.lr``), Hydra's settings left out."""
+    found = []
+    stack = [("", OmegaConf.to_container(node, resolve=False))]
+    while stack:
+        prefix, tree = stack.pop()
+        for name, child in tree.items():
+            if prefix and name == key:
+                found.append(f"{prefix}{name}")
+            if isinstance(child, dict) and name != "hydra":
+                stack.append((f"{prefix}{name}.", child))
+    return sorted(found)
+
+
+def _override_of(key: str, overrides: Sequence[str]) -> str | None:
+    """The override of ``overrides`` that sets ``key`` (``+key=...``, ``key@pkg=...``), as typed;
+    else one that sets a key below it (``padding.stem_pool=...`` for ``padding``)."""
+    for below in ("", r"\.[\w.]+"):
+        pattern = re.compile(rf"[+~]*{re.escape(key)}{below}(@[\w.]*)?=")
+        typed = next((o for o in overrides if pattern.match(o)), None)
+        if typed is not None:
+            return typed
+    return None
 
 
 def unwritable_run_dir(err: OSError) -> str | None:
@@ -125,32 +177,125 @@ def config_groups() -> set[str]:
     return folders | stored | {"hydra"}
 
 
-def unknown_addition(overrides: Sequence[str], groups: set[str]) -> str | None:
-    """One line for a ``+`` override outside every config group (``+paddng=asymmetric``): Hydra
-    adds it as a new key, which nothing reads, and the run goes on without what was meant. The
-    nearest group is named with the override that works."""
-    if any(arg.startswith(("--config-dir", "-cd", "hydra.searchpath", "+hydra.searchpath")) for arg in overrides):
-        return None  # groups of the user's own config folders: Hydra knows them, this check does not
+def checked_overrides(overrides: Sequence[str], config_name: str) -> list[str]:
+    """The command line's ``overrides`` as Hydra is to read them for ``configs/<config_name>.yaml``:
+    a scheme name typed as ``+padding=<name>`` (or ``++padding=``) becomes the overrides that select
+    it (:func:`resnet.config.padding_overrides`). A :class:`ConfigError` of one line for a typo that
+    Hydra would take (a key added with ``+`` or ``++`` that nothing reads) or answer in its config
+    files' syntax (a group chosen twice, ``++`` on a group)."""
+    if not any(arg.startswith(OWN_CONFIGS) for arg in overrides):
+        groups = config_groups()
+        config = functools.cache(lambda: _root_config(config_name))  # composed only for a ++ that needs it
+        for check in (repeated_group, unknown_addition, forced_group):
+            line = check(overrides, groups, config)
+            if line is not None:
+                raise ConfigError(line)
+    return [expanded for typed in overrides for expanded in _scheme_overrides(typed)]
+
+
+def _root_config(config_name: str) -> DictConfig | None:
+    """``configs/<config_name>.yaml`` as composed without overrides, Hydra's node included; None
+    where it cannot be (Hydra then says why, composing the command line)."""
+    try:
+        return compose(config_name, hydra=True)
+    except (HydraException, ConfigError):
+        return None
+
+
+def repeated_group(overrides: Sequence[str], groups: set[str], _config: RootConfig) -> str | None:
+    """One line for a group added twice (``+padding=symmetric +padding=asymmetric``), which Hydra
+    answers in its config files' syntax (``override padding: asymmetric``)."""
+    added: dict[str, list[str]] = {}
     for typed in overrides:
-        if not typed.startswith("+") or typed.startswith("++") or "=" not in typed:
-            continue
-        key, _, value = typed[1:].partition("=")
+        key = typed.lstrip("+").partition("=")[0]
+        if typed.startswith("+") and "=" in typed and "." not in key and re.split(r"[/@]", key)[0] in groups:
+            added.setdefault(key, []).append(typed)
+    for key, typed in added.items():
+        if len(typed) > 1:
+            values = [t.partition("=")[2] for t in typed]
+            options = " or ".join(f"+{key}={value}" for value in values)
+            sweep = all(PRESET_NAME.fullmatch(value) for value in values)  # names a sweep can list
+            each = f" (each in turn: -m +{key}={','.join(values)})" if sweep else ""
+            return f"{' '.join(typed)}: {key} takes one option; choose one: {options}{each}"
+    return None
+
+
+def unknown_addition(overrides: Sequence[str], groups: set[str], config: RootConfig) -> str | None:
+    """One line for a ``+`` override outside every config group (``+paddng=asymmetric``), or a
+    ``++`` outside every group and every key of the command's ``config`` (``++paddng=asymmetric``):
+    Hydra adds it as a new key, which nothing reads, and the run goes on without what was meant.
+    The nearest group or key is named with the override that works."""
+    for typed in overrides:
+        plus = len(typed) - len(typed.lstrip("+"))
+        key, equals, value = typed[plus:].partition("=")
         root = re.split(r"[./]", key.split("@")[0])[0]  # +padding.stem_pool=, +data/base=, +hydra/launcher=
-        if root in groups:
+        if plus not in (1, 2) or not equals or root in groups:
             continue
-        near = difflib.get_close_matches(root, sorted(groups), n=1)
-        hint = f"did you mean +{near[0]}{key[len(root) :]}={value}? " if near else ""
+        cfg = config() if plus == 2 else None
+        if plus == 2 and (cfg is None or root in cfg):  # ++optim.lr=0.1: a key the config has, set
+            continue
+        keys = sorted(str(k) for k in cfg if k != "hydra") if cfg is not None else []
+        near = difflib.get_close_matches(root, sorted(groups | set(keys)), n=1)
+        hint = f"did you mean {_addition(near[0], key[len(root) :], value, groups, keys)}? " if near else ""
+        listed = f"; its keys: {', '.join(keys)}" if keys else ""
         return (
-            f"{typed}: there is no config group '{root}' to add, and a key added with + would be read by "
-            f"nothing; {hint}the groups: {', '.join(sorted(g for g in groups if g != 'hydra'))}"
+            f"{typed}: there is no config group {'or key ' if keys else ''}'{root}' to add, and a key added "
+            f"with {'+' * plus} would be read by nothing; {hint}the groups: "
+            f"{', '.join(sorted(g for g in groups if g != 'hydra'))}{listed}"
         )
     return None
 
 
-def _override_of(key: str, overrides: Sequence[str]) -> str | None:
-    """The override of ``overrides`` that sets ``key`` (``+key=...``, ``key@pkg=...``), as typed."""
-    pattern = re.compile(rf"[+~]*{re.escape(key)}(@[\w.]*)?=")
-    return next((o for o in overrides if pattern.match(o)), None)
+def _addition(root: str, rest: str, value: str, groups: set[str], keys: Sequence[str]) -> str:
+    """The override that sets ``<root><rest>`` to ``value``, ``root`` a group or a key of the config."""
+    if root not in keys:  # a group outside the defaults: +padding=asymmetric, +padding.stem_conv=same
+        return f"+{root}{rest}={value}"
+    if root in groups and not rest:  # a group of the defaults, chosen: data=synthetic
+        return f"{root}={value}"
+    return f"++{root}{rest}={value}"
+
+
+def forced_group(overrides: Sequence[str], groups: set[str], config: RootConfig) -> str | None:
+    """One line for ``++`` on a config group (``++data=synthetic``), which Hydra refuses without
+    saying what to type: the group chosen (one of the config's defaults) or added with ``+``.
+    ``++padding=`` is read as ``+padding=`` (:func:`_scheme_overrides`)."""
+    for typed in overrides:
+        key, equals, value = typed.removeprefix("++").partition("=")
+        group = key.split("@")[0]
+        if typed.startswith("++") and equals and "." not in group and group.split("/")[0] in groups - {"padding"}:
+            cfg = config()
+            prefix = "" if cfg is not None and group in cfg.hydra.runtime.choices else "+"  # chosen, or added
+            return f"{typed}: {group} is a config group, which ++ does not add; did you mean {prefix}{key}={value}?"
+    return None
+
+
+def _scheme_overrides(typed: str) -> list[str]:
+    """``typed``, or for ``+padding=<name>`` / ``++padding=<name>`` the overrides that select that
+    scheme (quotes around the name allowed); a sweep takes preset names only."""
+    scheme = re.fullmatch(r"\+\+?padding=(.*)", typed, re.S)
+    if scheme is None:
+        return [typed]
+    value = scheme[1]
+    name = value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+    if _per_site_name(name):
+        try:
+            return padding_overrides(name)
+        except ValueError as err:
+            raise ConfigError(f"{typed}: {err}") from None
+    sweep = re.split(r",(?![^\[(]*[\])])", value)  # commas outside a name's brackets and parentheses
+    named = [item for item in sweep if _per_site_name(item)]
+    if len(sweep) > 1 and named:
+        raise ConfigError(
+            f"{typed}: a sweep of +padding= takes preset names, not a scheme's own name as {named[0]}; "
+            "sweep a site with +padding.<site>=a,b (e.g. -m +padding=tf_same +padding.stem_pool=same,symmetric)"
+        )
+    return [f"+padding={value}"]
+
+
+def _per_site_name(text: str) -> bool:
+    """Whether ``text`` is a scheme's name that Hydra cannot read as one option: a preset with
+    per-site parts or blurred sites (``tf_same[stem_pool=symmetric]``, ``symmetric+blur(block_conv)``)."""
+    return SCHEME_NAME.fullmatch(text) is not None and PRESET_NAME.fullmatch(text) is None
 
 
 def hydra_command(
@@ -176,7 +321,7 @@ def hydra_command(
         register_configs()  # model=<arch> and padding=<preset>, generated from the tables
         if cfg is not None:
             return _main(cfg)
-        run_main(_main)
+        run_main(_main, config_name)
         return None
 
     return main

@@ -163,12 +163,15 @@ def test_every_hydra_command_ends_a_composition_error_in_one_line(capsys, monkey
     )
 
 
-@pytest.mark.parametrize("command", ["train.py", "eval.py", "resnet-detect"])
+@pytest.mark.parametrize(
+    ("command", "config"), [("train.py", "train"), ("eval.py", "eval"), ("resnet-detect", "detect")]
+)
 def test_a_misspelt_group_added_with_plus_is_refused_naming_the_group_not_added_as_a_key(
-    command, capsys, monkeypatch, tmp_path
+    command, config, capsys, monkeypatch, tmp_path
 ):
     # `+paddng=asymmetric`, the headline override mistyped: Hydra would add a key nothing reads, and
-    # the run would train the native scheme, exit 0, and say so in results.json.
+    # the run would train the native scheme, exit 0, and say so in results.json. (Every other form
+    # of that typo, ++ included: tests/cli/test_typo_forms.py.)
     from hydra.core.global_hydra import GlobalHydra
 
     from resnet.cli.hydra_app import run_main
@@ -178,7 +181,7 @@ def test_a_misspelt_group_added_with_plus_is_refused_naming_the_group_not_added_
     monkeypatch.setattr(sys, "argv", [command, "+paddng=asymmetric", "+padding.stem_pool=same"])
     try:
         with pytest.raises(SystemExit) as exit:
-            run_main(lambda: ran.append(True))
+            run_main(lambda: ran.append(True), config)
     finally:
         GlobalHydra.instance().clear()
     assert exit.value.code == 2 and not ran
@@ -188,13 +191,13 @@ def test_a_misspelt_group_added_with_plus_is_refused_naming_the_group_not_added_
         "with + would be read by nothing; did you mean +padding=asymmetric? the groups: "
     )
     assert "adds a new one" not in composition("optim.lrr=0.1")  # no hint suggests adding an unknown key
-    from resnet.cli.hydra_app import config_groups, unknown_addition
+    from resnet.cli.hydra_app import checked_overrides
 
-    groups = config_groups()
     for fine in ("+padding.block_conv_blur=true", "+data.min_scale=0.35", "+data/base=train_images",
                  "+hydra/launcher=submitit_local", "+experiment=tv_v1,timm_a3"):  # fmt: skip
-        assert unknown_addition([fine], groups) is None, fine
-    assert unknown_addition(["--config-dir=/mine", "+mine=x"], groups) is None  # the user's own groups
+        assert checked_overrides([fine], "train") == [fine], fine
+    mine = ["--config-dir=/mine", "+mine=x"]  # the user's own groups: Hydra knows them, the check does not
+    assert checked_overrides(mine, "train") == mine
 
 
 def test_a_run_folder_that_cannot_be_made_is_one_line_saying_mkdir_or_chown(tmp_path):

@@ -143,17 +143,20 @@ def start_line(spec: WeightsSpec, meta: ModelMeta, trained: str, dataset: str, t
 
 
 def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
-    """One W&B run per evaluation, in the group of the scheme the weights were trained with (their
-    training runs' group, :func:`resnet.report.wandb_log.run_group`; ``job_type`` eval): the row,
-    and the tables regenerated from the whole results file."""
+    """One W&B run per evaluation, ``job_type`` eval, in the group of the scheme the weights were
+    trained with (their training runs' group, :func:`resnet.report.wandb_log.run_group`), named by
+    that scheme and the one evaluated under (:func:`resnet.report.wandb_log.eval_run_name`). Its
+    config: the row, and ``trained_run``, the id of the run that trained the weights where wandb
+    recorded it. It logs the row, and the tables regenerated from the whole results file."""
     from hydra.core.hydra_config import HydraConfig
 
     from ..report.rows import read_rows
-    from ..report.wandb_log import log_evaluations, start_run
+    from ..report.wandb_log import eval_run_name, log_evaluations, start_run, training_run
 
     # its files in eval.py's own run folder (results/eval/<date>/<time>/, beside Hydra's record), as train.py's
     folder = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else path.parent
-    run = start_run(cfg.logger, row, group=row["trained_padding"], run_dir=folder, job_type="eval")
+    config = {**row, "trained_run": training_run(row["weights"])}
+    run = start_run(cfg.logger, config, row["trained_padding"], folder, job_type="eval", name=eval_run_name(row))
     log_evaluations(run, [row], read_rows(path), reference=True)
     run.finish()
 

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError
 from ..quoting import override
+from ..schema import schema_problems
 
 
 def chose_data(overrides: Sequence[str]) -> bool:
@@ -67,6 +68,10 @@ def with_trained_data(cfg: DictConfig, typed: Sequence[str]) -> tuple[DictConfig
     data = recorded_data(str(cfg.weights))
     if data is not None:
         return compose("eval", *typed, *data_overrides(typed, [data])), True
+    if not _readable(str(cfg.weights)):
+        return cfg, False  # a malformed value or no such file: the weights' own line says so, in its turn
+    if schema_problems(cfg):
+        return cfg, False  # a wrong value is said first, as for any other evaluation
     if cfg.data.name == "imagenet" and OmegaConf.is_missing(cfg.data, "root"):
         raise ConfigError(
             f"weights={cfg.weights} record no data they were trained on, so they are evaluated on "
@@ -74,3 +79,14 @@ def with_trained_data(cfg: DictConfig, typed: Sequence[str]) -> tuple[DictConfig
             "data=fashion_mnist or data=imagefolder data.root=/path/to/folders"
         )
     return cfg, False
+
+
+def _readable(weights: str) -> bool:
+    """Whether ``weights`` is a well-formed value whose file, if it names one, is there."""
+    from ..weights import WeightsError, parse_weights
+
+    try:
+        spec = parse_weights(weights)
+    except WeightsError:
+        return False
+    return spec.path is None or spec.path.is_file()

@@ -1,7 +1,9 @@
 """Weights & Biases for evaluations: ``eval.py logger=wandb`` and the seed table.
 
 One W&B run per ``eval.py`` call (grouped by the scheme the weights were trained with, so a
-project page shows each training grid's evaluations together), one per seed table. Each logs
+project page shows each training grid's evaluations together; named by that scheme and the one
+evaluated under, :func:`eval_run_name`; its config the results row and the training run's id,
+so the cross matrix is rebuilt from a project's runs, :func:`rows_of_runs`), one per seed table. Each logs
 its result rows as a ``wandb.Table`` and the tables regenerated from the whole results file
 (:func:`resnet.report.tables.log_to_wandb`). Rank 0 only. The API key is read by wandb itself
 (``WANDB_API_KEY`` or ``wandb login``); nothing here writes it anywhere.
@@ -57,9 +59,50 @@ def display_name(config: Mapping, group: str | None, run_dir: str | Path) -> str
     return " ".join(str(part) for part in parts if part)
 
 
-def start_run(logger: Mapping, config: Mapping, group: str | None, run_dir: str | Path, job_type: str = "train"):
+def eval_run_name(row: Mapping) -> str:
+    """An evaluation's name on the dashboard: what the weights were trained with, what they were
+    evaluated with, the model and the run folder of its weights (``eval asymmetric→symmetric
+    resnet_small 05-01-42``), and ``10-crop`` / ``EMA`` where so: evaluations of one model differ."""
+    weights = Path(str(row["weights"]))
+    run = weights.parent.name if weights.suffix == ".pt" else str(row["weights"])  # hub weights: their name
+    extras = [f"{row['crops']}-crop" if int(row.get("crops", 1)) > 1 else "", "EMA" if row.get("ema") else ""]
+    parts = ["eval", f"{row['trained_padding']}→{row['padding_name']}", row["arch"], run, *extras]
+    return " ".join(str(part) for part in parts if part)
+
+
+def training_run(weights: str | Path) -> str | None:
+    """The id of the W&B run that trained ``weights`` (a train.py ``last.pt``), as wandb recorded
+    it beside them (``<run dir>/wandb/latest-run`` → ``run-<time>-<id>``); None where none is there
+    (published weights, logger=csv, a ``$WANDB_DIR`` elsewhere)."""
+    latest = Path(str(weights)).parent / "wandb" / "latest-run"
+    if not latest.exists():
+        return None
+    return latest.resolve().name.rpartition("-")[2] or None
+
+
+def rows_of_runs(runs: Sequence) -> list[dict]:
+    """The results rows back from the dashboard's eval runs (each a ``wandb.apis.public.Run``, or
+    anything with its ``config`` and ``job_type``): an eval run's config is its row, so the tables
+    and the cross matrix (:func:`resnet.report.tables.cross_matrices`) are rebuilt from a project's
+    runs, e.g. ``rows_of_runs(wandb.Api().runs("<entity>/resnet-padding", {"jobType": "eval"}))``."""
+    return [
+        {key: run.config[key] for key in ROW_KEYS}
+        for run in runs
+        if run.job_type == "eval" and all(key in run.config for key in ROW_KEYS)
+    ]
+
+
+def start_run(
+    logger: Mapping,
+    config: Mapping,
+    group: str | None,
+    run_dir: str | Path,
+    job_type: str = "train",
+    name: str | None = None,
+):
     """``wandb.init`` from a ``configs/logger/wandb.yaml`` node (:func:`wandb_mode`), offline
-    where online cannot work (:func:`offline_reason`); its files under :func:`wandb_dir`."""
+    where online cannot work (:func:`offline_reason`); its files under :func:`wandb_dir`. ``name``:
+    the run's name where the logger node gives none (default :func:`display_name`)."""
     import wandb
 
     if os.environ.get("WANDB_MODE") == "":  # set but empty counts as unset: wandb would fail on it
@@ -72,7 +115,7 @@ def start_run(logger: Mapping, config: Mapping, group: str | None, run_dir: str 
         project=logger.get("project", "resnet-padding"),
         entity=logger.get("entity"),
         group=logger.get("group") or group,
-        name=logger.get("name") or display_name(config, group, run_dir),
+        name=logger.get("name") or name or display_name(config, group, run_dir),
         tags=list(logger.get("tags") or []),
         job_type=job_type,
         config=dict(config),

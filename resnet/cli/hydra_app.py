@@ -63,8 +63,8 @@ def run_main(main: Callable[[], object], config_name: str) -> None:
     except JobEnded as err:  # a job of a submitit sweep ended as train.py would have: its one line, status 1
         print(err, file=sys.stderr)
         raise SystemExit(1) from None
-    except OSError as err:
-        line = unwritable_run_dir(err)
+    except (OSError, ValueError) as err:  # ValueError: logging's "Unable to configure handler 'file'"
+        line = unwritable_run_dir(err, config_name)
         if line is None:
             raise
         exit_config_error(line)
@@ -150,19 +150,50 @@ def _override_of(key: str, overrides: Sequence[str]) -> str | None:
     return None
 
 
-def unwritable_run_dir(err: OSError) -> str | None:
-    """One line for Hydra failing to make the run's folder (a read-only mount, a folder Docker made
-    as root for ``-v`` and a ``--user`` who cannot write it); None for an error of the command itself."""
+def unwritable_run_dir(err: Exception, app: str = "train") -> str | None:
+    """One line for Hydra failing to write the run's folder before the command runs: making it (a
+    read-only mount, a folder Docker made as root for ``-v`` and a ``--user`` who cannot write it),
+    or, in a folder that exists (a run resumed or re-run on a read-only mount), opening its log or
+    saving its config record (:func:`read_only_run_dir`). None for an error of the command itself."""
+    cause = err if isinstance(err, OSError) else err.__cause__  # logging raises ValueError from the OSError
+    if not isinstance(cause, OSError) or not cause.filename:
+        return None
     frames = traceback.extract_tb(err.__traceback__)
     ours = [f for f in frames if not f.filename.endswith("hydra_app.py") and
             any(part in f.filename for part in ("/resnet/", "/data/", "train.py", "eval.py"))]  # fmt: skip
-    if ours or not err.filename or not any("/hydra/" in f.filename for f in frames):
+    if ours or not any("/hydra/" in f.filename for f in frames):
         return None
-    top = Path(str(err.filename)).parts[0] if not Path(str(err.filename)).is_absolute() else str(err.filename)
+    written = Path(str(cause.filename))
+    folder = written.parent.parent if written.parent.name == ".hydra" else written.parent
+    if folder.is_dir():
+        return read_only_run_dir(folder, cause, app)
+    top = written.parts[0] if not written.is_absolute() else str(written)
     return (
-        f"cannot write {err.filename} ({err.strerror}), where this run's folder goes: make it writable "
+        f"cannot write {cause.filename} ({cause.strerror}), where this run's folder goes: make it writable "
         f"(mkdir -p {top}; a folder Docker made for -v belongs to root: create it before docker run, or "
         "chown it to the --user uid), or pass hydra.run.dir=<a writable folder>"
+    )
+
+
+def read_only_run_dir(folder: Path, err: OSError, app: str = "train") -> str:
+    """One line for a run folder of ``app`` (``train``, ``eval``, ...) that exists but cannot be
+    written: what it holds (a finished run, a run to resume) and what to type instead."""
+    from ..engine.ending import finished_results
+    from ..quoting import app_words, command, override
+
+    cannot = f"{folder} cannot be written ({err.strerror})"
+    if app != "train" or not (folder / "last.pt").is_file():  # eval.py's record, a run that saved nothing yet
+        return f"{cannot}: pass hydra.run.dir=<a writable folder>, where this run keeps its log and config record"
+    copy = f"cp -r {folder} <a writable folder> and run again with hydra.run.dir=<that folder> resume=true"
+    done = finished_results(folder, 1)
+    if done is None:
+        return f"{cannot}, so its run cannot go on there: to resume it, {copy}"
+    top1 = done.get("top1_err")
+    shown = f", top-1 err {top1:.2f}%" if isinstance(top1, (int, float)) else ""
+    epochs = f"{done['epochs']} epoch{'s' if done['epochs'] != 1 else ''}"
+    evaluate = command([*app_words("eval"), override("weights", folder / "last.pt")])
+    return (
+        f"{cannot}; it holds a finished run ({epochs}{shown}): evaluate it with {evaluate}; to train it further, {copy}"
     )
 
 

@@ -165,7 +165,7 @@ def unwritable_run_dir(err: Exception, app: str = "train") -> str | None:
         return None
     written = Path(str(cause.filename))
     folder = written.parent.parent if written.parent.name == ".hydra" else written.parent
-    if folder.is_dir():
+    if folder.is_dir() and not any(f.name == "mkdir" for f in frames):  # the run's folder is there already
         return read_only_run_dir(folder, cause, app)
     top = written.parts[0] if not written.is_absolute() else str(written)
     return (

@@ -1,9 +1,11 @@
-"""The files a command writes where ``out=`` says: checked before any work (:func:`out_file`),
-written atomically (:func:`write_json`); a bad path is one :class:`resnet.config.ConfigError` line.
-Detection (a ranking), re-gridding (a checkpoint) and export (an ONNX file) use them."""
+"""The files a command writes where ``out=`` says: checked before any work (:func:`out_file`,
+:func:`writable_file`, :func:`writable_folder`), written atomically (:func:`write_json`); a bad path is
+one :class:`resnet.config.ConfigError` line. Detection (a ranking), re-gridding (a checkpoint),
+export (an ONNX file), evaluation's results file and the folders of tables use them."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -17,17 +19,45 @@ def out_file(value: str, suffix: str, example: str) -> Path:
     path = Path(value).expanduser()
     if path.suffix.lower() != suffix or path.is_dir():
         raise ConfigError(f"out={value} must name a {suffix} file, e.g. {example}")
-    folder = next(p for p in (path.parent, *path.parent.parents) if p.exists())
-    if not folder.is_dir():
-        raise ConfigError(f"out={value}: {folder} is a file, not a folder; choose another path, e.g. {example}")
-    try:  # a real file, not os.access: root passes that check even where it cannot write (/proc, /sys)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".probe"):
+    return writable_file(path, f"out={value}", example)
+
+
+def writable_file(path: Path, given: str, example: str) -> Path:
+    """``path``, checked before any work to be a file this process can write (or append to), in a
+    folder it can make: nothing is written to it. ``given``: the setting as the user typed it
+    (``results_file=...``), ``example``: what to type instead."""
+    if path.is_dir():
+        raise ConfigError(f"{given} is a folder, not a file; choose a file, e.g. {example}")
+    if path.exists():
+        try:  # opened for appending and closed: the file and its time stay as they were
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as err:
+            raise ConfigError(
+                f"{given}: cannot write {path} ({err.strerror}); choose another file, e.g. {example}"
+            ) from None
+        return path
+    writable_folder(path.parent, given, example, make=False)
+    return path
+
+
+def writable_folder(folder: Path, given: str, example: str, make: bool = True) -> Path:
+    """``folder`` checked before any work to be one this process can write in: made (``make``), or
+    its nearest existing parent, where it would be made, probed with a real file (root passes
+    ``os.access`` even where it cannot write: a read-only mount, /proc)."""
+    there = next(p for p in (folder, *folder.parents) if p.exists())
+    if not there.is_dir():
+        raise ConfigError(f"{given}: {there} is a file, not a folder; choose another path, e.g. {example}")
+    try:
+        if make:
+            folder.mkdir(parents=True, exist_ok=True)
+            there = folder
+        with tempfile.NamedTemporaryFile(dir=there, prefix=".write-check.", suffix=".probe"):
             pass
     except OSError as err:
         raise ConfigError(
-            f"out={value}: cannot write in {folder} ({err.strerror}); choose a writable folder, e.g. {example}"
+            f"{given}: cannot write in {there} ({err.strerror}); choose a writable folder, e.g. {example}"
         ) from None
-    return path
+    return folder
 
 
 def write_json(path: Path, record: dict) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..config import ConfigError, compose, padding_overrides
 from ..evaluation.trained_data import data_overrides
+from ..out_files import writable_folder
 from ..padding import resolve_padding
 from ..quoting import override
 from ..report.tables import scheme_order
@@ -109,7 +110,7 @@ def run(paths: list[str], overrides: list[str], schemes: list[str] | None, out: 
     trained, datas = trained_with(models)
     schemes = list(dict.fromkeys(schemes)) if schemes else default_schemes(trained)
     data = data_overrides(overrides, datas)
-    out.mkdir(parents=True, exist_ok=True)
+    writable_folder(out, f"--out {out}", "--out results/cross")  # before the first evaluation
     results = out / "eval.jsonl"
     results.unlink(missing_ok=True)  # the tables hold these models only
     start, total = time.perf_counter(), len(models) * len(schemes)

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..config import compose, padding_overrides
 from ..engine.preempt import Stopped
 from ..grid import grid_name, grid_paddings
+from ..out_files import writable_folder
 from ..quoting import override
 from ..report.charts import plot_regrid
 from ..report.console import format_table
@@ -261,7 +262,7 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     """Train, evaluate, re-grid and write the tables (:func:`main` has checked the arguments)."""
 
     start = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
+    writable_folder(args.out, f"--out {args.out}", "--out results/demo")  # before the first run
     results_file = args.out / "eval.jsonl"
     results_file.unlink(missing_ok=True)  # the demo's tables hold this run only
     (args.out / "regrid_eval.jsonl").unlink(missing_ok=True)

@@ -99,12 +99,15 @@ def run(cfg: DictConfig) -> dict:
     from ..checkpoint import CheckpointError
     from ..evaluation.protocol import check_logger, results_path
     from ..evaluation.run import evaluate_weights
+    from ..out_files import writable_file, writable_folder
     from ..report.rows import read_rows
     from ..report.table_files import write_tables
     from ..weights import WeightsError
 
     check(cfg)
     check_logger(cfg)
+    writable_folder(Path(cfg.out), f"out={cfg.out}", "out=results/seed_table")  # before the first evaluation
+    writable_file(results_path(cfg.results_file), f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
     models = entries(cfg.table)
     plan = [(e, s, c) for e in models for s in cfg.schemes for c in cfg.crops]
     bases = {scheme: eval_base(scheme) for scheme in cfg.schemes}

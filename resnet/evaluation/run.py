@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -9,13 +13,15 @@ from omegaconf import DictConfig
 from ..config import ConfigError, check_run_config, scheme_words
 from ..distributed import DistEnv, shutdown
 from ..model import ModelMeta
-from ..report.console import summary
+from ..out_files import writable_file
+from ..report.console import images_cell, summary
 from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
 from ..runtime import join_job, runtime_for
+from ..schema import KEYS
 from ..weights import WeightsSpec, check_has_ema
 from ..workers import data_workers
 from .loader import CROP_COUNTS, build_eval_loader, check_root
-from .loop import Evaluation, evaluate
+from .loop import Evaluation, evaluate, unreadable_share
 from .protocol import (
     check_fit,
     check_logger,
@@ -52,6 +58,7 @@ def _check_config(cfg: DictConfig) -> None:
         )
     check_run_config(cfg)
     check_logger(cfg)
+    writable_file(results_path(cfg.results_file), f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
     try:
         check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
     except FileNotFoundError as err:
@@ -104,6 +111,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
         desc="eval 10-crop" if protocol.crops == 10 else "eval",
         log_every=cfg.get("log_every", 50),
     )
+    _check_unreadable(cfg, result)
     if result.n_images == 0:
         raise RuntimeError(f"no image of the {data.size} could be evaluated")
     row = results_row(
@@ -126,11 +134,32 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
     )
     row = {key: row[key] for key in ROW_KEYS}  # the order of every eval.py row
     if env.is_main:
-        path = append_row(results_path(cfg.results_file), row)
-        _report(row, result, path, data.split_size)
+        path = _append(results_path(cfg.results_file), row)
+        _report(row, result, path, data.split_size, cfg.get("max_unreadable", KEYS["max_unreadable"].default))
         if cfg.get("logger") and cfg.logger.get("wandb"):
             _log_to_wandb(cfg, row, path)
     return row
+
+
+def _append(path: Path, row: dict) -> Path:
+    """Append ``row`` to the results file; where that fails now (checked writable at the start: a
+    disk filled since, the mount gone), the row goes to a file of its own, named in the one line
+    that ends the run, so that no evaluation is lost."""
+    try:
+        return append_row(path, row)
+    except OSError as err:
+        kept = Path(tempfile.gettempdir()) / f"eval-row-{os.getpid()}-{int(time.time())}.jsonl"
+        try:
+            append_row(kept, row)
+        except OSError:
+            raise ConfigError(
+                f"cannot append the results row to {path} ({err.strerror or err}), nor keep it in {kept.parent}; "
+                f"the row: {json.dumps(row)}"
+            ) from None
+        raise ConfigError(
+            f"cannot append the results row to {path} ({err.strerror or err}); it is kept in {kept}: once there is "
+            f"room, cat {kept} >> {path}"
+        ) from None
 
 
 def start_line(spec: WeightsSpec, meta: ModelMeta, trained: str, dataset: str, trained_data: bool) -> str:
@@ -161,14 +190,33 @@ def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
     run.finish()
 
 
-def _report(row: dict, result: Evaluation, path: Path, split_size: int | None) -> None:
-    if result.skipped_images:
+def _check_unreadable(cfg: DictConfig, result: Evaluation) -> None:
+    """More than ``max_unreadable`` of the images could not be read (a mount gone, shards swapped): the
+    errors would be another set's; one line, no row. The counts are summed over the processes: every
+    one stops, rank 0 says so."""
+    limit = cfg.get("max_unreadable", KEYS["max_unreadable"].default)
+    read = result.n_images + result.skipped_images
+    share = unreadable_share(result.skipped_images, read, limit)
+    if share is None:
+        return
+    raise ConfigError(
+        f"could not read {result.skipped_images:,} of the {read:,} images of {cfg.data.name} ({share}, more than "
+        f"max_unreadable={limit:g}), e.g. {'; '.join(result.skipped_examples[:2])}; no row appended. Restore the "
+        "data, or pass a higher max_unreadable (1: never stop)"
+    )
+
+
+def _report(row: dict, result: Evaluation, path: Path, split_size: int | None, limit: float) -> None:
+    """The summary table; where files could not be read (under ``max_unreadable``), a line first saying
+    on how many of the set's images the errors are, and its images cell says so too."""
+    scored, skipped = row["n_images"], row["skipped_images"]
+    if skipped:
         print(
-            f"skipped {result.skipped_images} unreadable image(s), e.g. {'; '.join(result.skipped_examples)}",
+            f"top-1 err {row['top1_err']:.2f}% on {scored:,} of {scored + skipped:,} images: {skipped:,} unreadable "
+            f"(max_unreadable={limit:g}), e.g. {'; '.join(result.skipped_examples[:2])}",
             flush=True,
         )
     protocol = f"{row['resize']}->{row['crop']} {row['interpolation']} {row['preprocessing']}"
     record = {**row, "protocol": protocol, "images_per_s": result.images_per_s}
-    if split_size:  # val_images=N
-        record["n_images"] = f"{row['n_images']:,} of {split_size:,}"
+    record["n_images"] = images_cell(scored, skipped, split_size)
     print(summary(record, EVAL_SUMMARY, f"appended to {path}"), flush=True)

@@ -131,15 +131,38 @@ EMA_MARK = " (EMA)"
 
 
 def weights_label(row: Mapping) -> str:
-    """The weights= value, marked ``(EMA)`` for a checkpoint's EMA weights: they are other weights."""
-    return f"{row['weights']}{EMA_MARK}" if row.get("ema") else str(row["weights"])
+    """The weights= value, one file one name (:func:`weights_name`), marked ``(EMA)`` for a
+    checkpoint's EMA weights: they are other weights."""
+    name = weights_name(str(row["weights"]))
+    return f"{name}{EMA_MARK}" if row.get("ema") else name
+
+
+def weights_name(weights: str) -> str:
+    """One name for one file however it was typed (``./x/last.pt``, ``/home/me/x/last.pt``,
+    ``checkpoint:x/last.pt``): a file that is here is named by its real path, relative to the
+    current folder where it lies below it (``x/last.pt``), else absolute; a ``keras:`` (any
+    source's) file keeps its prefix. A row records the path as its user typed it, from a folder
+    it does not record: a relative path is looked for from the current folder, and one not
+    found there, or a hub name (``timm:resnet50.a1_in1k``), stays as written."""
+    prefix, colon, rest = weights.partition(":")
+    prefix, path = (prefix, rest) if colon and prefix in WEIGHTS_SOURCES else ("", weights)
+    try:
+        found = Path(path).resolve() if path and Path(path).is_file() else None
+    except OSError:  # a name too long or unreadable for this filesystem: not a file here
+        found = None
+    if found is None:
+        return weights
+    here = Path.cwd().resolve()
+    named = found.relative_to(here).as_posix() if found.is_relative_to(here) else str(found)
+    return named if prefix in ("", "checkpoint") else f"{prefix}:{named}"
 
 
 def run_labels(keys: Sequence[str], weights: Sequence[str]) -> list[str]:
     """How a table or chart names each run: ``keys[i]`` (a scheme, or ``arch, trained scheme``)
-    where its weights are the only ones under that key, else ``key (run name)``, the run name
-    being the shortest tail of the weights' path that no other path under that key ends with
-    (:func:`run_names`), e.g. ``symmetric (12-18-10/0)``, ``symmetric (12-18-10, EMA)``.
+    where its weights are the only ones under that key, else ``key (run name)``: the seed where
+    each of those runs records its own (:func:`seed_names`: ``symmetric (seed 1)``), else the
+    shortest tail of the weights' path that no other path under that key ends with
+    (:func:`run_names`: ``symmetric (12-18-10/0)``, ``symmetric (12-18-10, EMA)``).
 
     ``weights``: :func:`weights_label` values (``(EMA)`` marks EMA weights). The one place
     runs are named: the cross matrix's rows, the bar chart's."""
@@ -148,8 +171,39 @@ def run_labels(keys: Sequence[str], weights: Sequence[str]) -> list[str]:
         groups.setdefault(key, [])
         if w not in groups[key]:
             groups[key].append(w)
-    names = {key: dict(zip(group, run_names(group))) for key, group in groups.items() if len(group) > 1}
+    names = {key: dict(zip(group, seed_names(group) or run_names(group)))
+             for key, group in groups.items() if len(group) > 1}  # fmt: skip
     return [f"{key} ({names[key][w]})" if key in names else key for key, w in zip(keys, weights)]
+
+
+def seed_names(weights: Sequence[str]) -> list[str] | None:
+    """``seed 1``, ``seed 2``, ... (``seed 1, EMA`` for EMA weights) where every file of
+    ``weights`` (:func:`weights_label` values) is here and records the seed its run trained
+    with, and no two files share one; None otherwise (a result row does not hold the seed, so
+    rows read where their checkpoints are not are named by :func:`run_names`)."""
+    files = [w.removesuffix(EMA_MARK) for w in weights]
+    seeds = {file: recorded_seed(Path(file)) for file in dict.fromkeys(files)}
+    if None in seeds.values() or len(set(seeds.values())) < len(seeds):
+        return None
+    return [f"seed {seeds[file]}" + (", EMA" if w.endswith(EMA_MARK) else "") for file, w in zip(files, weights)]
+
+
+def recorded_seed(checkpoint: Path) -> int | None:
+    """The ``seed`` the train.py run that wrote ``checkpoint`` was started with: from Hydra's
+    record beside it (``.hydra/config.yaml``), else from the checkpoint's own ``config`` (read
+    without running pickled code, its tensors left on disk); None where neither says."""
+    import torch
+    from omegaconf import OmegaConf
+
+    hydra_record = checkpoint.parent / ".hydra" / "config.yaml"
+    try:
+        seed = OmegaConf.load(hydra_record).get("seed") if hydra_record.is_file() else None
+        if seed is None and checkpoint.is_file():
+            saved = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+            seed = ((saved.get("config") if isinstance(saved, dict) else None) or {}).get("seed")
+    except Exception:  # noqa: BLE001 (not a checkpoint of ours, an unreadable record: no seed to name it by)
+        return None
+    return seed if type(seed) is int else None
 
 
 def run_names(weights: Sequence[str]) -> list[str]:
@@ -160,7 +214,7 @@ def run_names(weights: Sequence[str]) -> list[str]:
     * a file name all of them share (``last.pt``) goes, and so do the folders all of them
       start with; of what is left, each takes its shortest tail that no other path ends with;
     * a number alone names a job of a Hydra sweep, not a run: its folder (the sweep's time)
-      comes with it;
+      comes with it, even one all of them start with;
     * a hub name (``timm:resnet50.a1_in1k``) has no folders: it is its own name;
     * EMA weights are named as their file, then ``, EMA``.
     """
@@ -169,19 +223,20 @@ def run_names(weights: Sequence[str]) -> list[str]:
     distinct = list(dict.fromkeys(paths))
     if len(distinct) == 1:  # one file: its folder names it (results/demo/train_symmetric/last.pt)
         parts = distinct[0]
-        stripped = {distinct[0]: list(parts[:-1] if len(parts) > 1 else parts)}
+        trimmed, lead = [list(parts[:-1] if len(parts) > 1 else parts)], 0
     else:
         shared_file = len({p[-1] for p in distinct}) == 1 and all(len(p) > 1 for p in distinct)
         trimmed = [list(p[:-1]) if shared_file else list(p) for p in distinct]
         lead = 0  # folders all of them start with, leaving each at least one part
         while all(len(p) > lead + 1 for p in trimmed) and len({p[lead] for p in trimmed}) == 1:
             lead += 1
-        stripped = {p: t[lead:] for p, t in zip(distinct, trimmed)}
     short = {}
-    for path, parts in stripped.items():
-        others = [o for p, o in stripped.items() if p != path]
-        size = 1
-        while size < len(parts) and (parts[-size].isdigit() or any(o[-size:] == parts[-size:] for o in others)):
+    for path, parts in zip(distinct, trimmed):
+        others = [o for o in trimmed if o is not parts]
+        size, distinct_parts = 1, len(parts) - lead  # beyond them every path reads alike
+        while size < len(parts) and (
+            parts[-size].isdigit() or (size < distinct_parts and any(o[-size:] == parts[-size:] for o in others))
+        ):
             size += 1
         short[path] = "/".join(parts[-size:])
     return [short[p] + (", EMA" if e else "") for p, e in zip(paths, ema)]

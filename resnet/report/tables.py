@@ -4,7 +4,8 @@ Rules, so that no number is silently merged with another:
 
 * **Latest wins.** Rows that repeat the same evaluation (same weights, scheme, crops and
   protocol) are re-runs: the one with the latest ``date`` is kept (on equal dates, the
-  later line of the file).
+  later line of the file). Weights are one file however its path was typed
+  (:func:`resnet.report.rows.weights_name`).
 * **Dataset and protocol separate.** The test set (``imagenet``, ``imagenet_v2``,
   ``imagenet_real`` ...: a column of its own) and the protocol (input size, resize, crop,
   interpolation, preprocessing, number of images) are part of every table row's label,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,18 @@ def scheme_order(labels: Iterable[str]) -> list[str]:
 def _arch_order(arch: str) -> tuple[int, str]:
     archs = list(ARCHS)
     return (archs.index(arch) if arch in archs else len(archs), arch)
+
+
+def label_order(label: str) -> list:
+    """A run label's sort key that reads its numbers as numbers: ``seed 2`` before ``seed 10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
+
+
+def own_grid(trained: str, scheme: str) -> bool:
+    """Whether weights trained under ``trained`` run on their own grid under ``scheme``: the same
+    scheme, or one of a grid's presets (``grid[symmetric,asymmetric]``). The cross matrix's
+    matched cells, the bar chart's Δ colours."""
+    return trained == scheme or scheme in grid_members(trained)
 
 
 # --- the TensorNets-style table -----------------------------------------------------
@@ -240,6 +254,7 @@ class CrossMatrix:
     cells: dict[tuple[str, str], dict[str, float | None]]  # (row label, scheme) -> {metric: error in %}
     trained_scheme: dict[str, str]  # row label -> the scheme its weights were trained with
     metrics: tuple[str, ...] = CROSS_METRICS
+    weights: dict[str, str] = field(default_factory=dict)  # row label -> its weights (weights_label)
 
     def cell(self, trained: str, evaluated: str, metric: str = "top1_err") -> float | None:
         """The error, or None: not evaluated, or (older rows' top-5) not recorded."""
@@ -250,8 +265,7 @@ class CrossMatrix:
 
     def matched(self, trained: str, evaluated: str) -> bool:
         """Trained and evaluated with the same scheme (the diagonal), or with one of a grid's."""
-        scheme = self.trained_scheme[trained]
-        return scheme == evaluated or evaluated in grid_members(scheme)
+        return own_grid(self.trained_scheme[trained], evaluated)
 
 
 def _error(row: Mapping, metric: str) -> float | None:
@@ -277,20 +291,23 @@ def cross_matrices(
             groups.setdefault((r["arch"], str(r["dataset"]), protocol_label(r)), []).append(r)
     matrices = []
     for (arch, dataset, protocol), group in sorted(groups.items(), key=lambda g: (_arch_order(g[0][0]), *g[0][1:])):
-        labels = run_labels([r["trained_padding"] for r in group], [weights_label(r) for r in group])
+        weights = [weights_label(r) for r in group]
+        labels = run_labels([r["trained_padding"] for r in group], weights)
         cells = {(label, scheme_label(r)): {m: _error(r, m) for m in metrics} for label, r in zip(labels, group)}
         trained_scheme = {label: r["trained_padding"] for label, r in zip(labels, group)}
         order = {s: i for i, s in enumerate(scheme_order(trained_scheme.values()))}
-        trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], t))
+        trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], label_order(t)))
         evaluated = scheme_order(e for _, e in cells)
-        matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme, tuple(metrics)))
+        matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme, tuple(metrics),
+                                    dict(zip(labels, weights))))  # fmt: skip
     return matrices
 
 
 def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict]]:
-    """All matrices as one wide table: arch, dataset, protocol, trained with, then a column per
-    scheme and metric (``symmetric Top-1`` ..., then ``symmetric Top-5`` ...: tensornets.csv's names);
-    a cell not evaluated, or a top-5 not recorded, is empty."""
+    """All matrices as one wide table: arch, dataset, protocol, trained with, the weights (which
+    file or hub name the row is), then a column per scheme and metric (``symmetric Top-1`` ...,
+    then ``symmetric Top-5`` ...: tensornets.csv's names); a cell not evaluated, or a top-5 not
+    recorded, is empty."""
     schemes = scheme_order(s for m in matrices for s in m.evaluated)
     metrics = [m for m in METRICS if any(m in matrix.metrics for matrix in matrices)] or list(CROSS_METRICS)
     columns = [
@@ -298,10 +315,11 @@ def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict
         "dataset",
         "protocol",
         "trained with",
+        "weights",
         *(f"{s} {METRIC_TITLES[k]}" for k in metrics for s in schemes),
     ]
     records = [
-        {"arch": m.arch, "dataset": m.dataset, "protocol": m.protocol, "trained with": t,
+        {"arch": m.arch, "dataset": m.dataset, "protocol": m.protocol, "trained with": t, "weights": m.weights.get(t),
          **{f"{s} {METRIC_TITLES[k]}": m.cell(t, s, k) for k in metrics for s in schemes}}
         for m in matrices
         for t in m.trained

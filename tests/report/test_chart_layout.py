@@ -1,6 +1,8 @@
 """No chart (regrid.png, tensornets.png, cross.png) draws text over text, a value label over a
 plotted line, text off the figure, or its legend away from its axes, checked with matplotlib's
-extents on charts drawn from realistic rows (issue 49)."""
+extents on charts drawn from realistic rows (issue 49); nor an empty panel or an axis offset
+(``1e-17``), from any results file: one model, one scheme per model, many models, per-site names,
+a seed sweep (issue 54)."""
 
 from __future__ import annotations
 
@@ -11,27 +13,33 @@ from matplotlib.text import Text
 
 from resnet.report.charts import plot_cross, plot_regrid, plot_scheme_table, pyplot
 from resnet.report.tables import cross_matrices, scheme_table
-from tests.report.realistic import drawn, realistic_rows
+from tests.report.realistic import CASES, drawn, realistic_rows, seed_sweep
+
+
+def figures_in(fig) -> list:
+    """The figure and its subfigures, at any depth."""
+    return [fig, *(inner for sub in fig.subfigs for inner in figures_in(sub))]
 
 
 def texts_of(fig) -> list[Text]:
-    """Every piece of text the figure draws: titles, axis labels, tick labels (of drawn ticks),
-    value labels, colorbar ticks, legend texts."""
-    found = [*fig.texts, *([fig._suptitle] if fig._suptitle else [])]
+    """Every piece of text the figure draws: titles (its subfigures' too), axis labels, tick labels
+    (of drawn ticks), value labels, colorbar ticks, legend texts."""
+    found = [text for f in figures_in(fig) for text in [*f.texts, *([f._suptitle] if f._suptitle else [])]]
     for ax in fig.axes:
         found += [*ax.texts, ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
         for axis in (ax.xaxis, ax.yaxis):
             for tick in axis._update_ticks():
                 found += [tick.label1, tick.label2]
             found.append(axis.offsetText)
-    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
-        if legend is not None:
-            found += [*legend.get_texts(), legend.get_title()]
-    return [t for t in found if t.get_visible() and t.get_text().strip()]
+    for legend in legends_of(fig):
+        found += [*legend.get_texts(), legend.get_title()]
+    unique = {id(t): t for t in found}  # a suptitle is one of its figure's texts too
+    return [t for t in unique.values() if t.get_visible() and t.get_text().strip()]
 
 
 def legends_of(fig) -> list:
-    return [legend for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)] if legend is not None]
+    figure_legends = [legend for f in figures_in(fig) for legend in f.legends]
+    return [legend for legend in [*figure_legends, *(ax.get_legend() for ax in fig.axes)] if legend is not None]
 
 
 def overlap(a, b, tolerance: float = 0.5) -> bool:
@@ -47,7 +55,8 @@ def gap(a, b) -> float:
 
 def layout_problems(fig) -> list[str]:
     """What a reader would trip over: text over text (the legend's box counts as text), a text
-    out of the figure, a value label on a plotted line, a legend not at its axes."""
+    out of the figure, a value label on a plotted line, a legend away from its axes (a figure's
+    legend: from the chart's nearest text)."""
     renderer = fig.canvas.get_renderer()
     figure_box = fig.bbox
     texts = texts_of(fig)
@@ -67,15 +76,37 @@ def layout_problems(fig) -> list[str]:
         own = {id(t) for t in [*legend.get_texts(), legend.get_title()]}
         problems += [f"the legend covers {t.get_text()!r}" for t in texts
                      if id(t) not in own and overlap(box, boxes[id(t)])]  # fmt: skip
-        nearest = min(gap(box, ax.get_window_extent(renderer)) for ax in plots)
+        if legend.axes is not None:  # an axes' legend: beside its axes
+            nearest = min(gap(box, ax.get_window_extent(renderer)) for ax in plots)
+        else:  # a figure's (what every panel shares): right under the lowest axes or text above it
+            above = [ax.get_window_extent(renderer) for ax in plots] + [boxes[id(t)] for t in texts if id(t) not in own]
+            nearest = min(b.y0 - box.y1 for b in above if b.y0 >= box.y1 - 1)
         if nearest > 0.15 * fig.dpi:
-            problems.append(f"the legend is {nearest:.0f} px from the nearest axes")
+            problems.append(f"the legend is {nearest:.0f} px from the nearest axes or text")
     for ax in fig.axes:
         for line in ax.lines:
             path = line.get_transform().transform_path(line.get_path())
             problems += [f"{t.get_text()!r} sits on a plotted line" for t in ax.texts
                          if t.get_visible() and path.intersects_bbox(boxes.get(id(t)) or t.get_window_extent(renderer),
                                                                      filled=False)]  # fmt: skip
+    return problems
+
+
+def panel_problems(fig) -> list[str]:
+    """What a reviewer would send back: a panel that plots nothing (no bar of any length, no
+    heatmap cell), an axis whose ticks need an offset or a factor (``1e-17``) to be read."""
+    problems = []
+    for ax in fig.axes:
+        if not ax.axison:
+            continue
+        title = ax.get_title() or ax.get_xlabel() or ax.get_ylabel()
+        if ax.get_label() != "<colorbar>":
+            bars = [p for p in ax.patches if getattr(p, "get_width", None) and p.get_width() and p.get_height()]
+            if not bars and not ax.get_images():
+                problems.append(f"the panel {title!r} plots nothing")
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.offsetText.get_visible() and axis.offsetText.get_text().strip():
+                problems.append(f"an axis of {title!r} reads with an offset {axis.offsetText.get_text()!r}")
     return problems
 
 
@@ -120,9 +151,29 @@ def test_no_chart_draws_text_over_text_or_lines_or_its_legend_away_from_its_axes
             tmp_path / "c.png",
         ),
     }[chart]
-    figures = drawn(monkeypatch, plot)
+    assert_readable(drawn(monkeypatch, plot))
+
+
+def assert_readable(figures: list) -> None:
     try:
-        assert figures and all(layout_problems(fig) == [] for fig in figures), layout_problems(figures[0])
+        assert figures
+        for fig in figures:
+            assert layout_problems(fig) + panel_problems(fig) == []
     finally:
         for fig in figures:
             pyplot().close(fig)
+
+
+@pytest.mark.parametrize("case", [*CASES, "seed sweep"])
+@pytest.mark.parametrize("chart", ["tensornets", "cross"])
+def test_charts_of_any_results_file_are_readable_without_empty_panels(chart, case, monkeypatch, tmp_path):
+    if case == "seed sweep":
+        monkeypatch.chdir(tmp_path)  # eval.py ran there: the rows name the sweep's checkpoints relative to it
+        rows = seed_sweep(tmp_path)
+    else:
+        rows = CASES[case]()
+    plot = {
+        "tensornets": lambda: plot_scheme_table(scheme_table(rows), tmp_path / "tensornets.png"),
+        "cross": lambda: plot_cross(cross_matrices(rows), tmp_path / "cross.png"),
+    }[chart]
+    assert_readable(drawn(monkeypatch, plot))

@@ -43,7 +43,7 @@ def test_the_cross_chart_has_a_top1_and_a_top5_heatmap_per_matrix(monkeypatch, t
     (fig,) = drawn(monkeypatch, lambda: plot_cross(cross_matrices(realistic_rows()), tmp_path / "cross.png"))
     heatmaps = [ax for ax in fig.axes if ax.get_images()]
     assert len(heatmaps) == 2
-    titles = " ".join(ax.get_title() for ax in heatmaps)
+    titles = " ".join(ax.get_title() for ax in heatmaps).lower()
     assert "top-1" in titles and "top-5" in titles
     left, right = (ax.get_position() for ax in heatmaps)
     assert right.x0 > left.x1 and abs(right.y0 - left.y0) < 1e-6  # side by side

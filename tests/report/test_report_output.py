@@ -117,8 +117,8 @@ def test_the_bar_chart_writes_every_number_in_one_format():
         numbers = [text.get_text() for ax in fig.axes for text in ax.texts]
     finally:
         plt.close(fig)
-    assert len(numbers) == 6 + 3 and all(re.fullmatch(r"[+-]?\d+\.\d\d", n) for n in numbers), numbers
-    assert "+3.25" in numbers  # the deltas too, signed
+    assert len(numbers) == 2 * (6 + 3) and all(re.fullmatch(r"[+-]?\d+\.\d\d", n) for n in numbers), numbers
+    assert "+3.25" in numbers  # the deltas too, signed (top-1 and top-5: 6 bars, 3 deltas each)
 
 
 def test_every_value_of_the_cross_matrix_reads_on_its_cell_colour():

@@ -53,7 +53,8 @@ def test_train_and_eval_runs_of_one_trained_scheme_share_a_group(tmp_path, monke
     monkeypatch.setitem(sys.modules, "wandb", fake)
     logger = OmegaConf.create({"wandb": True, "project": "p", "mode": "disabled", "group": None})
     start_run(logger, {}, group=run_group(META, GRID), run_dir=tmp_path)  # what train.py's RunLogger starts
-    row = results_row(META, "fashion_mnist", "none", {"top1_err": 7.0}, trained_padding="grid[symmetric,asymmetric]")
+    grid, weights = "grid[symmetric,asymmetric]", str(tmp_path / "last.pt")  # an eval row names its weights
+    row = results_row(META, "fashion_mnist", "none", {"top1_err": 7.0}, trained_padding=grid, weights=weights)
     monkeypatch.setattr("resnet.report.wandb_log.log_evaluations", lambda *args, **kwargs: None)
     monkeypatch.setattr("resnet.report.rows.read_rows", lambda path: [])
     _log_to_wandb(OmegaConf.create({"logger": logger}), row, tmp_path / "eval.jsonl")

@@ -62,6 +62,17 @@ class Evaluation:
         }
 
 
+def unreadable_share(unreadable: int, read: int, limit: float) -> str | None:
+    """The share of the ``read`` images (readable or not) that could not be read, as a stop says it
+    (``51%``; ``5.1%`` where a whole percent would read as the limit itself), where it is more than
+    ``limit`` (``max_unreadable``); else None. Training's epochs and validations and eval.py stop on
+    it (resnet/engine/run.py, resnet/evaluation/run.py)."""
+    if unreadable <= limit * read:
+        return None
+    share = unreadable / read
+    return f"{share:.0%}" if round(100 * share) > 100 * limit else f"{share:.1%}"
+
+
 def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> torch.Tensor:
     """How many rows have their label among the k highest scores, for each k: a tensor on
     the scores' device, so that summing it over batches waits for nothing.

@@ -31,3 +31,15 @@ def summary(record: Mapping, columns: Mapping[str, str], footer: str) -> str:
     """A run's closing table: ``columns`` maps each heading to its key in ``record``."""
     row = {heading: record[key] for heading, key in columns.items()}
     return "\n" + format_table([row]) + "\n" + footer
+
+
+def images_cell(n_images: int, skipped: int = 0, split: int | None = None) -> int | str:
+    """The images a result was computed on, as a table shows them: the count alone for a whole set;
+    ``3 of 7`` for part of a split (``val_images=N``: ``split`` is the whole); ``38 of 40: 2 unreadable``
+    where files of the set could not be read (under ``max_unreadable``), and ``2 of 3 (of 7): 1
+    unreadable`` for both."""
+    if not skipped:
+        return f"{n_images:,} of {split:,}" if split and split != n_images else n_images
+    taken = n_images + skipped
+    whole = f" (of {split:,})" if split and split != taken else ""
+    return f"{n_images:,} of {taken:,}{whole}: {skipped:,} unreadable"

@@ -167,14 +167,26 @@ def check_pixels(width: int, height: int) -> None:
 # Start-of-frame markers (ITU T.81 table B.1): every SOFn except DHT (C4), JPG (C8) and DAC (CC).
 SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 STANDALONE_MARKERS = frozenset(range(0xD0, 0xD9)) | {0x01}  # RSTn, SOI, TEM: no length field
+START_OF_SCAN = 0xDA
+JPEG_END = b"\xff\xd9"  # EOI: inside a scan an FF byte is followed by 00 or an RSTn, never by D9
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and CRC: it holds no data, so both are fixed
 
 
 def jpeg_frame(data: bytes) -> tuple[int, int, int, int] | None:
     """A JPEG's start-of-frame segment: (marker, width, height, components), read in a few
     microseconds without decoding; None for anything else (or a JPEG with its height in a DNL
-    segment, or a broken header)."""
+    segment, a broken header, or a JPEG cut short: :func:`check_end` says why)."""
     if data[:2] != b"\xff\xd8":
         return None
+    frame, scan = _jpeg_header(data)
+    return frame if frame is not None and data.rfind(JPEG_END, scan) >= 0 else None
+
+
+def _jpeg_header(data: bytes) -> tuple[tuple[int, int, int, int] | None, int]:
+    """(the start-of-frame segment as :func:`jpeg_frame` gives it, or None; where the header
+    ends: the first scan, or where the walk over the segments stopped)."""
+    frame = None
     pos, end = 2, len(data) - 10
     while pos < end and data[pos] == 0xFF:
         marker = data[pos + 1]
@@ -182,23 +194,48 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int, int] | None:
             pos += 1
         elif marker in STANDALONE_MARKERS:
             pos += 2
-        elif marker in SOF_MARKERS:
-            height, width = struct.unpack_from(">HH", data, pos + 5)
-            return (marker, width, height, data[pos + 9]) if height and width else None
+        elif marker == START_OF_SCAN:
+            break
         else:
+            if marker in SOF_MARKERS and frame is None:
+                height, width = struct.unpack_from(">HH", data, pos + 5)
+                frame = (marker, width, height, data[pos + 9]) if height and width else ()  # (): in a DNL
             pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
-    return None
+    return frame or None, pos
+
+
+def check_end(data: bytes) -> None:
+    """Refuse a JPEG or PNG cut short: an ``OSError`` when its last marker (a JPEG's end of image,
+    FF D9; a PNG's IEND chunk) is not after its header.
+
+    A decoder need not reach the end of a file to give pixels: a crop's window stops at its last
+    row (:mod:`data.roi`), and libjpeg and libpng fill in or ignore what is missing at the end. So
+    a file missing its last bytes passed or failed with the crop an epoch drew, and nvImageCodec's
+    libjpeg-turbo wrote "Input file read error" to stderr. Looked for from the end, past any bytes
+    after it (a camera's trailer, padding), the marker is found in under a microsecond in a whole
+    file (docs/benchmarks.md). Only after the header: an EXIF thumbnail's own end does not count."""
+    if data[:2] == b"\xff\xd8":
+        start, end, what = _jpeg_header(data)[1], JPEG_END, "JPEG without its end-of-image marker (FF D9)"
+    elif data[:8] == PNG_SIGNATURE:
+        start, end, what = len(PNG_SIGNATURE), PNG_END, "PNG without its IEND chunk"
+    else:
+        return
+    if data.rfind(end, start) < 0:
+        raise OSError(f"{what}: the file is cut short")
 
 
 def image_size(data: bytes) -> tuple[int, int]:
     """(width, height) of an image file, as PIL's header reports it, without decoding; an image
-    of more than :data:`MAX_PIXELS` pixels raises (:func:`check_pixels`). Every decode asks this first.
+    of more than :data:`MAX_PIXELS` pixels raises (:func:`check_pixels`), and so does a JPEG or PNG
+    cut short (:func:`check_end`). Every decode asks this first.
 
     For a JPEG, read from its start-of-frame segment (:func:`jpeg_frame`): a few microseconds,
     against ~20 for ``Image.open``. Anything else (PNG, BMP, a JPEG with its height in a DNL
     segment, a broken file) goes to PIL, which raises for a file it cannot identify.
     """
-    frame = jpeg_frame(data)
+    frame = jpeg_frame(data)  # a whole JPEG: None for one cut short
+    if frame is None:
+        check_end(data)
     width, height = frame[1:3] if frame is not None else open_header(data).size
     check_pixels(width, height)
     return width, height

@@ -169,7 +169,14 @@ KEYS: dict[str, Key] = {
         Field(float, low=0, example="checkpoint_minutes=10"), 10, CHANGES, "how often last.pt is saved, by the clock"
     ),
     "max_skipped": Key(FRACTION, 0.05, CHANGES, "the share of skipped steps that stops a run"),
-    "max_unreadable": Key(FRACTION, 0.05, CHANGES, "the share of unreadable images that stops a run"),
+    # eval.yaml sets max_unreadable too, to this default: the share that stops an evaluation
+    "max_unreadable": Key(FRACTION, 0.05, CHANGES, "the share of unreadable images that stops a run (or eval.py)"),
+    "max_unreadable_after": Key(
+        Field(int, low=1, example="max_unreadable_after=10000"),
+        10_000,
+        CHANGES,
+        "how many images an epoch reads before max_unreadable is checked as it goes",
+    ),
     "stop_after": Key(
         Field(int, low=1, nullable=True, example="stop_after=2"), None, CHANGES, "epochs in this invocation"
     ),

@@ -240,6 +240,7 @@ KEYS: dict[str, Key] = {
     "data.crop_pct": Key(Field(float, low=0, high=1, open_low=True, example="data.crop_pct=0.875")),
     "data.augment": Key(SWITCH),
     "data.repeated_aug": Key(STEPS),
+    "data.max_file_mb": Key(Field(float, low=0, open_low=True, example="data.max_file_mb=64")),
     "model": Key(rule=FIXED, doc="the architecture and its classes"),
     "model.zero_init_residual": Key(SWITCH),
     # eval.yaml (and detect, regrid, export: the same protocol keys): no training keys, no rule

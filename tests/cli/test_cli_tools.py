@@ -1,5 +1,6 @@
 """The two commands around weights of unknown origin: ``resnet-detect`` (which padding
-preset fits) and ``resnet-export`` (ONNX, checked against onnxruntime).
+preset fits) and ``resnet-export`` (ONNX, checked against onnxruntime); and ``resnet-figures``,
+which draws the sampling grids into the file ``--out`` names.
 
 In process, on the real configs (tests/helpers/compose.py) and the built-in Fashion-MNIST, with one
 tiny checkpoint; one subprocess shows the real command line printing its table.
@@ -30,6 +31,7 @@ from resnet.cli.detect import main as detect_main
 from resnet.cli.detect import run as detect
 from resnet.cli.export import main as export_main
 from resnet.cli.export import run as export
+from resnet.cli.figures import main as figures_main
 from resnet.detect import DetectionReport, SchemeScore, detect_padding
 from tests.helpers import procs
 from tests.helpers.builtin_data import require_fashion_mnist
@@ -202,6 +204,35 @@ def test_export_bad_input_is_one_line(tiny, tmp_path, capsys, overrides, says):
     cfg = compose_config("export", *weights, *(o.format(tmp=tmp_path) for o in overrides))
     assert says.format(tmp=tmp_path) in one_line_exit(export_main, cfg, capsys)
     assert sorted(os.listdir(tmp_path)) == ["a_file"]
+
+
+# --- resnet-figures ---------------------------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name, starts", [("figs", PNG_MAGIC), ("grid.svg", b"<?xml"), ("sub/grid.PNG", PNG_MAGIC)])
+def test_figures_writes_exactly_the_file_out_names(tmp_path, capsys, name, starts):
+    """``--out figs`` once wrote figs.png (matplotlib adds the suffix) and said "wrote figs"."""
+    out = tmp_path / name
+    figures_main(["--out", str(out), "--size", "6"])
+    assert out.read_bytes().startswith(starts)
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == [name]  # nothing beside it: no figs.png, no drawn-into sibling left
+    assert capsys.readouterr().out == f"wrote {out}\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--out", "{tmp}"], "is a folder; name the file: --out {tmp}/sampling_grid.png"),
+    (["--out", "{tmp}/grid.v2"], "no image format .v2; use one of"),
+    (["--out", "{tmp}/grid.png", "--size", "0"], "--size 0: an input size is at least 1"),
+])  # fmt: skip
+def test_figures_bad_out_is_one_line(tmp_path, capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_:
+        figures_main([word.format(tmp=tmp_path) for word in argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and says.format(tmp=tmp_path) in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- the real command line --------------------------------------------------------------------------

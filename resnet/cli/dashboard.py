@@ -1,8 +1,9 @@
 """Save the project's W&B workspace: validation curves and train images/s per padding scheme, the padding tables.
 
 ``resnet-dashboard --entity E [--project P] [--dry-run spec.json]``: one saved
-workspace (a view of the project's runs page) built with ``wandb-workspaces``
-(``pip install -e .[dashboard]``), in three sections:
+workspace (a view of the project's runs page) built with ``wandb-workspaces``, the ``dashboard``
+extra (``pip install 'resnet-padding[dashboard]'``; in a checkout ``pip install -e '.[dashboard]'``),
+in three sections:
 
 * validation top-1 and top-5 error (%) of the training runs per epoch, one line per padding
   scheme: ``train.py`` names each run's W&B group after its trained scheme, ``grid[a,b]`` for a grid (``logger.group``
@@ -16,8 +17,9 @@ workspace (a view of the project's runs page) built with ``wandb-workspaces``
 
 The runs table pins each run's scheme, final errors and train images/s. ``--dry-run`` writes
 what the save would send (the view's spec as the library serializes it) and touches no
-network; without it the workspace is saved to ``ENTITY/PROJECT``, which needs ``wandb login``
-(or ``WANDB_API_KEY``).
+network and needs no login, but the extra all the same: the spec is that library's to write;
+without it the workspace is saved to ``ENTITY/PROJECT``, which needs ``wandb login`` (or
+``WANDB_API_KEY``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import argparse
 import json
 import os
 from pathlib import Path
+
+from ..quoting import shell_word, started_from_checkout
 
 # What train.py and eval.py log (resnet/engine/runlog.py, resnet/report/wandb_log.py);
 # tests/report/test_dashboard.py checks each against an offline run's files.
@@ -42,6 +46,7 @@ MAX_RUNS = 60  # runs (or groups) per panel; W&B's default, 10, would cut a grid
 PROJECT = "resnet-padding"  # configs/logger/wandb.yaml
 NAME = "ResNet padding schemes"
 USAGE = "resnet-dashboard --entity ENTITY [--project PROJECT] [--dry-run spec.json]"
+EXTRA = "dashboard"  # pyproject.toml's extra that brings wandb-workspaces
 
 
 def build_workspace(entity: str, project: str = PROJECT, name: str = NAME):
@@ -120,6 +125,14 @@ def save(workspace) -> str:
     return workspace.url
 
 
+def install_extra() -> str:
+    """The pip command that brings :data:`EXTRA` to this install of the project: by name for an
+    installed package, editable from its folder for a checkout (``pip install -e .`` there)."""
+    if started_from_checkout():
+        return f"pip install -e {shell_word(f'{Path(__file__).resolve().parents[2]}[{EXTRA}]')}"
+    return f"pip install {shell_word(f'resnet-padding[{EXTRA}]')}"
+
+
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
@@ -140,7 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--project", default=PROJECT, help=f"the W&B project of the runs (default: {PROJECT})")
     parser.add_argument("--name", default=NAME, help=f"the workspace's name (default: {NAME!r})")
     parser.add_argument("--dry-run", type=Path, metavar="SPEC.json",
-                        help="write what would be saved to this file, offline, and save nothing")  # fmt: skip
+                        help=f"write what would be saved to this file and save nothing: no network, no login "
+                             f"(the {EXTRA} extra all the same)")  # fmt: skip
     with one_line_errors("resnet-dashboard"):
         args = parser.parse_args(argv)
         for option in ("entity", "project", "name"):
@@ -149,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             workspace = build_workspace(args.entity, args.project, args.name)
         except ImportError as err:  # the extra is not installed
-            raise ConfigError(f"{err}: pip install -e '.[dashboard]'") from None
+            raise ConfigError(f"resnet-dashboard needs its {EXTRA} extra ({_first_line(err)}), --dry-run too "
+                              f"(wandb-workspaces writes the spec): {install_extra()}") from None  # fmt: skip
         except ValueError as err:  # pydantic's: a name with an emoji
             why = err.errors()[0]["msg"] if hasattr(err, "errors") else _first_line(err)
             raise ConfigError(f"the workspace cannot be named {args.name!r}: {why}") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from resnet.evaluation.run import evaluate_weights
 from tests.helpers.compose import compose_config
 from tests.helpers.wandb_records import finished_log, read_records
 
+REPO = Path(__file__).resolve().parents[2]
 BUILTIN_X = {"_step", "_runtime", "_timestamp", "_absolute_runtime"}  # W&B's own x axes
 RUN_ATTRIBUTES = {"group": "run_group", "jobType": "job_type"}  # spec name -> RunRecord field
 
@@ -175,3 +177,26 @@ def test_saving_without_a_key_says_wandb_login(capsys, monkeypatch, tmp_path):
         dashboard.main(["--entity", "e"])
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "`wandb login`" in err and "--dry-run" in err, err
+
+
+@pytest.mark.parametrize("checkout", [False, True], ids=["installed", "checkout"])
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "save"])
+def test_a_missing_extra_is_one_line_naming_this_installs_pip_command(checkout, dry_run, tmp_path, capsys, monkeypatch):
+    """Without wandb-workspaces (its import made to fail here), saving and --dry-run alike: an
+    installed package is told the package's extra, a checkout its own folder's (not '.', which
+    is the checkout only when run from there)."""
+    for name in ["wandb_workspaces", *(n for n in sys.modules if n.startswith("wandb_workspaces."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # import fails: as where the extra is not installed
+    monkeypatch.setattr(dashboard, "started_from_checkout", lambda: checkout)
+    spec = tmp_path / "spec.json"
+    with pytest.raises(SystemExit) as exit_:
+        dashboard.main(["--entity", "e", *(["--dry-run", str(spec)] if dry_run else [])])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "needs its dashboard extra" in err, err
+    pip = f"pip install -e '{REPO}[dashboard]'" if checkout else "pip install 'resnet-padding[dashboard]'"
+    assert err.rstrip().endswith(f": {pip}"), err
+    assert not spec.exists()
+
+
+def test_this_checkout_is_told_its_own_folders_extra():
+    assert dashboard.install_extra() == f"pip install -e '{REPO}[dashboard]'"

@@ -1,15 +1,18 @@
 """The wheel, as ``pip install .`` makes it: built from a clean copy of the tracked files, installed
 into a new virtual environment, and every console script run from an empty folder, away from any
 checkout. The dependencies come from this interpreter's site-packages (a path in the new
-environment, not an install), so nothing is downloaded."""
+environment, not an install), so nothing is downloaded. The LICENSE file is the license pyproject.toml
+names, and the wheel and the sdist carry it."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tomllib
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -20,24 +23,47 @@ import pytest
 from tests.helpers.git_tree import git_over_the_tree
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+SCRIPTS = PROJECT["scripts"]
 QUICK = ["data=synthetic", "model=resnet_tiny", "epochs=1", "max_steps_per_epoch=2", "batch_size=32"]
+# What identifies a license's text, by its SPDX name (pyproject's `license`): the SPDX template's title
+# and clauses, whitespace aside. MIT's condition tells it from MIT-0, which has none.
+LICENSE_TEXTS = {
+    "MIT": [
+        "MIT License",
+        "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated "
+        'documentation files (the "Software"), to deal in the Software without restriction, including without '
+        "limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the "
+        "Software, and to permit persons to whom the Software is furnished to do so, subject to the following "
+        "conditions:",
+        "The above copyright notice and this permission notice shall be included in all copies or substantial "
+        "portions of the Software.",
+        'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT '
+        "LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO "
+        "EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN "
+        "AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE "
+        "OR OTHER DEALINGS IN THE SOFTWARE.",
+    ],
+}
+COPYRIGHT = "Copyright (c) 2026 the resnet-padding authors"
 
 
-def build_wheel(tmp_path: Path) -> Path:
-    """The wheel of a clean copy of the files git would keep (building in the checkout would leave build/)."""
-    source, wheel_dir = tmp_path / "source", tmp_path / "wheel"
-    listed = subprocess.run([*git_over_the_tree(tmp_path), "ls-files", "--cached", "--others", "--exclude-standard"],
-                            cwd=REPO, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
-    for name in listed:
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
-    wheel_dir.mkdir()
-    build = f"from setuptools.build_meta import build_wheel; build_wheel({str(wheel_dir)!r})"  # what pip wheel calls
-    subprocess.run([sys.executable, "-c", build], cwd=source, check=True, capture_output=True, timeout=300)
-    (wheel,) = wheel_dir.glob("resnet_padding-*.whl")
-    return wheel
+def build(tmp_path: Path, kind: str) -> Path:
+    """The ``wheel`` or ``sdist`` of a clean copy of the files git would keep (building in the
+    checkout would leave build/), as pip wheel and python -m build call the backend."""
+    source, out = tmp_path / "source", tmp_path / kind
+    if not source.is_dir():
+        ls_files = [*git_over_the_tree(tmp_path), "ls-files", "--cached", "--others", "--exclude-standard"]
+        listed = subprocess.run(ls_files, cwd=REPO, capture_output=True, text=True, check=True)
+        for name in listed.stdout.split():
+            if (REPO / name).is_file():
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, source / name)
+    out.mkdir()
+    call = f"from setuptools.build_meta import build_{kind}; build_{kind}({str(out)!r})"
+    subprocess.run([sys.executable, "-c", call], cwd=source, check=True, capture_output=True, timeout=300)
+    (built,) = out.glob("resnet_padding-*.whl" if kind == "wheel" else "resnet_padding-*.tar.gz")
+    return built
 
 
 def new_venv(tmp_path: Path, wheel: Path) -> Path:
@@ -66,11 +92,36 @@ def test_pyprojects_package_list_is_every_package_folder_and_every_config_folder
     assert setuptools["package-dir"] == {"resnet.configs": "configs"}
 
 
+def test_the_license_file_is_the_license_pyproject_names():
+    text = (REPO / "LICENSE").read_text()
+    assert PROJECT["license-files"] == ["LICENSE"] and PROJECT["license"] in LICENSE_TEXTS, (
+        f"license = {PROJECT['license']!r}: add its text's clauses to LICENSE_TEXTS"
+    )
+    flat = " ".join(text.split())
+    missing = [clause[:60] for clause in LICENSE_TEXTS[PROJECT["license"]] if clause not in flat]
+    assert not missing, f"LICENSE is not the {PROJECT['license']} license: it lacks {missing}"
+    assert text.startswith(LICENSE_TEXTS[PROJECT["license"]][0] + "\n") and COPYRIGHT in text.splitlines()
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_the_license(tmp_path):
+    with tarfile.open(build(tmp_path, "sdist")) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+        assert "LICENSE" in names
+        license = archive.extractfile(next(m for m in archive.getmembers() if m.name.endswith("/LICENSE")))
+        assert license.read() == (REPO / "LICENSE").read_bytes()
+
+
 @pytest.mark.slow
 def test_the_wheel_carries_the_configs_and_every_command_runs_from_an_empty_folder(tmp_path):
-    wheel = build_wheel(tmp_path)
+    wheel = build(tmp_path, "wheel")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
+        (info,) = {name.split("/")[0] for name in names if name.split("/")[0].endswith(".dist-info")}
+        assert archive.read(f"{info}/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
+        metadata = archive.read(f"{info}/METADATA").decode()
+    assert re.search(rf"^License-Expression: {re.escape(PROJECT['license'])}$", metadata, re.M)
+    assert re.search(r"^License-File: LICENSE$", metadata, re.M)
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"resnet", "data"}  # not benchmarks/ or tests/, which would collide with others' packages
     configs = {f"resnet/configs/{p.relative_to(REPO / 'configs')}" for p in (REPO / "configs").rglob("*.yaml")}
@@ -110,3 +161,11 @@ def test_the_wheel_carries_the_configs_and_every_command_runs_from_an_empty_fold
     assert detected.returncode == 0, detected.stderr[-3000:]
     demo = run("resnet-demo", "--out", "demo", "--no-grid", "--no-regrid", *QUICK[1:], "val_images=200")
     assert demo.returncode == 0 and (empty / "demo" / "cross.md").is_file(), demo.stdout[-2000:] + demo.stderr[-3000:]
+
+    # an installed package's user is told the package's extra, not a checkout's `pip install -e .`
+    no_extra = "import sys; sys.modules['wandb_workspaces'] = None; from resnet.cli.dashboard import main; main()"
+    dashboard = run("python", "-c", no_extra, "--entity", "e", "--dry-run", "spec.json")
+    assert dashboard.returncode == 2 and not (empty / "spec.json").exists(), dashboard.stderr[-2000:]
+    said = dashboard.stderr.strip()
+    assert said.startswith("error: resnet-dashboard needs its dashboard extra") and "--dry-run too" in said, said
+    assert said.endswith(": pip install 'resnet-padding[dashboard]'"), said

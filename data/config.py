@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from .files import MAX_FILE_MB, MiB
+
 
 class ConfigError(ValueError):
     """A config value (or the data it points at) that cannot work; the message is one
@@ -35,6 +37,12 @@ class DataConfig:
     repeated_aug: int = 0  # > 1: timm's RepeatAugSampler, each image this many times per epoch
     progressive: Mapping | None = None  # data.augment.train_size's keywords: the crop grows per epoch
     decode: str = "cpu"  # gpu: training JPEGs travel encoded and are decoded on the GPU (data.gpu_decode)
+    max_file_mb: float = MAX_FILE_MB  # MiB: a larger file is skipped and counted, never read (data.files)
+
+    @property
+    def max_file_bytes(self) -> int:
+        """:attr:`max_file_mb` in bytes: the ``max_file_bytes`` of the datasets of files."""
+        return int(self.max_file_mb * MiB)
 
     @classmethod
     def from_config(cls, data_cfg: Mapping, workers: int) -> DataConfig:

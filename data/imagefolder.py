@@ -1,7 +1,7 @@
 """``root/<class>/**/<image>`` as a dataset that survives bad files.
 
-A file that cannot be read (zero bytes, truncated, corrupt, not an image) comes back as a
-:class:`data.batch.BadImage` and is dropped and reported by :func:`data.batch.collate`,
+A file that cannot be read (zero bytes, cut short, corrupt, not an image, too large to be one)
+comes back as a :class:`data.batch.BadImage` and is dropped and reported by :func:`data.batch.collate`,
 so a week-long run is never ended by one file. Everything that is wrong with the folder
 *layout* fails at construction instead, with one line that says what was expected.
 Grayscale, CMYK and PNG-under-``.JPEG`` files (all present in ImageNet) load as RGB.
@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from .batch import BadImage
 from .decode import DECODE_ERRORS
 from .file_index import FileIndex
-from .files import read_file
+from .files import MAX_FILE_BYTES, read_file
 from .folder_scan import IMAGE_EXTENSIONS, FolderScan, find_classes, find_images, scan_folder
 from .samplers import seeded
 
@@ -67,8 +67,10 @@ class ImageFiles(Dataset):
     """Samples ``(path, class index)`` as ``(uint8 [3, H, W], class index)`` or a :class:`BadImage`.
 
     ``samples``: a :class:`FileIndex`, or ``(path, label)`` pairs to pack into one.
-    ``transform`` maps a file's bytes to the image tensor (:mod:`data.transforms`). The base of
-    :class:`ImageFolder`; also the flat ILSVRC2012 val/ with its labels file (:mod:`data.ilsvrc`).
+    ``transform`` maps a file's bytes to the image tensor (:mod:`data.transforms`). A file of more
+    than ``max_file_bytes`` (``data.max_file_mb``) is a :class:`BadImage`, refused from its size
+    before a byte is read (:mod:`data.files`). The base of :class:`ImageFolder`; also the flat
+    ILSVRC2012 val/ with its labels file (:mod:`data.ilsvrc`).
     """
 
     def __init__(
@@ -76,10 +78,12 @@ class ImageFiles(Dataset):
         samples: FileIndex | Sequence[tuple[str, int]],
         classes: list[str],
         transform: Callable[[bytes], torch.Tensor],
+        max_file_bytes: int = MAX_FILE_BYTES,
     ):
         self.samples = samples if isinstance(samples, FileIndex) else FileIndex.from_pairs(samples)
         self.classes = classes
         self.transform = transform
+        self.max_file_bytes = max_file_bytes
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -96,7 +100,7 @@ class ImageFiles(Dataset):
     def _load(self, index: int) -> tuple[torch.Tensor, int] | BadImage:
         path, label = self.samples[index]
         try:
-            return self.transform(read_file(path)), label
+            return self.transform(read_file(path, limit=self.max_file_bytes)), label
         except DECODE_ERRORS as err:  # a bad file (or a failed read): report it, keep training
             return BadImage(path, f"{type(err).__name__}: {err}")
 
@@ -106,7 +110,8 @@ class ImageFolder(ImageFiles):
     when building val). ``subset=True``: the folders may be any part of ``classes`` and keep their
     index in it (ImageNet's 1,000 wnids for a val holding some of them); ``present`` lists them.
     ``scan``: the folder's listing when the caller has it (:func:`data.index_cache.load_scan`);
-    by default the folder is listed here, and any directory link skipped is named in one line."""
+    by default the folder is listed here, and any directory link skipped is named in one line.
+    ``max_file_bytes``: as :class:`ImageFiles`'."""
 
     def __init__(
         self,
@@ -115,6 +120,7 @@ class ImageFolder(ImageFiles):
         classes: list[str] | None = None,
         subset: bool = False,
         scan: FolderScan | None = None,
+        max_file_bytes: int = MAX_FILE_BYTES,
     ):
         self.root = Path(root)
         if scan is None:
@@ -131,4 +137,4 @@ class ImageFolder(ImageFiles):
             check_same_classes(classes, self.present)
         index = {name: i for i, name in enumerate(classes)}
         samples = scan.samples.relabel(np.array([index[name] for name in self.present]))
-        super().__init__(samples, list(classes), transform)
+        super().__init__(samples, list(classes), transform, max_file_bytes)

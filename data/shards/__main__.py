@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..decode import DECODE_ERRORS, decode_rgb
+from ..files import MAX_FILE_MB, MiB
 from ..folder_scan import listed_images
 from ..ilsvrc import GROUND_TRUTH, SOLUTION_CSV, train_samples, val_samples
 from ..imagefolder import IMAGE_EXTENSIONS, check_same_classes, find_classes
@@ -79,6 +80,17 @@ def shard_size(text: str) -> int:
     return int(text)
 
 
+def file_limit(text: str) -> int:
+    """``--max-file-mb``'s MiB, as bytes."""
+    try:
+        mib = float(text)
+    except ValueError:
+        mib = 0.0
+    if not 0 < mib < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB > 0")
+    return int(mib * MiB)
+
+
 def folder_classes(src: Path) -> list[str]:
     """The class folders of an image folder split, refusing the likely mix-ups: a flat
     folder, images beside the class folders, a dataset root."""
@@ -120,6 +132,7 @@ def cmd_folder(args: argparse.Namespace) -> None:
         args.seed,
         f"folder {args.src.resolve()}",
         not_images=not_images,
+        max_file_bytes=args.max_file_bytes,
     )
 
 
@@ -134,6 +147,7 @@ def cmd_ilsvrc_train(args: argparse.Namespace) -> None:
         args.seed,
         f"ilsvrc-train {args.src.resolve()}",
         not_images=not_images,
+        max_file_bytes=args.max_file_bytes,
     )
 
 
@@ -142,7 +156,10 @@ def cmd_ilsvrc_val(args: argparse.Namespace) -> None:
     if args.classes_from:
         check_same_classes(read_index(args.classes_from).classes, classes)
     source = f"ilsvrc-val {args.val_dir.resolve()} --labels {args.labels.resolve()}"
-    convert(file_samples(args.val_dir, files), classes, args.out, args.split, args.shard_size, args.seed, source)
+    samples = file_samples(args.val_dir, files)
+    convert(
+        samples, classes, args.out, args.split, args.shard_size, args.seed, source, max_file_bytes=args.max_file_bytes
+    )
 
 
 def cmd_imagenet(args: argparse.Namespace) -> None:
@@ -175,6 +192,7 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
         args.seed,
         f"ilsvrc-train {train.resolve()}",
         not_images=not_images,
+        max_file_bytes=args.max_file_bytes,
     )
     convert(
         val_list,
@@ -185,6 +203,7 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
         args.seed,
         val_source,
         not_images=val_not_images,
+        max_file_bytes=args.max_file_bytes,
     )
 
 
@@ -314,6 +333,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
         sub.add_argument(
             "--seed", type=int, default=0, metavar="S", help="of the shuffle that mixes the classes (%(default)s)"
+        )
+        sub.add_argument(
+            "--max-file-mb",
+            dest="max_file_bytes",
+            type=file_limit,
+            default=MAX_FILE_MB * MiB,
+            metavar="MIB",
+            help=f"a larger file is not read: skipped and listed as unreadable ({MAX_FILE_MB}, as data.max_file_mb)",
         )
 
     def split_option(sub: argparse.ArgumentParser, default: str | None) -> None:

@@ -25,7 +25,8 @@ rather than tar files other tools read. These shards stay plain WebDataset tars
 Every sample's image and label are checked against the CRC-32 the conversion recorded, as they
 are read (as TFRecord's reader checks each record): a sample whose bytes or label changed is
 skipped and counted like an image that does not decode (about 2 % of a loader's time: docs/benchmarks.md).
-A record that does not decode is skipped and counted as for image folders
+A record that does not decode, or is larger than ``max_file_bytes`` (``data.max_file_mb``: refused
+from its tar header, unread), is skipped and counted as for image folders
 (:class:`data.batch.BadImage`); a shard that cannot be read mid-run counts all of its
 samples in the range as skipped, with the reason. Whole-file problems (a truncated or
 missing shard) are found by :func:`data.shards.check_shards` before training starts.
@@ -46,6 +47,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..batch import BadImage, collate
 from ..decode import DECODE_ERRORS
 from ..file_index import pack
+from ..files import MAX_FILE_BYTES, check_size
 from ..samplers import sample_seed, seeded
 from .index import ShardError, ShardIndex, check_shards, read_index, records, sample_checksum
 
@@ -78,6 +80,7 @@ class ShardBatches(IterableDataset):
         collate_fn: Callable[[list], tuple] = collate,
         limit: int | None = None,
         verify: bool = True,
+        max_file_bytes: int = MAX_FILE_BYTES,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
@@ -90,6 +93,7 @@ class ShardBatches(IterableDataset):
         self.collate_fn = collate_fn
         self.limit = limit  # evaluation: the first this many samples only (None: all)
         self.verify = verify  # each sample's bytes and label against the conversion's CRC-32, as read
+        self.max_file_bytes = max_file_bytes  # a larger image is skipped unread, as an image file would be
         # Per shard, in numpy arrays: workers read them without copying (data.file_index says why).
         self.counts = np.array([shard.count for shard in index.shards], dtype=np.int64)
         self._names = pack([shard.name for shard in index.shards])
@@ -217,6 +221,12 @@ class ShardBatches(IterableDataset):
                 recorded = self.index.shards[shard].crc32 if self.verify else None
                 for offset, i in enumerate(members):
                     record = listed[i]
+                    try:  # the header's size, before a byte is read (shards converted before the limit)
+                        check_size(record.size, f"{name}:{record.key}.jpg", self.max_file_bytes)
+                    except OSError as err:
+                        done += 1
+                        yield BadImage(f"{name}:{record.key}", f"{type(err).__name__}: {err}")
+                        continue
                     f.seek(record.offset)
                     data = f.read(record.size)
                     if len(data) != record.size:

@@ -27,8 +27,10 @@ Checksums. Each sample's :func:`~data.shards.index.sample_checksum` is taken fro
 they are written and recorded in ``index.json``; ``python -m data.shards check`` compares them.
 
 Bytes are copied, never decoded or re-encoded: ImageNet's PNG and CMYK JPEGs under
-``.JPEG`` names stay as they are, for the loader's decoder to handle. So only a failed read
-can drop an image; those are counted, named in the summary and in ``index.json``'s
+``.JPEG`` names stay as they are, for the loader's decoder to handle (which also finds a file
+cut short). So only a failed read can drop an image, or a file larger than ``max_file_bytes``
+(``--max-file-mb``, 64 MiB: refused from its size, never read, so a stray 1 GB file is not
+copied into the shards); those are counted, named in the summary and in ``index.json``'s
 ``"skipped"``, and retried by the next run, which rewrites their shards.
 """
 
@@ -42,9 +44,10 @@ import tarfile
 from collections.abc import Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePath
 
-from ..files import read_file
+from ..files import MAX_FILE_BYTES, read_file
 from ..progress import Progress
 from .index import (
     DEFAULT_SHARD_SIZE,
@@ -81,9 +84,10 @@ class Sample:
     size: int = -1
 
 
-def read_bytes(sample: Sample) -> bytes:
-    """The encoded image, exactly as stored."""
-    data = read_file(sample.path, sample.offset, sample.size)  # bounded: no FIFO or device read for ever
+def read_bytes(sample: Sample, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The encoded image, exactly as stored; one of more than ``limit`` bytes (a file's size, a tar
+    member's from its header) is refused before a byte is read."""
+    data = read_file(sample.path, sample.offset, sample.size, limit)  # bounded: no FIFO or device read for ever
     if sample.size >= 0 and len(data) != sample.size:
         raise OSError(f"short read: {len(data)} of {sample.size} bytes at offset {sample.offset}")
     return data
@@ -178,12 +182,14 @@ def convert(
     source: str = "",
     progress: bool = True,
     not_images: Sequence[str] = (),
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> ShardIndex:
     """Write ``samples`` as ``<out_dir>/<split>-NNNNNN.tar`` shards and their ``index.json``,
     keeping the shards a previous run completed (module docstring). ``progress``: show progress
     over the images (a bar on a terminal, else a line every 1%: :mod:`data.progress`)
     and print a summary line. ``not_images``: "<where> (<what>)" of the source's entries skipped as
-    not regular files, listed with the unreadable ones in the index and the summary."""
+    not regular files, listed with the unreadable ones in the index and the summary.
+    ``max_file_bytes``: a larger image is not read, and listed with them (``--max-file-mb``)."""
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1 image, not {shard_size}")
     if not SPLIT_NAME.fullmatch(split):
@@ -220,7 +226,7 @@ def convert(
                 checksums[name] = kept
                 bar.update(len(planned))
             else:
-                unread, checksums[name] = write_shard(out_dir / name, planned, pool, bar)
+                unread, checksums[name] = write_shard(out_dir / name, planned, pool, bar, max_file_bytes)
                 failed |= unread
 
     shards = []
@@ -241,14 +247,15 @@ def convert(
 
 
 def write_shard(
-    path: Path, samples: Sequence[Sample], pool: Executor, bar: Progress
+    path: Path, samples: Sequence[Sample], pool: Executor, bar: Progress, max_file_bytes: int = MAX_FILE_BYTES
 ) -> tuple[dict[str, str], list[str]]:
     """Write one shard through ``<path>.tmp``; returns ``{key: "path (reason)"}`` of the images
-    that could not be read, and the checksum of each sample written, in tar order."""
+    that could not be read (or were larger than ``max_file_bytes``), and the checksum of each
+    sample written, in tar order."""
     failed, checksums = {}, []
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for sample, data in zip(samples, pool.map(read_or_error, samples)):
+        for sample, data in zip(samples, pool.map(partial(read_or_error, limit=max_file_bytes), samples)):
             if isinstance(data, OSError):
                 failed[sample.key] = f"{sample.path} ({type(data).__name__}: {data})"
             else:
@@ -260,9 +267,9 @@ def write_shard(
     return failed, checksums
 
 
-def read_or_error(sample: Sample) -> bytes | OSError:
+def read_or_error(sample: Sample, limit: int = MAX_FILE_BYTES) -> bytes | OSError:
     try:
-        return read_bytes(sample)
+        return read_bytes(sample, limit)
     except OSError as err:  # a vanished or unreadable file: reported, not fatal
         return err
 

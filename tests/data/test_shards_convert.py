@@ -185,8 +185,8 @@ def test_a_shard_changed_under_the_conversion_fails_its_count_check_and_gets_no_
     # the final check of every shard against its plan stops it, and no index describes the folder.
     real = shards_write.write_shard
 
-    def overwritten(path, planned, pool, bar):
-        failed = real(path, planned, pool, bar)
+    def overwritten(path, planned, *args):
+        failed = real(path, planned, *args)
         if path.name == "train-000001.tar":
             path.write_bytes((path.parent / "train-000000.tar").read_bytes())
         return failed
@@ -204,11 +204,11 @@ def test_interrupted_conversion_resumes(folder, tmp_path, monkeypatch, capsys):
     read = shards_write.read_bytes
     calls = []
 
-    def interrupted(sample):
+    def interrupted(sample, *args):
         calls.append(sample)
         if len(calls) == 8:  # while the third shard is written
             raise KeyboardInterrupt
-        return read(sample)
+        return read(sample, *args)
 
     monkeypatch.setattr(shards_write, "read_bytes", interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -523,7 +523,7 @@ def test_cli_bad_input_is_one_line(raw, folder, tmp_path, capsys):
 
 
 def test_cli_interrupted(folder, tmp_path, monkeypatch, capsys):
-    def interrupt(sample):
+    def interrupt(*args):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(shards_write, "read_bytes", interrupt)

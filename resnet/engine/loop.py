@@ -55,10 +55,25 @@ class StepContext:
     stop: StopRequest | None = None  # set by a preemption signal (resnet.engine.preempt)
     progress: bool = True
     before_step: Callable[[int], None] | None = None  # called with the optimizer step about to be taken (grid=)
+    # max_unreadable: called with the epoch and what it has read so far (ImagesRead, summed over the processes)
+    # before each step, and with the whole epoch's at its end; raises to stop the run (resnet.engine.run)
+    check_unreadable: Callable[[int, ImagesRead], None] | None = None
 
     @property
     def env(self) -> DistEnv:
         return self.runtime.env
+
+
+@dataclass(frozen=True)
+class ImagesRead:
+    """The files an epoch could not read, of all it read (readable or not), over every process, so far
+    or (``ended``) in the whole epoch; ``examples``: the first few, "path (reason)" (at the end: from
+    every process; before it: this process's)."""
+
+    unreadable: int
+    read: int
+    examples: list[str] = field(default_factory=list)
+    ended: bool = False
 
 
 @dataclass
@@ -144,8 +159,11 @@ def train_one_epoch(
     Before each step the processes agree, on the host, whether all of them read at least one image
     and whether one was asked to stop. A batch whose images were all unreadable thus skips the step
     on every process (``empty_steps``) instead of leaving the others waiting in DDP's gradient
-    all-reduce. That agreement is a gloo all-reduce of two numbers a step, on the host: no process
-    can know that another read no image without it (docs/gpu.md).
+    all-reduce. That agreement is a gloo all-reduce of a few numbers a step, on the host: no process
+    can know that another read no image without it (docs/gpu.md). The files each process read and
+    could not read ride along, so that ``ctx.check_unreadable`` sees the epoch's counts so far, over
+    every process, before each step (``max_unreadable``: a bad mount stops within the epoch's first
+    images, every process at the same step) without a collective of its own.
 
     Whether every loss is finite is read without stopping the host every step:
 
@@ -273,6 +291,9 @@ class _Epoch:
         self.unread: list[tuple[torch.Tensor, int, int, int]] = []
         # the bar's running mean: this process's losses of the epoch as read on the host, x images (from a resume's)
         self.read_sum, self.read_images = (stats.sums or {}).get("loss_sum", 0.0), stats.images
+        # the epoch's files so far over every process; this process's not summed yet (a resumed epoch's: its own)
+        self.files = ImagesRead(0, 0)
+        self.unsent = (stats.skipped_images, stats.images + stats.skipped_images + stats.unused_images)
 
     def consume(self, batch) -> bool:
         """Train on one loader batch; False when the epoch ends before it (its last batch was
@@ -282,8 +303,10 @@ class _Epoch:
             return False
         images, labels, skipped, paths = _split(batch)
         peers.at_step(self.steps_before + stats.steps)  # where a peer that stalls or dies is reported
-        everyone_has_data, stop, due = _agree_before_step(images.shape[0] > 0, ctx)
-        if stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
+        files = (self.unsent[0] + skipped, self.unsent[1] + skipped + images.shape[0])
+        self.unsent = (0, 0)
+        agreed = _agree_before_step(images.shape[0] > 0, files, ctx)
+        if agreed.stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
             stats.interrupted = True
             self.save()
             return False
@@ -292,13 +315,17 @@ class _Epoch:
         self.bar.update(1)  # counted before a line may be printed for it
         stats.skipped_images += skipped
         stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
-        if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
+        unreadable, read = self.files.unreadable + agreed.unreadable, self.files.read + agreed.read
+        self.files = ImagesRead(unreadable, read, stats.skipped_paths)
+        if ctx.check_unreadable is not None:  # before the step: a run over max_unreadable trains no more
+            ctx.check_unreadable(self.epoch, self.files)
+        if not agreed.everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
             stats.empty_steps += 1
             stats.unused_images += images.shape[0]
         else:
             self.step(images, labels, index)
         every = ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0
-        if self.checkpoint is not None and (every or due) and stats.batches < self.end:
+        if self.checkpoint is not None and (every or agreed.due) and stats.batches < self.end:
             self.save()
         return True
 
@@ -373,6 +400,9 @@ class _Epoch:
         stats.metrics = train_metrics(stats.sums, stats.seconds)
         if stats.skipped_images:  # examples from every process, not only this one's
             stats.skipped_paths = [p for paths in gather_objects(stats.skipped_paths, env) for p in paths][:5]
+        if self.ctx.check_unreadable is not None and not stats.interrupted:  # the whole epoch, whatever its size
+            read = stats.images + stats.skipped_images + stats.unused_images
+            self.ctx.check_unreadable(self.epoch, ImagesRead(stats.skipped_images, read, stats.skipped_paths, True))
         return stats
 
 
@@ -404,19 +434,33 @@ def _step(model: nn.Module, optimizer, scheduler, ctx: StepContext, step: int) -
     return lr
 
 
-def _agree_before_step(has_data: bool, ctx: StepContext) -> tuple[bool, bool, bool]:
-    """(every process has at least one readable image, some process was asked to stop, rank 0 finds
-    a checkpoint due by its clock), in one host-side all-reduce before the forward pass. Every
+@dataclass(frozen=True)
+class _Agreed:
+    """What the processes agreed before a step (:func:`_agree_before_step`)."""
+
+    everyone_has_data: bool  # every process has at least one readable image
+    stop: bool  # some process was asked to stop
+    due: bool  # rank 0 finds a checkpoint due by its clock
+    unreadable: int  # the files of this batch that could not be read, summed over the processes
+    read: int  # the files of this batch, readable or not, summed
+
+
+def _agree_before_step(has_data: bool, files: tuple[int, int], ctx: StepContext) -> _Agreed:
+    """What every process must know before the forward pass, in one host-side all-reduce. Every
     process must take the same branch: a process that skipped its step would leave the others
     waiting in DDP's collectives forever.
     A process cannot know that another read no image without it, so it runs every step; the stop
     request rides along, as a count per signal, so that every process stops under the signal that
-    arrived (over gloo on the host: no wait for the GPU, tens of microseconds)."""
+    arrived, and so do ``files`` (this process's unreadable and read files since the last step), so
+    that every process checks ``max_unreadable`` on the same sums (over gloo on the host: no wait for
+    the GPU, tens of microseconds)."""
     votes = ctx.stop.votes() if ctx.stop is not None else []
     due = ctx.env.is_main and ctx.save_due is not None and ctx.save_due()  # one clock decides, for every rank
-    without_data, due, *summed = all_reduce_host([float(not has_data), float(due), *votes], ctx.env)
+    without_data, due, unreadable, read, *summed = all_reduce_host(
+        [float(not has_data), float(due), float(files[0]), float(files[1]), *votes], ctx.env
+    )
     stop = ctx.stop.agree(summed) if ctx.stop is not None else False
-    return without_data == 0, stop, due > 0
+    return _Agreed(without_data == 0, stop, due > 0, int(unreadable), int(read))
 
 
 class _ToHost:

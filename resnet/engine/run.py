@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from ..archs import ARCHS, canonical_name
 from ..config import ConfigError, padding_from_config, scheme_words
 from ..container import volume_advice
 from ..distributed import DistEnv, gather_objects, shutdown
-from ..evaluation.loop import evaluate
+from ..evaluation.loop import Evaluation, evaluate, unreadable_share
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_name, make_grid, set_grid
 from ..model import ModelMeta
@@ -26,6 +27,7 @@ from ..report.console import format_table
 from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
 from ..runtime import Runtime, join_job, runtime_for
+from ..schema import KEYS
 from ..workers import data_workers
 from . import peers
 from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed, write_error
@@ -33,7 +35,7 @@ from .checks import check_train_config, grid_bn
 from .ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
 from .latest_run import pick_run_dir
 from .lock import own_run_dir
-from .loop import EpochStats, NonFiniteLoss, StepContext, train_one_epoch
+from .loop import EpochStats, ImagesRead, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
 from .optim import build_optimizer, build_scheduler
 from .peers import PeerLost, lost_peer
@@ -300,6 +302,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     config = OmegaConf.to_container(cfg, resolve=True)
     saver = Checkpointer(run_dir / "last.pt", training, env, config, layout, start.history)
     ctx.save_due = saver.due_every(cfg.get("checkpoint_minutes") or 0)
+    ctx.check_unreadable = unreadable_limit(cfg, saver)
     logger = RunLogger(
         run_dir,
         env.is_main,
@@ -364,13 +367,12 @@ def _fit(
         )
         if stats.interrupted:
             break
-        _check_skipped(cfg, stats, epoch, saver)
-        _check_unreadable(cfg, stats, epoch, saver)
+        _check_skipped(cfg, stats, epoch, saver)  # (max_unreadable: train_one_epoch checks, ctx.check_unreadable)
         global_step += stats.steps - steps_before
         fit.train = stats.metrics
         row = _epoch_row(epoch, global_step, stats)
         if epoch == fit.epochs - 1 or (epoch + 1) % cfg.eval_every == 0:
-            fit.val, fit.ema_val = _validate(cfg, training, ctx, row)
+            fit.val, fit.ema_val = _validate(cfg, training, ctx, row, epoch, saver)
         fit.history.append(row)
         _log_epoch(logger, stats, row, epoch, saver, env)
         if env.is_main:
@@ -414,19 +416,33 @@ def _check_skipped(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkp
     )
 
 
-def _check_unreadable(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkpointer) -> None:
-    """An epoch that could not read more than ``max_unreadable`` of its images (a class folder gone,
-    a failing disk) trained on other data than the run's: stop before it is saved."""
-    read = stats.images + stats.skipped_images + stats.unused_images
-    limit = cfg.get("max_unreadable", 0.05)
-    if not read or stats.skipped_images <= limit * read:
-        return
-    share = stats.skipped_images / read
-    raise RunFailed(
-        f"epoch {epoch + 1} could not read {stats.skipped_images:,} of its {read:,} images ({share:.0%}, more than "
-        f"max_unreadable={limit:g}), e.g. {'; '.join(stats.skipped_paths[:2])}; {saver.kept}. Restore the data and "
-        "run again with resume=true, or pass a higher max_unreadable"
-    )
+def unreadable_limit(cfg: DictConfig, saver: Checkpointer) -> Callable[[int, ImagesRead], None]:
+    """The run's ``StepContext.check_unreadable``: more than ``max_unreadable`` of the images an epoch
+    read could not be read (a class folder gone, a failing disk, a bad mount), so it would train on
+    other data than the run's: stop, keeping what :attr:`Checkpointer.kept` says. The loop asks before
+    every step, on the epoch's files so far summed over the processes, from ``max_unreadable_after``
+    of them on (a few bad files early stop nothing; a bad mount stops within the epoch's first minute,
+    every process at the same step), and at the epoch's end on all of them, before it is saved."""
+    limit = cfg.get("max_unreadable", KEYS["max_unreadable"].default)
+    after = cfg.get("max_unreadable_after", KEYS["max_unreadable_after"].default)
+
+    def check(epoch: int, files: ImagesRead) -> None:
+        if files.unreadable <= limit * files.read or (not files.ended and files.read < after):
+            return
+        share = unreadable_share(files.unreadable, files.read, limit)
+        over = f"more than max_unreadable={limit:g}"
+        if files.ended:  # its examples are every process's already
+            what, examples = f"of its {files.read:,} images ({share}, {over})", files.examples
+        else:  # every process is here, at the same step: the same line on each
+            what = f"of the first {files.read:,} images it read ({share} so far, {over}; checked from "
+            what += f"max_unreadable_after={after:,} images on)"
+            examples = [path for paths in gather_objects(files.examples, saver.env) for path in paths]
+        raise RunFailed(
+            f"epoch {epoch + 1} could not read {files.unreadable:,} {what}, e.g. {'; '.join(examples[:2])}; "
+            f"{saver.kept}. Restore the data and run again with resume=true, or pass a higher max_unreadable"
+        )
+
+    return check
 
 
 def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:
@@ -445,8 +461,12 @@ def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:
     }
 
 
-def _validate(cfg: DictConfig, training: Training, ctx: StepContext, row: dict) -> tuple[dict, dict]:
-    """The model's (and its EMA's) val metrics, added to the epoch's ``row`` as ``val_*``/``ema_*``."""
+def _validate(
+    cfg: DictConfig, training: Training, ctx: StepContext, row: dict, epoch: int, saver: Checkpointer
+) -> tuple[dict, dict]:
+    """The model's (and its EMA's) val metrics, added to the epoch's ``row`` as ``val_*``/``ema_*``. A
+    validation that could not read more than ``max_unreadable`` of its images scored other data than
+    the run's: the run stops before the epoch is saved (one line, every process: the counts are summed)."""
     # eval_flip: each val image and its mirror image, softmax averaged (FFCV's test-time flip)
     protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if cfg.get("eval_flip") else {}
     protocol["log_every"] = cfg.log_every  # a progress line every log_every batches in a log
@@ -456,7 +476,9 @@ def _validate(cfg: DictConfig, training: Training, ctx: StepContext, row: dict) 
             set_grid(training.ema.module, 0)
     loaders, runtime = training.loaders, training.runtime
     share = f" ({val_share(loaders)})" if val_share(loaders) else ""  # val_images=N: "N of <all> images"
-    val = evaluate(training.model, loaders.val, runtime, ctx.normalize, desc=f"val{share}", **protocol).metrics()
+    result = evaluate(training.model, loaders.val, runtime, ctx.normalize, desc=f"val{share}", **protocol)
+    _check_val_unreadable(cfg, result, epoch, saver)
+    val = result.metrics()
     row.update({f"val_{k}": v for k, v in val.items()})
     ema_val = {}
     if training.ema is not None:
@@ -465,6 +487,20 @@ def _validate(cfg: DictConfig, training: Training, ctx: StepContext, row: dict) 
         ).metrics()
         row.update({f"ema_{k}": v for k, v in ema_val.items()})
     return val, ema_val
+
+
+def _check_val_unreadable(cfg: DictConfig, result: Evaluation, epoch: int, saver: Checkpointer) -> None:
+    limit = cfg.get("max_unreadable", KEYS["max_unreadable"].default)
+    read = result.n_images + result.skipped_images
+    share = unreadable_share(result.skipped_images, read, limit)
+    if share is None:
+        return
+    examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]  # every rank's
+    raise RunFailed(
+        f"the validation after epoch {epoch + 1} could not read {result.skipped_images:,} of its {read:,} images "
+        f"({share}, more than max_unreadable={limit:g}), e.g. {'; '.join(examples[:2])}; "
+        f"{saver.kept}. Restore the val data and run again with resume=true, or pass a higher max_unreadable"
+    )
 
 
 def _results(cfg: DictConfig, env: DistEnv, training: Training, fit: Fit, run_dir: Path, wall_seconds: float) -> dict:

@@ -490,6 +490,8 @@ def _validate(
 
 
 def _check_val_unreadable(cfg: DictConfig, result: Evaluation, epoch: int, saver: Checkpointer) -> None:
+    """Over ``max_unreadable``, the val errors are another set's: stop before the epoch is saved. The
+    counts are summed over the processes already, so every one stops here, with the same line."""
     limit = cfg.get("max_unreadable", KEYS["max_unreadable"].default)
     read = result.n_images + result.skipped_images
     share = unreadable_share(result.skipped_images, read, limit)

@@ -31,7 +31,7 @@ def check_size(size: int, where: str, limit: int = MAX_FILE_BYTES) -> None:
     if size > limit:
         raise OSError(
             errno.EFBIG,
-            f"{size:,} bytes, over the {limit / MiB:g} MiB an image file may have (data.max_file_mb): not read",
+            f"not read: {size:,} bytes, over the {limit / MiB:g} MiB an image file may have (data.max_file_mb)",
             where,
         )
 

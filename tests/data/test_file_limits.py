@@ -90,7 +90,7 @@ def test_the_loader_skips_and_counts_it_every_epoch(tmp_path, opened):
                 skips.add(batch)
                 images += len(batch.labels)
             assert (skips.count, images) == (1, 6)
-            assert "big.JPEG (OSError: [Errno 27] 104,857,600 bytes, over the 64 MiB" in skips.first[0]
+            assert "big.JPEG (OSError: [Errno 27] not read: 104,857,600 bytes, over the 64 MiB" in skips.first[0]
 
 
 def test_the_limit_is_the_datasets_setting(tmp_path):

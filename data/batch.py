@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
-from torch.utils.data import default_collate
+from torch.utils.data import default_collate, get_worker_info
 
 
 class Batch(NamedTuple):
@@ -49,7 +49,13 @@ def collate(samples: list[tuple[torch.Tensor, int] | BadImage]) -> Batch:
 
 
 def pass_batch(batch: Batch) -> Batch:
-    """``collate_fn`` for datasets whose ``__getitems__`` already returns a :class:`Batch`."""
+    """``collate_fn`` for datasets whose ``__getitems__`` already returns a :class:`Batch`. In a
+    worker process its tensors move to shared memory here, as ``default_collate`` stacks into it,
+    so that a full /dev/shm fails in the worker, reported, not in its queue's feeder thread."""
+    if get_worker_info() is not None:
+        for tensor in (batch.images, batch.labels):
+            if isinstance(tensor, torch.Tensor):
+                tensor.share_memory_()
     return batch
 
 

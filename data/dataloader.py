@@ -16,12 +16,20 @@ one ``RuntimeError``: ``DataLoader worker (pid N) was killed by signal 9 (SIGKIL
 torch sets its handler up, SIGCHLD's default disposition comes back (children stay waitable;
 the iterator polls them). A death is then reported at most 5 s later, always from the
 ``for batch in loader`` line, so the caller's ``except RuntimeError`` sees every one.
+
+A batch that a worker cannot hand over (pickled into shared memory by the queue's feeder thread,
+with /dev/shm full) would be dropped by Python's queue with a traceback, and the main process
+would wait for it forever: each worker instead exits with :data:`OUT_OF_ROOM_STATUS` (or
+:data:`DROPPED_STATUS` for any other cause), which the next ``next()`` reports as above.
 """
 
 from __future__ import annotations
 
+import multiprocessing.queues
+import os
 import re
 import signal
+import sys
 import threading
 import time
 
@@ -31,10 +39,16 @@ __all__ = ["DataLoader"]
 
 _TORCH_HANDLER_MODULE = "torch.utils.data._utils.signal_handling"
 _EXIT_WAIT_S = 2.0  # a worker's pipes close a moment before it can be waited for
+OUT_OF_ROOM_STATUS = 117  # a worker's exit status: no shared memory left for the batch it was handing over
+DROPPED_STATUS = 118  # a worker's exit status: its batch could not be handed over, for another reason
 
 
 class DataLoader(torch.utils.data.DataLoader):
     """``torch.utils.data.DataLoader``; a dead worker is one ``RuntimeError`` from ``next()``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["worker_init_fn"] = _ExitOnDroppedBatch(kwargs.get("worker_init_fn"))
+        super().__init__(*args, **kwargs)
 
     def __iter__(self):
         iterator = super().__iter__()
@@ -89,11 +103,37 @@ def _dead_worker(iterator, wait_s: float) -> str | None:
             code = worker.exitcode
             if code is not None and code < 0:
                 return f"DataLoader worker (pid {worker.pid}) was killed by signal {-code} ({_signal_name(-code)})"
+            if code == OUT_OF_ROOM_STATUS:
+                return f"DataLoader worker (pid {worker.pid}) ran out of shared memory handing a batch over"
             if code is not None and code != 0:
                 return f"DataLoader worker (pid {worker.pid}) exited with status {code}"
         if not workers or time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
+
+
+class _ExitOnDroppedBatch:
+    """A worker's ``worker_init_fn``: the user's, after making the worker exit where its queue's
+    feeder thread fails to send a batch (Python's queue prints the error and drops the batch)."""
+
+    def __init__(self, user_init=None):
+        self.user_init = user_init
+
+    def __call__(self, worker_id: int) -> None:
+        multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(_batch_dropped)
+        if self.user_init is not None:
+            self.user_init(worker_id)
+
+
+def _batch_dropped(err: BaseException, obj: object) -> None:
+    """In a worker: a batch could not be handed over; exit at once, so that the main process,
+    which would wait for it forever, sees a dead worker instead (:func:`_dead_worker`)."""
+    from .shm import out_of_room
+
+    if out_of_room(err) is not None:  # the main process says so, with /dev/shm's room
+        os._exit(OUT_OF_ROOM_STATUS)
+    print(f"loader worker {os.getpid()}: cannot hand a batch over: {err}", file=sys.stderr, flush=True)
+    os._exit(DROPPED_STATUS)
 
 
 def _signal_name(number: int) -> str:
@@ -125,5 +165,6 @@ def raised_in_worker(err: BaseException | None) -> BaseException | None:
     while err is not None and seen < 3:
         if _RAISED_IN_WORKER.match(str(err)):
             return err
-        err, seen = err.__context__, seen + 1
+        # an error raised "from None" has said what it means (resnet.engine.ending's one line): not through it
+        err, seen = None if err.__suppress_context__ else err.__context__, seen + 1
     return None

@@ -39,7 +39,11 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
         leave(f"{program}: {err}", 1)
     except RuntimeError as err:
         from data.dataloader import raised_in_worker
+        from data.shm import out_of_room
 
+        room = None if training else out_of_room(err)  # training's is a RunFailed line (resnet.engine.ending)
+        if room is not None:
+            leave(f"error: {room}, then run again", 1)
         cause = raised_in_worker(err)
         if cause is not None:  # a bug in the data code, not a dead worker: lowering workers would not help
             raise cause from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.dataloader import raised_in_worker
+from data.shm import out_of_room
 
 from ..config import ConfigError
 from ..container import volume_advice
@@ -63,6 +65,21 @@ class Fit:
         return cls(epochs, val, ema_val, train, history, trained_to=epochs)
 
 
+def why_dead(worker_error: str) -> str:
+    """What a loader worker's death says, by the signal that killed it: SIGKILL, the kernel's OOM
+    killer most often; a stop signal, sent from outside to the run's processes (not memory)."""
+    stopped = re.search(r"\((SIGTERM|SIGINT|SIGHUP|SIGQUIT)\)", worker_error)
+    if stopped:
+        return (
+            f"{stopped.group(1)} reached the worker from outside this run (a kill of its process group, a job's "
+            "end); run again with resume=true"
+        )
+    return (
+        "a worker that dies unasked was most often killed for memory: lower data.workers or batch_size, then run "
+        "again with resume=true"
+    )
+
+
 @contextlib.contextmanager
 def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: DistEnv) -> Iterator[Fit]:
     """Around the epochs (they fill in the :class:`Fit` yielded): the signal handlers are restored
@@ -77,13 +94,13 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
         if lost is not None:  # another process stalled or died: one line, requeue, exit REQUEUE_STATUS
             raise peer_lost_ending(lost, stop, saver.kept, saver.writes > 0, run_dir, env) from None
         stop.restore()
+        room = out_of_room(err)
+        if room is not None:  # /dev/shm full, in a worker's words or by its death (SIGBUS)
+            raise LoaderWorkerDied(f"{room}; {saver.kept}; then run again with resume=true") from None
         # torch's words for a dead worker (data.dataloader); an exception a live worker raised is its own
         if "DataLoader worker" not in str(err) or raised_in_worker(err) is not None:
             raise
-        raise LoaderWorkerDied(
-            f"{str(err).splitlines()[0].rstrip('. ')}; {saver.kept}: a worker that dies unasked was most often "
-            "killed for memory: lower data.workers or batch_size, then run again with resume=true"
-        ) from None
+        raise LoaderWorkerDied(f"{str(err).splitlines()[0].rstrip('. ')}; {saver.kept}: {why_dead(str(err))}") from None
     except BaseException:
         stop.restore()
         raise

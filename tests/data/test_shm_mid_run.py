@@ -43,7 +43,8 @@ def test_dev_shm_filled_mid_run_ends_it_in_one_line_within_seconds(tiny_folder, 
     )  # fmt: skip
     assert (run / "filled").exists(), f"the filler never ran\n{proc.stderr[-3000:]}"
     ended = time.time() - float((run / "filled").read_text())
-    lines = [line for line in proc.stderr.splitlines() if not re.match(r"(train \d+|val)\b.* batches ", line)]  # progress
+    progress = re.compile(r"(train \d+|val)\b.* batches ")
+    lines = [line for line in proc.stderr.splitlines() if not progress.match(line)]
     assert proc.returncode == 1 and len(lines) == 1, f"rc {proc.returncode}\n" + "\n".join(lines[-40:])
     (line,) = lines
     assert line.startswith("error: ") and "shared memory" in line and "killed for memory" not in line, line

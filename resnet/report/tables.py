@@ -30,12 +30,15 @@ from pathlib import Path
 from ..archs import ARCHS
 from ..grid import grid_members
 from ..padding import PRESETS
+from .console import images_cell
 from .published import TENSORNETS, tensornets_reference
 from .rows import latest_rows, protocol_label, run_labels, scheme_label, weights_label
 
 METRICS = ("top1_err", "top5_err", "top5_err_10crop")  # the three columns of a scheme
 METRIC_TITLES = {"top1_err": "Top-1", "top5_err": "Top-5", "top5_err_10crop": "10-crop Top-5"}
 MODEL_COLUMNS = ("model", "weights", "trained with", "dataset", "protocol")
+UNREADABLE_COLUMN = "unreadable images"  # where a row's errors were computed on fewer images than its set has
+MARKED = "_marked"  # a record's columns to mark with a † in Markdown (the CSV and W&B take the named columns only)
 
 
 def scheme_order(labels: Iterable[str]) -> list[str]:
@@ -81,6 +84,7 @@ class ModelRow:
     dataset: str
     protocol: str
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)  # scheme -> "38 of 40: 2 unreadable", where some were
 
     def error(self, scheme: str, metric: str) -> float | None:
         return self.errors.get(scheme, {}).get(metric)
@@ -136,6 +140,8 @@ def scheme_table(
         )
         model_row = table.setdefault(key, ModelRow(*key))
         metrics = model_row.errors.setdefault(scheme, {})
+        if r.get("skipped_images"):  # computed on fewer images than the set has: marked, never silent
+            model_row.unreadable[scheme] = str(images_cell(r["n_images"], r["skipped_images"]))
         if int(r["crops"]) == 10:
             metrics["top5_err_10crop"] = _error(r, "top5_err")
         else:
@@ -158,6 +164,8 @@ def scheme_records(
         columns += [f"Δ {METRIC_TITLES[m]} ({table.delta[0]} − {table.delta[1]})" for m in METRICS]
     if reference:
         columns += [f"TensorNets {METRIC_TITLES[m]}" for m in METRICS] + ["TensorNets padding"]
+    if any(row.unreadable for row in table.rows):
+        columns.append(UNREADABLE_COLUMN)
     if missing:
         columns.append("missing")
 
@@ -175,7 +183,11 @@ def scheme_records(
             values += [table.delta_of(row, m) for m in METRICS]
         if reference:
             values += published(row.arch)
-        records.append(dict(zip(columns, values)))
+        record = dict(zip(columns, values))
+        if row.unreadable:
+            record[UNREADABLE_COLUMN] = "; ".join(f"{s}: {text}" for s, text in row.unreadable.items())
+            record[MARKED] = {f"{s} {METRIC_TITLES[m]}" for s in row.unreadable for m in METRICS}
+        records.append(record)
     for m in missing:
         record = {
             "model": m["arch"],
@@ -207,7 +219,8 @@ def to_markdown(
 ) -> str:
     """A GitHub Markdown table; errors to 3 decimals as TensorNets prints them, deltas signed,
     missing cells as '–'. ``bold``: (row index, column) cells to emphasise (where they hold a value). ``drop_empty``:
-    leave out columns with no value in any row (the CSV keeps them)."""
+    leave out columns with no value in any row (the CSV keeps them). A record's :data:`MARKED` columns
+    get a † (computed on fewer images than the set has; the table says how many)."""
     if drop_empty:
         columns = [c for c in columns if any(r.get(c) is not None for r in records)]
 
@@ -219,6 +232,8 @@ def to_markdown(
             text = f"{value:+.3f}" if column.startswith("Δ") else f"{value:.3f}"
         else:
             text = str(value).replace("|", "\\|")
+        if text != "–" and column in records[i].get(MARKED, ()):
+            text += " †"
         return f"**{text}**" if (i, column) in bold and text != "–" else text  # a missing cell stays a dash
 
     numeric = [not any(isinstance(r.get(c), str) for r in records) for c in columns]
@@ -255,6 +270,7 @@ class CrossMatrix:
     trained_scheme: dict[str, str]  # row label -> the scheme its weights were trained with
     metrics: tuple[str, ...] = CROSS_METRICS
     weights: dict[str, str] = field(default_factory=dict)  # row label -> its weights (weights_label)
+    unreadable: dict[tuple[str, str], str] = field(default_factory=dict)  # a cell on fewer images: how many
 
     def cell(self, trained: str, evaluated: str, metric: str = "top1_err") -> float | None:
         """The error, or None: not evaluated, or (older rows' top-5) not recorded."""
@@ -294,12 +310,14 @@ def cross_matrices(
         weights = [weights_label(r) for r in group]
         labels = run_labels([r["trained_padding"] for r in group], weights)
         cells = {(label, scheme_label(r)): {m: _error(r, m) for m in metrics} for label, r in zip(labels, group)}
+        unreadable = {(label, scheme_label(r)): str(images_cell(r["n_images"], r["skipped_images"]))
+                      for label, r in zip(labels, group) if r.get("skipped_images")}  # fmt: skip
         trained_scheme = {label: r["trained_padding"] for label, r in zip(labels, group)}
         order = {s: i for i, s in enumerate(scheme_order(trained_scheme.values()))}
         trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], label_order(t)))
         evaluated = scheme_order(e for _, e in cells)
         matrices.append(CrossMatrix(arch, dataset, protocol, trained, evaluated, cells, trained_scheme, tuple(metrics),
-                                    dict(zip(labels, weights))))  # fmt: skip
+                                    dict(zip(labels, weights)), unreadable))  # fmt: skip
     return matrices
 
 
@@ -339,13 +357,15 @@ def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
         diagonal = {(i, s) for i, t in enumerate(m.trained) for s in m.evaluated if m.matched(t, s)}
         tables = []
         for metric in m.metrics:
-            records = [{columns[0]: t, **{s: m.cell(t, s, metric) for s in m.evaluated}} for t in m.trained]
+            records = [{columns[0]: t, **{s: m.cell(t, s, metric) for s in m.evaluated},
+                        MARKED: {s for s in m.evaluated if (t, s) in m.unreadable}} for t in m.trained]  # fmt: skip
             tables.append(
                 f"*{METRIC_TITLES[metric]} error (%)*\n\n"
                 + to_markdown(columns, records, bold=diagonal, drop_empty=False)
             )
         title = f"**{m.arch}**, {m.dataset}, {m.protocol} (matched schemes in bold)"
-        parts.append("\n\n".join([title, *tables]))
+        notes = [f"† {t} under {s}: on {text}" for (t, s), text in m.unreadable.items()]
+        parts.append("\n\n".join([title, *tables, *(["\n".join(notes)] if notes else [])]))
     return "\n\n".join(parts)
 
 

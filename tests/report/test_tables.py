@@ -298,3 +298,28 @@ def test_fixture_rows_are_rows_the_evaluator_writes():
         row = json.loads(line)
         check_row(row)  # the evaluator's own check: exactly its keys, valid source and crops
         assert list(row) == list(ROW_KEYS)
+
+
+def test_rows_computed_on_fewer_images_than_the_set_are_marked_in_every_table(tmp_path):
+    """Under max_unreadable a row is written, computed on the images that could be read: the tables
+    mark each of its cells (†) and say on how many, never a number that looks whole (issue 55)."""
+    tiny = [r for r in read_rows(FIXTURE) if r["arch"] == "resnet_tiny" and r["weights_source"] == "checkpoint"]
+    short = {**tiny[0], "n_images": 38, "skipped_images": 2, "top1_err": 12.5}
+    rows = [*tiny, short]
+    columns, records = scheme_records(scheme_table(rows))
+    marked = next(r for r in records if "38 images" in r["protocol"])
+    assert marked["unreadable images"] == f"{short['padding_name']}: 38 of 40: 2 unreadable"
+    assert all("unreadable images" not in r for r in records if r is not marked)  # whole rows: unmarked
+    tables = write_tables_of(rows, tmp_path)
+    assert "12.500 †" in tables["tensornets.md"] and "38 of 40: 2 unreadable" in tables["tensornets.md"]
+    assert "12.5," in tables["tensornets.csv"] and "†" not in tables["tensornets.csv"]  # the CSV keeps numbers
+    (matrix,) = [m for m in cross_matrices(rows) if "38 images" in m.protocol]
+    text = cross_markdown([matrix])
+    assert "12.500 †" in text and "† " in text and "on 38 of 40: 2 unreadable" in text
+
+
+def write_tables_of(rows, out: Path) -> dict[str, str]:
+    results = out / "rows.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_tables(results, out / "tables", None, cross_sources=None)
+    return {p.name: p.read_text() for p in (out / "tables").iterdir() if p.suffix in (".md", ".csv")}

@@ -47,8 +47,8 @@ def test_eval_runs_say_trained_and_evaluated_scheme_and_rebuild_the_cross_matrix
     (trained,) = (tmp_path / "train" / "wandb").glob("offline-run-*")
     training = run_record(trained)
     evals = [run_record(folder) for folder in sorted((tmp_path / "eval" / "wandb").glob("offline-run-*"))]
-    assert [e.name for e in evals] == ["eval asymmetric→symmetric resnet_tiny train",
-                                       "eval asymmetric→asymmetric resnet_tiny train"]  # fmt: skip
+    assert sorted(e.name for e in evals) == ["eval asymmetric→asymmetric resnet_tiny train",
+                                             "eval asymmetric→symmetric resnet_tiny train"]  # fmt: skip
     assert {e.group for e in evals} == {training.group} == {"asymmetric"} and {e.job_type for e in evals} == {"eval"}
     assert training_run(tmp_path / "train" / "last.pt") == training.id
     assert {e.config["trained_run"] for e in evals} == {training.id}  # linked to the run that trained them

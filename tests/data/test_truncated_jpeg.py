@@ -81,6 +81,16 @@ def test_an_end_marker_in_the_header_does_not_pass_a_file_cut_short():
     assert len(found) == 1 and "cut short" in found.pop()
 
 
+def test_decode_gpu_leaves_a_file_cut_short_to_the_cpu_path_which_refuses_it():
+    """nvJPEG is never handed a JPEG cut short: no frame for it, so the worker's CPU path takes it."""
+    from data.gpu_decode import EncodedRandomResizedCropFlip, nvjpeg_reads
+
+    whole = KINDS["baseline"](smooth_image(320, 240))
+    assert nvjpeg_reads(whole) and not nvjpeg_reads(whole[:-2])
+    with pytest.raises(DECODE_ERRORS, match="cut short"):
+        EncodedRandomResizedCropFlip(64)(whole[:-2])
+
+
 def test_empty_and_one_byte_files_are_refused():
     for data in (b"", b"\xff", b"\xff\xd8", b"\x89PNG\r\n\x1a\n"):
         with pytest.raises(DECODE_ERRORS):

@@ -162,6 +162,9 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
     (OneCycleLR's ``total_steps`` over its ``epochs``) against this run's."""
     was = state.layout.get("train_images"), state.layout.get("train_fingerprint")
     now = layout.get("train_images"), layout.get("train_fingerprint")
+    content = state.layout.get("train_content"), layout.get("train_content")  # shards; recorded since it exists
+    if was == now and None not in content and content[0] != content[1]:
+        was, now = (*was, content[0]), (*now, content[1])  # same names and labels, other bytes
     if was[0] is None:
         total, epochs = (state.scheduler or {}).get("total_steps"), (state.config or {}).get("epochs")
         if not isinstance(total, int) or not isinstance(epochs, int) or total == steps_per_epoch * epochs:
@@ -174,6 +177,9 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
             f"{now[0]:,} training images now, {was[0]:,} then"
             if was[0] != now[0]
             else f"the same {now[0]:,} training images in count, but other names or labels"
+            if was[1] != now[1]
+            else f"the same {now[0]:,} training images by name and label, but other bytes (a shard's size or a "
+            "sample's checksum in index.json)"
         )
     if changed == "rescale":
         if state.epoch_partial is not None:
@@ -190,7 +196,7 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
     )
 
 
-IDENTITY = ("train_images", "train_fingerprint")  # data.identity's keys of a checkpoint's layout
+IDENTITY = ("train_images", "train_fingerprint", "train_content")  # data.identity's keys of a checkpoint's layout
 
 
 def _fast_forward(scheduler, steps: int) -> None:

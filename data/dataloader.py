@@ -165,6 +165,5 @@ def raised_in_worker(err: BaseException | None) -> BaseException | None:
     while err is not None and seen < 3:
         if _RAISED_IN_WORKER.match(str(err)):
             return err
-        # an error raised "from None" has said what it means (resnet.engine.ending's one line): not through it
-        err, seen = None if err.__suppress_context__ else err.__context__, seen + 1
+        err, seen = err.__context__, seen + 1
     return None

@@ -41,8 +41,10 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
         from data.dataloader import raised_in_worker
         from data.shm import out_of_room
 
-        room = None if training else out_of_room(err)  # training's is a RunFailed line (resnet.engine.ending)
+        room = out_of_room(err)  # /dev/shm full: the worker's exception is the symptom, not a bug to show
         if room is not None:
+            if training:
+                _training_error(err)  # resnet.engine.ending's line, saying what last.pt holds
             leave(f"error: {room}, then run again", 1)
         cause = raised_in_worker(err)
         if cause is not None:  # a bug in the data code, not a dead worker: lowering workers would not help

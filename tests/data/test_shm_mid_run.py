@@ -48,7 +48,7 @@ def test_dev_shm_filled_mid_run_ends_it_in_one_line_within_seconds(tiny_folder, 
     assert proc.returncode == 1 and len(lines) == 1, f"rc {proc.returncode}\n" + "\n".join(lines[-40:])
     (line,) = lines
     assert line.startswith("error: ") and "shared memory" in line and "killed for memory" not in line, line
-    assert re.search(r"/dev/shm has 0 MiB free of 16 MiB", line) and "--shm-size=2g (or --ipc=host)" in line, line
+    assert re.search(r"/dev/shm has [0-3] MiB free of 16 MiB", line) and "--shm-size=2g (or --ipc=host)" in line, line
     assert "last.pt saved after epoch 1" in line and "resume=true" in line, line
     assert ended < 30, f"took {ended:.0f} s after /dev/shm filled"  # seconds, not a hang
     assert load_checkpoint(run / "last.pt")["epoch"] == 1  # the last checkpoint, intact

@@ -138,7 +138,9 @@ def build_loaders(
         workers, collate_fn = 0, pass_batch  # in memory: workers would only pickle
     else:
         train_tf, val_tf = _file_transforms(data)
-        train_set, val_set = dataset.open_training(data.root, train_tf, val_tf, cache_dir, print if rank == 0 else None)
+        train_set, val_set = dataset.open_training(
+            data.root, train_tf, val_tf, cache_dir, print if rank == 0 else None, max_file_bytes=data.max_file_bytes
+        )
         class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
         in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
 
@@ -254,8 +256,19 @@ def _shard_loaders(
         world_size,
         seed,
         collate_fn=collate_encoded if data.decode == "gpu" else collate,
+        max_file_bytes=data.max_file_bytes,
     )
-    val_set = shards.open(data.root, "val", val_tf, val_batch_size, rank, world_size, train=False, limit=val_images)
+    val_set = shards.open(
+        data.root,
+        "val",
+        val_tf,
+        val_batch_size,
+        rank,
+        world_size,
+        train=False,
+        limit=val_images,
+        max_file_bytes=data.max_file_bytes,
+    )
     check_same_classes(train_set.classes, val_set.classes)
     check_room(data.workers, largest_batch(data, batch_size, val_batch_size, _size(data)), processes=processes_per_node)
     common = dict(

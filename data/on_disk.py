@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import MAX_FILE_BYTES
 from .imagefolder import ImageFiles, ImageFolder, find_classes
 from .index_cache import load_scan, rank_zero_first
 from .shards.read import ShardBatches
@@ -71,13 +72,16 @@ class Folders(OnDisk):
         val_tf: Transform,
         cache_dir: str | Path | None = None,
         log: Callable[[str], None] | None = None,
+        max_file_bytes: int = MAX_FILE_BYTES,
     ) -> tuple[ImageFolder, ImageFolder]:
         """(train, val) for training; val takes train's classes. Under DDP rank 0 lists the folders
-        (or reads their kept index, :mod:`data.index_cache`) and the other ranks read its file."""
+        (or reads their kept index, :mod:`data.index_cache`) and the other ranks read its file.
+        ``max_file_bytes``: ``data.max_file_mb``, a larger file is skipped unread (:mod:`data.files`)."""
         train_dir, val_dir = self.split_dirs(root, "train", "val")
         train_scan, val_scan = rank_zero_first(lambda: [load_scan(d, cache_dir, log) for d in (train_dir, val_dir)])
-        train_set = ImageFolder(train_dir, train_tf, scan=train_scan)
-        return train_set, ImageFolder(val_dir, val_tf, classes=train_set.classes, scan=val_scan)
+        train_set = ImageFolder(train_dir, train_tf, scan=train_scan, max_file_bytes=max_file_bytes)
+        val_set = ImageFolder(val_dir, val_tf, classes=train_set.classes, scan=val_scan, max_file_bytes=max_file_bytes)
+        return train_set, val_set
 
     def open_eval(
         self,

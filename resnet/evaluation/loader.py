@@ -139,6 +139,7 @@ def build_eval_loader(
     real_labels: str | None = None,
     split: str = "val",
     take: int | None = None,
+    max_file_bytes: int | None = None,
 ) -> EvalData:
     """The evaluation split of dataset ``name``, this process's shard of it.
 
@@ -147,7 +148,8 @@ def build_eval_loader(
     ImageNet-ReaL's ``real.json`` (None: timm's copy). ``split="train"``: the training split
     through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`).
     ``take``: score that many of the split's images, spread over it (shards: the first that
-    many); None: all."""
+    many); None: all. ``max_file_bytes``: ``data.max_file_mb`` in bytes, a larger file is skipped
+    unread and counted (None: the datasets' default)."""
     entry = _entry(name, split)
     if isinstance(entry, InMemory):
         dataset = entry.open(split, root=root)
@@ -181,6 +183,7 @@ def build_eval_loader(
             limit=take,
             purpose=" evaluation" if split == "val" else "",
         )
+        _limit(shards, max_file_bytes)
         loader = DataLoader(
             shards, batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available()
         )
@@ -190,6 +193,7 @@ def build_eval_loader(
         )
     if entry is None:  # a test set: scored with ImageNet's 1,000 logits (R and A score 200 of them)
         found = open_test_set(name, root, transform, real_labels)
+        _limit(found.dataset, max_file_bytes)
         return _shared(
             found.dataset,
             len(imagenet_wnids()),
@@ -204,7 +208,14 @@ def build_eval_loader(
             note=found.note,
         )
     dataset, note = entry.open_eval(root, split, transform, val_labels, devkit)
+    _limit(dataset, max_file_bytes)
     return _shared(dataset, len(dataset.classes), 3, batch_size, workers, rank, world_size, take, collate_fn, note=note)
+
+
+def _limit(dataset, max_file_bytes: int | None) -> None:
+    """A dataset of files (folders, flat val folders, test sets, shards) skips larger files unread."""
+    if max_file_bytes is not None:
+        dataset.max_file_bytes = max_file_bytes
 
 
 def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:

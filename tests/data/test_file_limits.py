@@ -187,3 +187,30 @@ def test_the_shard_reader_skips_a_member_over_the_limit_unread(tmp_path, monkeyp
     assert batch.skipped_paths[0].startswith("train-000000.tar:large (OSError: [Errno 27]")
     assert f"{large:,} bytes, over the" in batch.skipped_paths[0]
     assert large not in reads and max(reads) < large
+
+
+@pytest.mark.parametrize("layout", ["folders", "shards"])
+def test_the_key_reaches_training_and_eval_py(tmp_path, layout):
+    """``data.max_file_mb=`` on the command line is the limit the loaders of train.py and eval.py use."""
+    from resnet.engine.run import train
+    from resnet.evaluation.run import evaluate_weights
+    from tests.data.test_shards_read import to_shards
+
+    folder = tmp_path / "folder"
+    make_folder(folder / "train", {"a": 4, "b": 4}, size=(40, 36))
+    make_folder(folder / "val", {"a": 2, "b": 2}, size=(40, 36))
+    big = folder / "train" / "a" / "big.jpg"
+    big.write_bytes(jpeg_bytes(smooth_image(900, 700, seed=5), quality=100))  # a real image, over 0.05 MiB
+    (folder / "val" / "b" / "big.jpg").write_bytes(big.read_bytes())
+    assert big.stat().st_size > 0.05 * (1 << 20)
+    data = ["data=imagefolder", f"data.root={folder}"]
+    if layout == "shards":
+        to_shards(folder, tmp_path / "shards", shard_size=4)
+        data = ["data=imagenet_shards", f"data.root={tmp_path / 'shards'}"]
+    common = [*data, "data.num_classes=2", "data.workers=0", "data.max_file_mb=0.05"]
+    results = train(compose_config("train", "model=resnet_tiny", *common, "data.image_size=32", "batch_size=3",
+                                   "epochs=1", "max_unreadable=0.5", f"run_dir={tmp_path / 'run'}"))  # fmt: skip
+    assert results["skipped_images"] == 1 and results["val_skipped_images"] == 1
+    row = evaluate_weights(compose_config("eval", f"weights={tmp_path / 'run' / 'last.pt'}", *common,
+                                          "max_unreadable=0.5", f"results_file={tmp_path / 'eval.jsonl'}"))  # fmt: skip
+    assert (row["n_images"], row["skipped_images"]) == (4, 1)

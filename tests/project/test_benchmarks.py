@@ -66,6 +66,12 @@ def test_every_benchmark_writes_its_json(tmp_path, monkeypatch):
     assert save["save_s"] > 0 and save["load_s"] > 0 and save["bytes"] > 40 * 2**20  # resnet18's weights, momentum, EMA
     assert save["save_share"] == pytest.approx(save["save_s"] / (60 * save["checkpoint_minutes"] + save["save_s"]))
 
+    checks = json.loads((tmp_path / "bench_file_checks.json").read_text())
+    assert {"end check / training sample", "checked / unchecked training samples per s"} == set(checks["ratios"])
+    assert all(row["worker_peak_rss_mib"] > 0 for row in checks["memory"].values())
+    (now,) = [row for label, row in checks["memory"].items() if label.endswith("(now)")]
+    assert len(now["skipped"]) == 1 and "not read" in now["skipped"][0]  # the large file: skipped unread
+
     summary = json.loads((tmp_path / "bench_summary.json").read_text())
     # --quick measures none of end_to_end's ratios with a goal (10-crop cost is the one it has)
     assert {row["benchmark"] for row in summary} == set(RUNS) - {"end_to_end"}

@@ -156,11 +156,16 @@ def _delta_panel(ax, table: SchemeTable, rows: Sequence[ModelRow], metric: str) 
         both = all(scheme in rows[i].errors for scheme in table.delta)  # evaluated under both, the metric not kept
         said = "not recorded" if both else "not under both"
         ax.annotate(said, (0, i), xytext=(3, 0), textcoords="offset points", **MISSING)
+    for (i, d), c in zip(present, colour):
+        if d == 0:  # a bar of no length: a tick on the zero line says the Δ is there, and 0
+            ax.plot(0, i, marker="|", markersize=14, markeredgewidth=2.5, color=c)
     ax.axvline(0, color="black", linewidth=0.8)
     _rows_axis(ax, len(rows), None)
     ax.set_xlabel(f"Δ {METRIC_TITLES[metric].lower()} error (points)")
     ax.set_title(f"Δ {METRIC_TITLES[metric]}", fontsize=9)
     ax.margins(x=0.3)
+    if max((abs(d) for _, d in present), default=0) < 0.05:  # every Δ (about) 0: a readable axis, not 1e-16's
+        ax.set_xlim(-1, 1)
 
 
 def _delta_legend(table: SchemeTable, rows: Sequence[ModelRow], metrics: Sequence[str], plt) -> list:

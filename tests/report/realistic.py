@@ -110,8 +110,15 @@ def seed_sweep(root: Path) -> list[dict]:
     return rows
 
 
+def equal_errors() -> list[dict]:
+    """A short run's: every model's top-1 the same under every scheme (every Δ top-1 is 0), its top-5 not."""
+    schemes = ("symmetric", "asymmetric", LONG_PER_SITE.name)
+    return [evaluation(f"runs/short-{i}/last.pt", trained, scheme, 94.0, top5=False, top5_err=40.0 + i + j)
+            for i, trained in enumerate(schemes) for j, scheme in enumerate(schemes)]  # fmt: skip
+
+
 CASES = {"one model": one_model, "one scheme per model": one_scheme_per_model, "many models": many_models,
-         "per-site names": per_site_names, "all runs": realistic_rows}  # fmt: skip
+         "per-site names": per_site_names, "all runs": realistic_rows, "equal errors": equal_errors}  # fmt: skip
 
 
 def drawn(monkeypatch, plot) -> list[matplotlib.figure.Figure]:

@@ -102,7 +102,8 @@ def panel_problems(fig) -> list[str]:
         title = ax.get_title() or ax.get_xlabel() or ax.get_ylabel()
         if ax.get_label() != "<colorbar>":
             bars = [p for p in ax.patches if getattr(p, "get_width", None) and p.get_width() and p.get_height()]
-            if not bars and not ax.get_images():
+            marks = [line for line in ax.lines if line.get_marker() not in (None, "None", "", " ")]  # a Δ of 0
+            if not bars and not marks and not ax.get_images():
                 problems.append(f"the panel {title!r} plots nothing")
         for axis in (ax.xaxis, ax.yaxis):
             if axis.offsetText.get_visible() and axis.offsetText.get_text().strip():

@@ -49,8 +49,13 @@ def run_app(config: str, args: tuple[str, ...], monkeypatch, capsys) -> tuple[in
 
     ran: list = []
     monkeypatch.setattr(sys, "argv", [f"{config}.py", *args])
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level  # a -m run sets Hydra's logging up before it composes
+    # a -m run sets Hydra's logging up before it composes: handlers on this test's captured streams,
+    # on the root logger and on named ones (hydra's), which later tests' writes would find closed
+    loggers = [
+        logging.getLogger(),
+        *(found for found in logging.root.manager.loggerDict.values() if isinstance(found, logging.Logger)),
+    ]
+    saved = {logger: (logger.handlers[:], logger.level, logger.propagate, logger.disabled) for logger in loggers}
     try:
         hydra_command(config, f"resnet-{config}", ran.append)()
         code = 0
@@ -58,8 +63,11 @@ def run_app(config: str, args: tuple[str, ...], monkeypatch, capsys) -> tuple[in
         code = exit.code
     finally:
         GlobalHydra.instance().clear()
-        root.handlers[:] = handlers
-        root.setLevel(level)
+        for logger in [logging.getLogger(), *logging.root.manager.loggerDict.values()]:
+            if isinstance(logger, logging.Logger):
+                handlers, level, propagate, disabled = saved.get(logger, ([], logging.NOTSET, True, False))
+                logger.handlers[:], logger.propagate, logger.disabled = handlers, propagate, disabled
+                logger.setLevel(level)
     return code, capsys.readouterr().err, ran
 
 

@@ -310,6 +310,28 @@ def _few(problems: list[str]) -> str:
     return "; ".join(problems[:SHOWN_PROBLEMS]) + more
 
 
+def shard_options(sub: argparse.ArgumentParser) -> None:
+    """The options of every converting command: the shard size, the shuffle's seed, the file limit."""
+    sub.add_argument(
+        "--shard-size",
+        type=shard_size,
+        default=DEFAULT_SHARD_SIZE,
+        metavar="N",
+        help="images per shard (%(default)s)",
+    )
+    sub.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="of the shuffle that mixes the classes (%(default)s)"
+    )
+    sub.add_argument(
+        "--max-file-mb",
+        dest="max_file_bytes",
+        type=file_limit,
+        default=MAX_FILE_MB * MiB,
+        metavar="MIB",
+        help=f"a larger file is not read: skipped and listed as unreadable ({MAX_FILE_MB}, as data.max_file_mb)",
+    )
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(
         prog=PROG, description=__doc__, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -322,26 +344,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
         sub.set_defaults(run=run)
         return sub
-
-    def shard_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--shard-size",
-            type=shard_size,
-            default=DEFAULT_SHARD_SIZE,
-            metavar="N",
-            help="images per shard (%(default)s)",
-        )
-        sub.add_argument(
-            "--seed", type=int, default=0, metavar="S", help="of the shuffle that mixes the classes (%(default)s)"
-        )
-        sub.add_argument(
-            "--max-file-mb",
-            dest="max_file_bytes",
-            type=file_limit,
-            default=MAX_FILE_MB * MiB,
-            metavar="MIB",
-            help=f"a larger file is not read: skipped and listed as unreadable ({MAX_FILE_MB}, as data.max_file_mb)",
-        )
 
     def split_option(sub: argparse.ArgumentParser, default: str | None) -> None:
         shown = default or "the SRC folder name"

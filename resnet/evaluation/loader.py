@@ -171,26 +171,9 @@ def build_eval_loader(
     else:
         transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
     if isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards
-        shards = entry.open(
-            root,
-            split,
-            transform,
-            batch_size,
-            rank,
-            world_size,
-            train=False,
-            collate_fn=collate_fn,
-            limit=take,
-            purpose=" evaluation" if split == "val" else "",
-        )
-        _limit(shards, max_file_bytes)
-        loader = DataLoader(
-            shards, batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available()
-        )
-        whole = int(shards.counts.sum())
-        return EvalData(
-            loader, len(shards.classes), 3, shards.total, None, split_size=whole if shards.total < whole else None
-        )
+        shards = entry.open(root, split, transform, batch_size, rank, world_size, train=False, collate_fn=collate_fn,
+                            limit=take, purpose=" evaluation" if split == "val" else "")  # fmt: skip
+        return _shard_data(shards, workers, max_file_bytes)
     if entry is None:  # a test set: scored with ImageNet's 1,000 logits (R and A score 200 of them)
         found = open_test_set(name, root, transform, real_labels)
         _limit(found.dataset, max_file_bytes)
@@ -210,6 +193,17 @@ def build_eval_loader(
     dataset, note = entry.open_eval(root, split, transform, val_labels, devkit)
     _limit(dataset, max_file_bytes)
     return _shared(dataset, len(dataset.classes), 3, batch_size, workers, rank, world_size, take, collate_fn, note=note)
+
+
+def _shard_data(shards, workers: int, max_file_bytes: int | None) -> EvalData:
+    """Shards read by ``workers`` loader workers, each batch whole from its shard."""
+    _limit(shards, max_file_bytes)
+    loader = DataLoader(
+        shards, batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available()
+    )
+    whole = int(shards.counts.sum())
+    part = whole if shards.total < whole else None
+    return EvalData(loader, len(shards.classes), 3, shards.total, None, split_size=part)
 
 
 def _limit(dataset, max_file_bytes: int | None) -> None:

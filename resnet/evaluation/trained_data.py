@@ -72,10 +72,10 @@ def with_trained_data(cfg: DictConfig, typed: Sequence[str]) -> tuple[DictConfig
         return cfg, False  # a malformed value or no such file: the weights' own line says so, in its turn
     if schema_problems(cfg):
         return cfg, False  # a wrong value is said first, as for any other evaluation
-    if cfg.data.name == "imagenet" and OmegaConf.is_missing(cfg.data, "root"):
+    if OmegaConf.is_missing(cfg.data, "root"):  # eval.yaml's default dataset, ImageNet, needs its folder
         raise ConfigError(
             f"weights={cfg.weights} record no data they were trained on, so they are evaluated on "
-            "ImageNet (data=imagenet): pass data.root=/path/to/imagenet, or another dataset, e.g. "
+            f"data={cfg.data.name}: pass data.root=/path/to/{cfg.data.name}, or another dataset, e.g. "
             "data=fashion_mnist or data=imagefolder data.root=/path/to/folders"
         )
     return cfg, False

@@ -7,7 +7,7 @@ each form of the command, the checkout's scripts and the installed ones."""
 
 from __future__ import annotations
 
-import logging
+import importlib
 import sys
 
 import pytest
@@ -49,13 +49,15 @@ def run_app(config: str, args: tuple[str, ...], monkeypatch, capsys) -> tuple[in
 
     ran: list = []
     monkeypatch.setattr(sys, "argv", [f"{config}.py", *args])
-    # a -m run sets Hydra's logging up before it composes: handlers on this test's captured streams,
-    # on the root logger and on named ones (hydra's), which later tests' writes would find closed
-    loggers = [
-        logging.getLogger(),
-        *(found for found in logging.root.manager.loggerDict.values() if isinstance(found, logging.Logger)),
-    ]
-    saved = {logger: (logger.handlers[:], logger.level, logger.propagate, logger.disabled) for logger in loggers}
+    # Hydra's logging set-up (logging.config.dictConfig) would close every handler there is, pytest's
+    # own log capture among them: every later test of this worker would fail on its closed stream
+    for module in (
+        "hydra.main",
+        "hydra.core.utils",
+        "hydra._internal.hydra",
+        "hydra._internal.core_plugins.basic_launcher",
+    ):
+        monkeypatch.setattr(importlib.import_module(module), "configure_log", lambda *args, **kwargs: None)
     try:
         hydra_command(config, f"resnet-{config}", ran.append)()
         code = 0
@@ -63,11 +65,6 @@ def run_app(config: str, args: tuple[str, ...], monkeypatch, capsys) -> tuple[in
         code = exit.code
     finally:
         GlobalHydra.instance().clear()
-        for logger in [logging.getLogger(), *logging.root.manager.loggerDict.values()]:
-            if isinstance(logger, logging.Logger):
-                handlers, level, propagate, disabled = saved.get(logger, ([], logging.NOTSET, True, False))
-                logger.handlers[:], logger.propagate, logger.disabled = handlers, propagate, disabled
-                logger.setLevel(level)
     return code, capsys.readouterr().err, ran
 
 

@@ -194,7 +194,7 @@ def test_the_key_reaches_training_and_eval_py(tmp_path, layout):
     """``data.max_file_mb=`` on the command line is the limit the loaders of train.py and eval.py use."""
     from resnet.engine.run import train
     from resnet.evaluation.run import evaluate_weights
-    from tests.data.test_shards_read import to_shards
+    from tests.helpers.shards import to_shards
 
     folder = tmp_path / "folder"
     make_folder(folder / "train", {"a": 4, "b": 4}, size=(40, 36))

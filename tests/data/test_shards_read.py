@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from data import DataConfig, build_loaders
 from data.batch import pass_batch
 from data.imagefolder import find_classes, find_images
-from data.shards import convert, file_samples, read_index
+from data.shards import read_index
 from data.shards.read import ShardBatches
 from resnet.checkpoint import load_checkpoint
 from resnet.config import ConfigError
@@ -31,19 +31,10 @@ from resnet.evaluation.run import evaluate_weights
 from tests.helpers.compose import compose_config
 from tests.helpers.faults import assert_same_training
 from tests.helpers.imagegen import make_folder
+from tests.helpers.shards import shard_overrides, to_shards
 from tests.helpers.training import PY, run_slurm_tasks
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def to_shards(folder: Path, out: Path, shard_size: int) -> None:
-    classes = None
-    for split in ("train", "val"):
-        found = find_classes(folder / split)
-        assert classes in (None, found)
-        classes = found
-        samples = file_samples(folder / split, find_images(folder / split, found))
-        convert(samples, found, out / split, split, shard_size=shard_size, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -151,14 +142,6 @@ def test_a_truncated_or_foreign_shard_stops_training_before_it_starts_in_one_lin
     first.write_bytes(b"x" * read_index(broken / "train").shards[0].bytes)  # the recorded size, not a tar
     with pytest.raises(ConfigError, match=r"train-000000\.tar is not a tar file"):
         train(compose_config("train", *shard_overrides(broken, tmp_path / "run")))
-
-
-def shard_overrides(root: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [
-        "model=resnet_tiny", "data=imagenet_shards", f"data.root={root}", "data.num_classes=3",
-        "data.image_size=32", "data.workers=0", "batch_size=4", "epochs=2", "log_every=2", "seed=4",
-        f"run_dir={run_dir}", *extra,
-    ]  # fmt: skip
 
 
 @pytest.mark.slow

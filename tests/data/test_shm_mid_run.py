@@ -19,7 +19,8 @@ from data.shm import out_of_room
 from resnet.checkpoint import load_checkpoint
 from tests.helpers.training import PY, REPO, tiny_overrides
 
-# Fill /dev/shm (a 16 MiB tmpfs) as soon as the run has saved its first epoch, then run the command.
+# Fill /dev/shm (a 16 MiB tmpfs) as soon as the run has saved its first epoch (of 40: it is still training
+# when the filler is done, however slow the machine), then run the command.
 SCRIPT = """
 mount -t tmpfs -o size=16m tmpfs /dev/shm || exit 99
 ( while [ ! -s "$RUN/metrics.csv" ]; do sleep 0.02; done
@@ -33,7 +34,7 @@ exec "$@"
 @pytest.mark.parametrize("attempt", range(3))  # a hang was seen 1 time in 3: each attempt must end
 def test_dev_shm_filled_mid_run_ends_it_in_one_line_within_seconds(tiny_folder, tmp_path, attempt):
     run = tmp_path / "run"
-    args = [a for a in tiny_overrides(tiny_folder, run, "data.image_size=224", "data.workers=2", "epochs=4",
+    args = [a for a in tiny_overrides(tiny_folder, run, "data.image_size=224", "data.workers=2", "epochs=40",
                                       f"seed={attempt}") if not a.startswith("run_dir")]  # fmt: skip
     started = time.time()
     proc = subprocess.run(

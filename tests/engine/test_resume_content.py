@@ -12,9 +12,9 @@ from data.shards.read import ShardBatches
 from resnet.checkpoint import load_checkpoint
 from resnet.config import ConfigError
 from resnet.engine.run import train
-from tests.data.test_shards_read import shard_overrides, to_shards
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.shards import shard_overrides, to_shards
 
 
 def test_a_shard_set_is_fingerprinted_by_its_content_as_well_as_its_names(tmp_path):

@@ -16,8 +16,8 @@ from resnet.report.charts import chart_rows, plot_cross, plot_scheme_table, pypl
 from resnet.report.rows import latest_rows, weights_label
 from resnet.report.table_files import write_tables
 from resnet.report.tables import cross_matrices, cross_records, scheme_table
+from tests.helpers.figures import texts_of
 from tests.report.realistic import SWEEP, drawn, evaluation, one_model, one_scheme_per_model, seed_sweep
-from tests.report.test_chart_layout import texts_of
 
 RUN = "outputs/2026-11-28/12-18-10/last.pt"
 SCHEMES = ("symmetric", "asymmetric")

@@ -55,6 +55,7 @@ def test_every_benchmark_writes_its_json(tmp_path, monkeypatch):
         "shards / folders train",
         "shards / folders read only",
         "shards verified / unverified train",
+        "shards worker-shared / feeder-shared train",
     }
     assert all(rate > 0 for rate in shards["images_per_s_per_worker"].values())
 

@@ -9,9 +9,9 @@ Configs live in configs/ (train.yaml is the root); docs/training.md has every fo
 resnet/cli/train.py, installed as ``resnet-train``.
 """
 
-from resnet import stop
+from resnet.job import signals
 
-stop.catch()  # first: a stop signal (SLURM's USR1, a preemption's TERM, Ctrl-C) during start-up is acted on too
+signals.catch()  # first: a stop signal (SLURM's USR1, a preemption's TERM, Ctrl-C) during start-up is acted on too
 
 from resnet.cli.train import main  # noqa: E402 (after the signals are caught)
 

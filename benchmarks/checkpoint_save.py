@@ -4,7 +4,7 @@
     python -m benchmarks.checkpoint_save --arch resnet101 --dir /shared/scratch
 
 A preempted job gets SIGTERM and ``GraceTime`` seconds before SIGKILL (docs/cluster.md). In that
-time it finishes its step, saves ``last.pt`` the way training does (:class:`resnet.engine.checkpointer.Checkpointer`:
+time it finishes its step, saves ``last.pt`` the way training does (:class:`resnet.job.checkpointer.Checkpointer`:
 weights, the optimizer's state, the EMA's weights, RNG states, history; a temporary file, fsync,
 rename) and requeues. This measures the save, in ``--dir`` (its file system is the one that
 matters: a shared one is slower than a local disk), and loading it back.
@@ -28,7 +28,7 @@ import torch
 from resnet import build_model
 from resnet.checkpoint.training_state import TrainingState
 from resnet.engine.optim import scheduler_state
-from resnet.engine.state import rng_state
+from resnet.engine.seeding import rng_state
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

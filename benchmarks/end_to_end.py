@@ -14,7 +14,7 @@ A generated ImageNet-like folder (``--classes`` x photo-like 500x375 q90 JPEGs, 
   Normalize), both on the checkpoint of a first, untimed train.py run; ``eval.py``
   10-crop on the same weights.
 * ``train.py threads shared``: ``train.py`` without ``OMP_NUM_THREADS``, so that it lowers
-  its intra-op threads to the CPUs its loader workers leave (``resnet.workers.share_cpus``).
+  its intra-op threads to the CPUs its loader workers leave (``resnet.runtime.workers.share_cpus``).
 * ``train.py 2 processes``: ``torchrun --standalone --nproc_per_node=2`` (gloo), the same
   global batch, half the workers each, ``OMP_NUM_THREADS=1`` each, against ``train.py``
   alone with ``OMP_NUM_THREADS=--threads``.
@@ -144,7 +144,7 @@ def make_contenders(args: argparse.Namespace, root: Path, weights: Path) -> list
         []
         if args.quick
         else [  # a smoke run: the train pair only (eval and DDP: test_eval.py, test_train.py)
-            Contender(  # no OMP_NUM_THREADS: train.py gives its loader workers their CPUs (resnet.workers.share_cpus)
+            Contender(  # no OMP_NUM_THREADS: train.py gives its loader workers their CPUs (runtime.workers.share_cpus)
                 "train.py threads shared",
                 [python, *train, f"batch_size={args.batch}", f"data.workers={args.workers}"],
                 {"OMP_NUM_THREADS": None},  # unset

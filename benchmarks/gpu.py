@@ -191,9 +191,9 @@ def loop_contender(args, device) -> Callable[[], int]:
     """``args.steps`` steps of ``train.py``'s epoch loop (EMA every 32 steps, as ``tv_v2``)."""
     from timm.utils import ModelEmaV3
 
-    from resnet.distributed import DistEnv
     from resnet.engine.loop import StepContext, train_one_epoch
-    from resnet.runtime import Runtime
+    from resnet.runtime.device import Runtime
+    from resnet.runtime.distributed import DistEnv
 
     runtime = Runtime(DistEnv(0, 1, 0, device), amp_dtype=torch.bfloat16, channels_last=True)
     torch.manual_seed(0)

@@ -6,7 +6,7 @@
 
 The domain (formulas, presets, published numbers) is docs/padding.md.
 
-The names below load on first use, so that importing a light submodule (:mod:`resnet.stop`,
+The names below load on first use, so that importing a light submodule (:mod:`resnet.job.signals`,
 which train.py imports before anything else to catch a stop signal from its first instruction)
 does not import torch.
 """

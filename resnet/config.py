@@ -10,7 +10,7 @@
 * :func:`config_dir` and :func:`compose`: where the configs are, and a config composed from them
   with overrides, as the commands see it (every command, the demo, the benchmarks and the tests).
 
-Where tensors run is :mod:`resnet.runtime`; how many loader workers, :mod:`resnet.workers`.
+Where tensors run is :mod:`resnet.runtime.device`; how many loader workers, :mod:`resnet.runtime.workers`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from data.config import ConfigError as ConfigError  # re-exported: the library r
 from data.registry import find, in_memory
 
 from .archs import ARCHS, canonical_name
-from .cpus import affinity_cpus
-from .distributed import DEVICES
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
+from .runtime.cpus import affinity_cpus
+from .runtime.distributed import DEVICES
+from .runtime.workers import auto_workers
 from .schema import schema_problems
-from .workers import auto_workers
 
-# amp=: autocast dtype (resnet.runtime), one per name of schema.choices("amp") (tests/cli/test_configs.py)
+# amp=: autocast dtype (resnet.runtime.device), one per name of schema.choices("amp") (tests/cli/test_configs.py)
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -157,7 +157,7 @@ def register_configs() -> None:
 
     * ``model=<arch>`` for every architecture of :data:`resnet.archs.ARCHS`: the one model
       config, ``configs/model/resnet.yaml``, with that ``arch``;
-    * the ``launch_time`` resolver (:func:`resnet.distributed.launch_time`), in the run dir's name;
+    * the ``launch_time`` resolver (:func:`resnet.runtime.distributed.launch_time`), in the run dir's name;
     * the ``dataset`` resolver (:func:`dataset_fact`): an in-memory dataset's YAML reads its
       classes, channels and size from its registry entry, where they are stated once;
     * ``padding=<preset>`` for every preset of :data:`resnet.padding.PRESETS`: the preset's
@@ -168,7 +168,7 @@ def register_configs() -> None:
     """
     from hydra.core.config_store import ConfigStore
 
-    from .distributed import launch_time
+    from .runtime.distributed import launch_time
 
     # ${launch_time:%H-%M-%S}: train.yaml's run dir, the same in every process of a torchrun launch
     OmegaConf.register_new_resolver("launch_time", lambda pattern: launch_time().strftime(pattern), replace=True)

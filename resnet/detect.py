@@ -42,7 +42,7 @@ from .inspect import pad_table
 from .model import build_model, with_padding
 from .padding import PRESETS
 from .report.console import format_table
-from .runtime import Runtime
+from .runtime.device import Runtime
 
 SAME_LOGITS_ATOL = 1e-5  # relative to the largest |logit|: float32 noise, not a padding difference
 CLEAR_MARGIN = 2.0  # standard errors: a runner-up closer than this is within noise (~95 %, one-sided)

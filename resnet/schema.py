@@ -13,7 +13,7 @@ Keys whose values are names (``device``, ``amp``, ``loss``, ``grid_bn``, ``on_no
 (:mod:`resnet.config`, :mod:`resnet.engine.checks`), each with its own one line, reading the
 choices from :func:`choices`; a padding preset and ``data.workers`` are checked in :mod:`resnet.config`.
 
-From :data:`KEYS` come :data:`SCHEMA` (the checks), :data:`resnet.engine.resume_rules.RULES` (what a
+From :data:`KEYS` come :data:`SCHEMA` (the checks), :data:`resnet.job.resume_rules.RULES` (what a
 resume may change) and the resume table of docs/training.md (:func:`resume_table`, written there
 by ``python scripts/resume_table.py``); ``tests/cli/test_configs.py`` holds train.yaml's values to
 the declared defaults. A new training key: its line in train.yaml (value and comment), its
@@ -94,7 +94,7 @@ FRACTION = Field(float, low=0, high=1)
 POSITIVE = Field(float, low=0, open_low=True)
 SIDE = Field(int, low=1, nullable=True)  # a side in pixels; null: the weights' or dataset's own
 
-FIXED, CHANGES = "fixed", "may change"  # a key's resume rule (resnet.engine.resume_rules)
+FIXED, CHANGES = "fixed", "may change"  # a key's resume rule (resnet.job.resume_rules)
 NOT_IN_TRAIN_YAML = object()  # the default of a key train.yaml does not set (a group's, eval.yaml's)
 
 
@@ -203,7 +203,7 @@ KEYS: dict[str, Key] = {
     ),
     "run_dir": Key(None, "${hydra:runtime.output_dir}", CHANGES, "where the run is written", quiet=True),
     # the groups (their defaults: configs/<group>/<option>.yaml); a key under one has its group's rule
-    "padding": Key(rule=FIXED, doc="the padding of every site"),  # compared as built: resnet.engine.resume
+    "padding": Key(rule=FIXED, doc="the padding of every site"),  # compared as built: resnet.job.resume
     "logger": Key(rule=CHANGES, doc="where the run logs"),
     "optim": Key(rule=FIXED, doc="the optimizer and its settings (their state is in the checkpoint)"),
     # (the two list keys before optim.lr, sched: the order schema_problems has always reported in)

@@ -1,6 +1,6 @@
 """What a train.py checkpoint (``last.pt``) holds beyond the weights and meta that every weights
 file of :mod:`resnet.checkpoint` has: one definition of its keys, written by
-:class:`~resnet.engine.checkpointer.Checkpointer`, read back and checked once by
+:class:`~resnet.job.checkpointer.Checkpointer`, read back and checked once by
 :meth:`TrainingState.read`, and used as attributes by the resume, the finished-run check and the
 latest-run lookup. Evaluation reads the few keys it uses of a file that may hold weights only
 through :meth:`TrainingState.ema_of`, :meth:`TrainingState.validated_at` and
@@ -38,7 +38,7 @@ class TrainingState:
     step: int  # optimizer steps done
     optimizer: dict
     scheduler: dict
-    rng: list[dict]  # every rank's generator states (resnet.engine.state.rng_state), by rank
+    rng: list[dict]  # every rank's generator states (resnet.engine.seeding.rng_state), by rank
     history: list[dict] = field(default_factory=list)  # one row per epoch done
     config: dict | None = None  # the run's resolved config: what a resume compares
     layout: dict | None = None  # world size and batch order: what a mid-epoch resume needs again

@@ -14,7 +14,7 @@ CONFIG_ERROR_STATUS = 2  # docs/faults.md: a config error exits with status 2
 
 def launched_rank() -> int:
     """This process's rank as its launcher set it (torchrun, srun, submitit), 0 for a plain run."""
-    from ..distributed import LaunchError, detect_launch
+    from ..runtime.distributed import LaunchError, detect_launch
 
     try:
         return detect_launch().rank

@@ -20,11 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from ..command_lines import override
 from ..config import ConfigError, compose, padding_overrides
 from ..evaluation.trained_data import data_overrides
 from ..out_files import writable_folder
 from ..padding import resolve_padding
-from ..quoting import override
 from ..report.tables import scheme_order
 from .arguments import help_parser, scheme_name
 from .errors import one_line_errors

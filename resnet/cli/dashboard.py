@@ -29,7 +29,7 @@ import json
 import os
 from pathlib import Path
 
-from ..quoting import shell_word, started_from_checkout
+from ..command_lines import shell_word, started_from_checkout
 
 # What train.py and eval.py log (resnet/engine/runlog.py, resnet/report/wandb_log.py);
 # tests/report/test_dashboard.py checks each against an offline run's files.

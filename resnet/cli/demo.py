@@ -25,11 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+from ..command_lines import override
 from ..config import compose, padding_overrides
-from ..engine.preempt import Stopped
 from ..grid import grid_name, grid_paddings
+from ..job.preempt import Stopped
 from ..out_files import writable_folder
-from ..quoting import override
 from ..report.charts import plot_regrid
 from ..report.console import format_table
 from ..report.rows import read_rows

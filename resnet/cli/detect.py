@@ -23,15 +23,15 @@ from torch import nn
 
 from ..config import ConfigError, check_data_config, check_data_package
 from ..detect import DetectionReport, detect_padding
-from ..distributed import pick_device
 from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, check_root
 from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
 from ..evaluation.sample import read_images
 from ..model import ModelMeta
 from ..out_files import out_file, write_json
 from ..report.rows import weights_label
+from ..runtime.distributed import pick_device
+from ..runtime.workers import data_workers
 from ..weights import load_weights
-from ..workers import data_workers
 from .hydra_app import hydra_command
 
 

@@ -21,8 +21,8 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
     while an exception a live worker raised keeps its traceback, which ends with the worker's own.
     ``training`` (train.py): a run that failed (:class:`resnet.engine.loop.NonFiniteLoss`,
     :class:`resnet.engine.run.RunFailed`) prints ``error: ...`` and exits with status 1 (75 where
-    another process of the job stalled or died: :class:`resnet.engine.peers.PeerLost`); a
-    stop signal (:class:`resnet.engine.preempt.Stopped`, saved) prints its line and exits with 0
+    another process of the job stalled or died: :class:`resnet.job.peers.PeerLost`); a
+    stop signal (:class:`resnet.job.preempt.Stopped`, saved) prints its line and exits with 0
     when the requeued job goes on, else 143 (TERM), 130 (INT), 129 (HUP) or 3 (USR1); a second Ctrl-C, which
     stops at once, 130. Under submitit, :func:`leave` raises instead of exiting. Anything else is a
     bug and keeps its traceback."""
@@ -44,7 +44,7 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
         room = out_of_room(err)  # /dev/shm full: the worker's exception is the symptom, not a bug to show
         if room is not None:
             if training:
-                _training_error(err)  # resnet.engine.ending's line, saying what last.pt holds
+                _training_error(err)  # resnet.job.ending's line, saying what last.pt holds
             leave(f"error: {room}, then run again", 1)
         cause = raised_in_worker(err)
         if cause is not None:  # a bug in the data code, not a dead worker: lowering workers would not help
@@ -67,9 +67,9 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
 def _training_error(err: RuntimeError) -> None:
     """Exit as train.py does for a run that failed or was stopped; return for any other error."""
     from ..engine.loop import NonFiniteLoss
-    from ..engine.preempt import Stopped
     from ..engine.run import RunFailed
     from ..engine.runlog import ending_line  # the same words as the run's train.log ends with
+    from ..job.preempt import Stopped
 
     if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed (a peer lost: 75)
         leave(ending_line(err), getattr(err, "status", 1))

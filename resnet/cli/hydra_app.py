@@ -28,8 +28,8 @@ import hydra
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 
+from ..command_lines import started_from_checkout, unreadable_override
 from ..config import ConfigError, compose, config_dir, padding_overrides, register_configs
-from ..quoting import started_from_checkout, unreadable_override
 from .config_exit import exit_config_error
 from .errors import JobEnded, one_line_errors
 
@@ -178,8 +178,8 @@ def unwritable_run_dir(err: Exception, app: str = "train") -> str | None:
 def read_only_run_dir(folder: Path, err: OSError, app: str = "train") -> str:
     """One line for a run folder of ``app`` (``train``, ``eval``, ...) that exists but cannot be
     written: what it holds (a finished run, a run to resume) and what to type instead."""
-    from ..engine.ending import finished_results
-    from ..quoting import app_words, command, override
+    from ..command_lines import app_words, command, override
+    from ..job.ending import finished_results
 
     cannot = f"{folder} cannot be written ({err.strerror})"
     if app != "train" or not (folder / "last.pt").is_file():  # eval.py's record, a run that saved nothing yet

@@ -33,9 +33,9 @@ def check_settings(cfg) -> None:
 def target_padding(cfg, spec, loaded):
     """The padding to move the weights to: ``+padding=``'s, refused where the weights are under it
     already or hold its BatchNorm (a grid model: eval.py runs it as it is)."""
+    from ..command_lines import app_words, command, override
     from ..config import ConfigError, padding_from_config
     from ..padding import PRESETS, resolve_padding
-    from ..quoting import app_words, command, override
 
     source = loaded.model
     try:
@@ -64,15 +64,15 @@ def run(cfg) -> dict:
 
     from ..checkpoint import save_checkpoint
     from ..config import ConfigError, check_data_config, check_data_package
-    from ..distributed import pick_device
     from ..evaluation.loader import build_eval_loader
     from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
     from ..evaluation.sample import read_images
     from ..out_files import out_file
     from ..report.console import format_table
     from ..report.rows import weights_label
+    from ..runtime.distributed import pick_device
+    from ..runtime.workers import data_workers
     from ..weights import load_weights
-    from ..workers import data_workers
 
     spec = weights_spec(cfg)
     check_settings(cfg)

@@ -162,7 +162,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 def _is_main() -> bool:
-    from ..distributed import detect_launch
+    from ..runtime.distributed import detect_launch
 
     return detect_launch().rank == 0
 

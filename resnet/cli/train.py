@@ -8,7 +8,7 @@ the config (``configs/train.yaml``). The checkout's ``train.py`` runs this same 
 
 from omegaconf import DictConfig
 
-from .. import stop
+from ..job import signals
 from .hydra_app import hydra_command
 
 
@@ -16,7 +16,7 @@ def train(cfg: DictConfig) -> float | None:
     """One training run; its top-1 error is what a Hydra sweeper minimises. A bad config or data:
     status 2; the run failed: 1; stopped by a signal: saved, 0 when requeued, else 143 (TERM), 130
     (INT), 129 (HUP) or 3 (USR1); another process of the job lost: 75 (requeue it)."""
-    stop.catch()  # where submitit runs this function in its own process, this is its first line there
+    signals.catch()  # where submitit runs this function in its own process, this is its first line there
     from ..engine.run import train as train_run
 
     return train_run(cfg)["top1_err"]
@@ -29,7 +29,7 @@ def main(cfg: DictConfig | None = None) -> float | None:
     """The command (``cfg``: a composed config instead of ``sys.argv``'s overrides). Its first act
     catches the stop signals (SLURM's USR1, a preemption's TERM, Ctrl-C), so one during start-up is
     acted on too; importing this module does not (a test, the demo: their own handlers stay)."""
-    stop.catch()
+    signals.catch()
     return _command(cfg)
 
 

@@ -8,9 +8,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.testsets import TEST_SETS
 
+from ..command_lines import app_words
 from ..config import ConfigError, check_run_config
 from ..grid import GRID_BN, grid_paddings
-from ..quoting import app_words
 from ..schema import choices
 from .losses import LOSSES
 

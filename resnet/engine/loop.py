@@ -19,10 +19,10 @@ from torch import nn
 
 from data.progress import Progress
 
-from ..distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objects
-from ..runtime import Runtime
-from . import peers
-from .preempt import StopRequest
+from ..job import peers
+from ..job.preempt import StopRequest
+from ..runtime.device import Runtime
+from ..runtime.distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objects
 from .totals import HOST_SUMS, STEP_SUMS, StepOutput, Totals, step_sums, train_metrics
 
 # the bar's loss: the mean over the epoch so far (the epoch line's is the whole epoch's: "train loss (epoch mean)")
@@ -52,7 +52,7 @@ class StepContext:
     checkpoint_every: int = 0  # batches between mid-epoch checkpoints (0: epoch ends only)
     # whether a mid-epoch checkpoint is due by the clock (checkpoint_minutes), asked on rank 0 before each step
     save_due: Callable[[], bool] | None = None
-    stop: StopRequest | None = None  # set by a preemption signal (resnet.engine.preempt)
+    stop: StopRequest | None = None  # set by a preemption signal (resnet.job.preempt)
     progress: bool = True
     before_step: Callable[[int], None] | None = None  # called with the optimizer step about to be taken (grid=)
     # max_unreadable: called with the epoch and what it has read so far (ImagesRead, summed over the processes)
@@ -97,7 +97,7 @@ class EpochStats:
     seconds: float = 0.0
     lr: float = 0.0
     history: list[dict] = field(default_factory=list)  # per log_every steps: step, loss, lr, images/s
-    interrupted: bool = False  # a stop signal ended the epoch early (resnet.engine.preempt)
+    interrupted: bool = False  # a stop signal ended the epoch early (resnet.job.preempt)
 
     @property
     def loss(self) -> float:

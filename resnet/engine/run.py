@@ -16,33 +16,33 @@ from torch import nn
 
 from ..archs import ARCHS, canonical_name
 from ..config import ConfigError, padding_from_config, scheme_words
-from ..container import volume_advice
-from ..distributed import DistEnv, gather_objects, shutdown
 from ..evaluation.loop import Evaluation, evaluate, unreadable_share
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_name, make_grid, set_grid
+from ..job import peers
+from ..job.checkpointer import Checkpointer, CheckpointWriteError, RunFailed, write_error
+from ..job.ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
+from ..job.latest_run import pick_run_dir
+from ..job.lock import own_run_dir
+from ..job.peers import PeerLost, lost_peer
+from ..job.preempt import Stopped, StopRequest
+from ..job.resume import ResumePoint, resume
 from ..model import ModelMeta
 from ..padding import resolve_padding
 from ..report.console import format_table
 from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
-from ..runtime import Runtime, join_job, runtime_for
+from ..runtime.container import volume_advice
+from ..runtime.device import Runtime, join_job, runtime_for
+from ..runtime.distributed import DistEnv, gather_objects, shutdown
+from ..runtime.workers import data_workers
 from ..schema import KEYS
-from ..workers import data_workers
-from . import peers
-from .checkpointer import Checkpointer, CheckpointWriteError, RunFailed, write_error
 from .checks import check_train_config, grid_bn
-from .ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
-from .latest_run import pick_run_dir
-from .lock import own_run_dir
 from .loop import EpochStats, ImagesRead, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
 from .optim import build_optimizer, build_scheduler
-from .peers import PeerLost, lost_peer
-from .preempt import Stopped, StopRequest
-from .resume import ResumePoint, resume
 from .runlog import RunLogger, run_log
-from .state import epoch_seed, seed_everything, set_rng_state
+from .seeding import epoch_seed, seed_everything, set_rng_state
 from .sync_bn import convert_sync_batchnorm
 from .totals import TRAIN_METRICS, epoch_line_parts
 
@@ -68,7 +68,7 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
 def shared_run_dir(cfg: DictConfig, env: DistEnv) -> tuple[Path, str | None]:
     """Rank 0's run dir for everyone (Hydra's timestamp can differ by a second between ranks), and
     the line saying which run it resumes where ``resume=true`` came without a run dir
-    (:mod:`.latest_run`: the unfinished run of this config under outputs/, or one line refusing)."""
+    (:mod:`resnet.job.latest_run`: the unfinished run of this config under outputs/, or one line refusing)."""
     found = [str(cfg.run_dir), None, None]  # run dir, its line, a refusal
     if env.is_main:
         try:

@@ -189,9 +189,9 @@ def run_log(run_dir: Path, enabled: bool) -> Iterator[None]:
 def ending_line(err: BaseException) -> str | None:
     """The line train.py prints for ``err`` where it ends a run in one line (resnet.cli.errors), else None."""
     from ..config import ConfigError
-    from .checkpointer import RunFailed
+    from ..job.checkpointer import RunFailed
+    from ..job.preempt import Stopped
     from .loop import NonFiniteLoss
-    from .preempt import Stopped
 
     if isinstance(err, Stopped):
         return str(err)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..distributed import DistEnv
+from ..runtime.distributed import DistEnv
 
 
 class HostSyncBatchNorm(nn.BatchNorm2d):

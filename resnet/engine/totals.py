@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..distributed import DistEnv, all_reduce_sum
 from ..evaluation.loop import topk_correct
+from ..runtime.distributed import DistEnv, all_reduce_sum
 
 EPOCH_LOSS = "train loss (epoch mean)"  # the epoch line's; the bar's is the mean so far (loop.RUNNING_LOSS)
 

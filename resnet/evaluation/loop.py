@@ -3,7 +3,7 @@
 A batch is ``(images, labels)`` or a :class:`data.Batch` / :class:`resnet.evaluation.loader.PaddedBatch`
 (``images, labels, skipped, skipped_paths[, sizes]``), images as uint8 NCHW. Per batch:
 
-1. move to the device (:class:`resnet.runtime.Runtime`);
+1. move to the device (:class:`resnet.runtime.device.Runtime`);
 2. the input transform ``view`` (none for training's validation; the protocol's crop for
    ``eval.py``, where 10-crop turns ``[N, C, H, W]`` into ``[N * 10, C, crop, crop]``);
 3. normalise, forward under the runtime's autocast;
@@ -30,8 +30,8 @@ from torch import nn
 from data.progress import Progress
 from data.testsets import LabelSpace
 
-from ..distributed import all_reduce_sum
-from ..runtime import Runtime
+from ..runtime.device import Runtime
+from ..runtime.distributed import all_reduce_sum
 from .tencrop import average_crops
 
 View = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (images, sizes or None) -> network input

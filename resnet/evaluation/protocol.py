@@ -22,9 +22,9 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..config import ConfigError, padding_from_config
-from ..distributed import DistEnv
 from ..grid import use_preset_norms
 from ..model import ModelMeta, with_padding
+from ..runtime.distributed import DistEnv
 from ..weights import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, load_weights, parse_weights
 from .loader import EvalData, EvalProtocol
 

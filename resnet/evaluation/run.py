@@ -11,15 +11,15 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..config import ConfigError, check_run_config, scheme_words
-from ..distributed import DistEnv, shutdown
 from ..model import ModelMeta
 from ..out_files import writable_file
 from ..report.console import images_cell, summary
 from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
-from ..runtime import join_job, runtime_for
+from ..runtime.device import join_job, runtime_for
+from ..runtime.distributed import DistEnv, shutdown
+from ..runtime.workers import data_workers
 from ..schema import KEYS
 from ..weights import WeightsSpec, check_has_ema
-from ..workers import data_workers
 from .loader import CROP_COUNTS, build_eval_loader, check_root
 from .loop import Evaluation, evaluate, unreadable_share
 from .protocol import (

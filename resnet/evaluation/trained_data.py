@@ -12,8 +12,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..command_lines import override
 from ..config import ConfigError
-from ..quoting import override
 from ..schema import schema_problems
 
 

@@ -14,10 +14,10 @@ from omegaconf import OmegaConf
 
 import resnet
 from resnet.config import ConfigError, padding_from_config
-from resnet.distributed import DistEnv
 from resnet.engine.checks import check_train_config
 from resnet.engine.run import build_run_model, start_line
 from resnet.padding import PRESETS, SITES
+from resnet.runtime.distributed import DistEnv
 from tests.helpers.compose import CONFIGS, compose_config
 
 FILE_GROUPS = ("data", "optim", "sched", "logger", "experiment")  # one YAML per option

@@ -11,8 +11,15 @@ import pytest
 import torch
 
 from resnet.config import ConfigError
-from resnet.distributed import LaunchError, cuda_index, detect_launch, expand_hostlist, pick_device, tasks_per_node
-from resnet.runtime import join_job
+from resnet.runtime.device import join_job
+from resnet.runtime.distributed import (
+    LaunchError,
+    cuda_index,
+    detect_launch,
+    expand_hostlist,
+    pick_device,
+    tasks_per_node,
+)
 from tests.helpers.compose import compose_config
 from tests.helpers.faults import error_line, launch
 from tests.helpers.training import PY, REPO
@@ -157,8 +164,8 @@ def test_under_submitit_the_stop_signal_is_handed_to_submitits_own_requeue(submi
     # (and exits) or says why it will not; either way the run learns which, and no rank just exits.
     import signal
 
-    from resnet.distributed import DistEnv, Launch
-    from resnet.engine.preempt import StopRequest
+    from resnet.job.preempt import StopRequest
+    from resnet.runtime.distributed import DistEnv, Launch
 
     calls = []
 
@@ -202,7 +209,7 @@ def test_the_sbatch_run_dir_differs_between_clusters_and_array_tasks_that_share_
 
 def test_a_multi_node_job_on_a_host_named_for_loopback_is_one_line_not_a_hang(monkeypatch):
     # Debian's /etc/hosts maps the host's own name to 127.0.1.1: gloo would listen there, out of the other nodes' reach.
-    from resnet.distributed import Launch, check_gloo_interface
+    from resnet.runtime.distributed import Launch, check_gloo_interface
 
     addresses = {"gpu07": "127.0.1.1", "gpu01": "10.0.0.1"}  # this node's name; the master node's
     monkeypatch.setattr("socket.gethostname", lambda: "gpu07")
@@ -249,7 +256,7 @@ exit {status}
 def test_a_requeue_that_slurm_made_itself_is_a_requeue(tmp_path, monkeypatch, before, status, after, restarts, said):
     # Stock preemption (PreemptMode=REQUEUE): slurmctld requeues the job itself while rank 0 saves,
     # and rank 0's own `scontrol requeue` then fails. The job is requeued all the same: exit 0.
-    from resnet.engine.preempt import requeue
+    from resnet.job.preempt import requeue
 
     script = tmp_path / "scontrol"
     before, _, before_restarts = before.partition(" ")

@@ -64,7 +64,7 @@ from pathlib import Path
 
 
 def pause_at_the_8th_loss(run):
-    from resnet import stop
+    from resnet.job import signals
 
     real, calls, marker = run.loss_and_augment, [0], Path(os.environ["PAUSE_MARKER"])
 
@@ -83,7 +83,7 @@ def pause_at_the_8th_loss(run):
                 os.write(fd, job.encode())
                 os.close(fd)
                 deadline = time.monotonic() + 90
-                while stop.pending() is None and time.monotonic() < deadline:
+                while signals.pending() is None and time.monotonic() < deadline:
                     time.sleep(0.05)
             return loss_fn(logits, labels)
 

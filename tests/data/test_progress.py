@@ -20,7 +20,7 @@ from resnet.config import ConfigError
 from resnet.engine.loop import NonFiniteLoss, StepContext, train_one_epoch
 from resnet.evaluation.loop import evaluate
 from resnet.evaluation.run import evaluate_weights
-from resnet.runtime import Runtime
+from resnet.runtime.device import Runtime
 from tests.helpers.compose import compose_config
 from tests.helpers.faults import nan_at
 from tests.helpers.imagegen import make_folder

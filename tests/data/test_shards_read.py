@@ -25,9 +25,9 @@ from data.shards.read import ShardBatches
 from resnet.checkpoint import load_checkpoint
 from resnet.config import ConfigError
 from resnet.engine import run as engine_run
-from resnet.engine.preempt import Stopped
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
+from resnet.job.preempt import Stopped
 from tests.helpers.compose import compose_config
 from tests.helpers.faults import assert_same_training
 from tests.helpers.imagegen import make_folder

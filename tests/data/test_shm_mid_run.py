@@ -68,7 +68,7 @@ def test_a_worker_that_could_not_hand_its_batch_over_is_named_for_shared_memory(
 
 
 def test_a_worker_stopped_by_sigterm_is_not_said_to_be_killed_for_memory():
-    from resnet.engine.ending import why_dead
+    from resnet.job.ending import why_dead
 
     assert "killed for memory" not in why_dead("DataLoader worker (pid 7) was killed by signal 15 (SIGTERM)")
     assert "from outside this run" in why_dead("DataLoader worker (pid 7) was killed by signal 15 (SIGTERM)")

@@ -1,5 +1,5 @@
 """docker run --rm without a volume: the run folder goes with the container, and the start and
-"to go on" lines say so, naming the -v that keeps it (resnet/container.py)."""
+"to go on" lines say so, naming the -v that keeps it (resnet/runtime/container.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from resnet import container
-from resnet.distributed import DistEnv
-from resnet.engine.ending import resume_command
+from resnet.job.ending import resume_command
+from resnet.runtime import container
+from resnet.runtime.distributed import DistEnv
 
 ONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 

@@ -1,4 +1,4 @@
-"""The CPUs a process may use (resnet/cpus.py): affinity, cgroup v1 and v2 quotas along the path to
+"""The CPUs a process may use (resnet/runtime/cpus.py): affinity, cgroup v1 and v2 quotas along the path to
 the root, SLURM's --cpus-per-task; and torch's threads lowered to what the loader workers leave."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import resnet.cpus
-from resnet.cpus import cgroup_cpu_quota, cpu_share
-from resnet.workers import intra_op_threads, share_cpus
+import resnet.runtime.cpus
+from resnet.runtime.cpus import cgroup_cpu_quota, cpu_share
+from resnet.runtime.workers import intra_op_threads, share_cpus
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:
@@ -66,7 +66,7 @@ def test_a_process_gets_the_tightest_of_affinity_quota_and_cpus_per_task(monkeyp
                                                                            per_task, local, share):  # fmt: skip
     monkeypatch.setattr(os, "cpu_count", lambda: cpus)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
-    monkeypatch.setattr(resnet.cpus, "cgroup_cpu_quota", lambda: quota)
+    monkeypatch.setattr(resnet.runtime.cpus, "cgroup_cpu_quota", lambda: quota)
     environ = {"SLURM_CPUS_PER_TASK": per_task} if per_task else {}
     assert cpu_share(local, environ) == share
 
@@ -75,7 +75,7 @@ def test_a_process_gets_the_tightest_of_affinity_quota_and_cpus_per_task(monkeyp
 def two_cpus(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(resnet.cpus, "cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(resnet.runtime.cpus, "cgroup_cpu_quota", lambda: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     threads = torch.get_num_threads()

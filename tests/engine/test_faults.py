@@ -477,7 +477,7 @@ def test_a_state_gone_non_finite_is_never_saved_and_a_lower_lr_resumes_from_the_
 
 
 def test_the_save_refuses_a_non_finite_state_and_keeps_the_file(tiny_folder, tmp_path, one_thread, monkeypatch):
-    from resnet.engine.checkpointer import NonFiniteState
+    from resnet.job.checkpointer import NonFiniteState
 
     run_in_process(tiny_folder, tmp_path, "stop_after=1")
     before = (tmp_path / "last.pt").read_bytes()

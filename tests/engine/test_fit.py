@@ -1,11 +1,11 @@
-"""The fit the epochs leave (resnet.engine.ending.Fit): ``fill_from`` names each field it copies, so a
+"""The fit the epochs leave (resnet.job.ending.Fit): ``fill_from`` names each field it copies, so a
 field added later must be added there too."""
 
 from __future__ import annotations
 
 from dataclasses import fields
 
-from resnet.engine.ending import Fit
+from resnet.job.ending import Fit
 
 
 def test_fill_from_copies_every_field():

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from resnet.checkpoint import load_checkpoint
-from resnet.distributed import DistEnv, Launch
-from resnet.engine.checkpointer import CheckpointWriteError
-from resnet.engine.peers import Census, describe, failure_kind, first_survivor, process_state
+from resnet.job.checkpointer import CheckpointWriteError
+from resnet.job.peers import Census, describe, failure_kind, first_survivor, process_state
+from resnet.runtime.distributed import DistEnv, Launch
 from tests.helpers import procs
 from tests.helpers.faults import WRAPPER, assert_same_training, launch
 from tests.helpers.training import REPO, launcher_overrides

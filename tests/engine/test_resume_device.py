@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import resnet.engine.run as engine_run
-from resnet.distributed import DistEnv
 from resnet.engine.run import train
+from resnet.runtime.distributed import DistEnv
 from tests.helpers.compose import compose_config
 
 

@@ -1,4 +1,4 @@
-"""What a resume may change (resnet/engine/resume_rules.py): every key of the training config has
+"""What a resume may change (resnet/job/resume_rules.py): every key of the training config has
 a rule; each fixed key refuses a change in one line naming both values; each key that may change
 is applied and reported; epochs past a schedule's end are refused in favour of a fine-tune
 (``init=``), which starts from the weights with a fresh optimizer and schedule."""
@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from resnet.checkpoint import load_checkpoint
 from resnet.checkpoint.training_state import TrainingState
 from resnet.config import ConfigError
-from resnet.engine.resume import check_resumable
-from resnet.engine.resume_rules import RULES, compare, flatten, rule
 from resnet.engine.run import build_run_model
+from resnet.job.resume import check_resumable
+from resnet.job.resume_rules import RULES, compare, flatten, rule
 from tests.helpers.compose import compose_config
 from tests.helpers.training import REPO, run_in_process, tiny_overrides
 

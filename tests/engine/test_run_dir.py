@@ -24,16 +24,16 @@ from omegaconf import OmegaConf
 import resnet.checkpoint.save
 from resnet.checkpoint import load_checkpoint
 from resnet.config import ConfigError
-from resnet.engine import latest_run
-from resnet.engine.lock import LOCK_NAME, RunDirBusy, RunDirLock
 from resnet.engine.run import CheckpointWriteError
+from resnet.job import latest_run
+from resnet.job.lock import LOCK_NAME, RunDirBusy, RunDirLock
 from tests.helpers import procs
 from tests.helpers.compose import compose_config
 from tests.helpers.training import PY, REPO, read_csv, run_in_process, tiny_overrides
 
 HOLD = """import sys, time
 from pathlib import Path
-from resnet.engine.lock import RunDirLock
+from resnet.job.lock import RunDirLock
 lock = RunDirLock(sys.argv[1])
 lock.acquire()
 Path(sys.argv[2]).write_text("held")

@@ -29,11 +29,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 import resnet
 from data import Normalize
 from resnet.checkpoint import load_checkpoint
-from resnet.distributed import DistEnv
 from resnet.engine import loop
 from resnet.engine import run as engine_run
 from resnet.engine.loop import NonFiniteLoss, StepContext
-from resnet.runtime import Runtime
+from resnet.runtime.device import Runtime
+from resnet.runtime.distributed import DistEnv
 from tests.helpers.compose import compose_config
 from tests.helpers.faults import nan_at
 from tests.helpers.imagegen import make_folder
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
 # functions whose tensors live on the host by construction: reading them waits for no device
 HOST_SIDE = {
-    "all_reduce_host",  # resnet.distributed: a CPU tensor over the gloo group, the decisions taken before a step
+    "all_reduce_host",  # resnet.runtime.distributed: a CPU tensor over gloo, the decisions taken before a step
     "draw",  # resnet.grid: a grid step's preset, from a CPU generator
 }
 STEPS = 20

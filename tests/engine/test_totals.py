@@ -7,9 +7,9 @@ import math
 
 import torch
 
-from resnet.distributed import DistEnv
 from resnet.engine import totals
 from resnet.engine.loop import EpochStats
+from resnet.runtime.distributed import DistEnv
 
 ALONE = DistEnv(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 

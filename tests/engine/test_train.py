@@ -170,7 +170,7 @@ def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(launch_folde
         "resume=true",
     ]
     # Restarted workers must not reuse the dead attempt's store keys (pytorch/pytorch#135712):
-    # resnet.distributed gives each attempt its own prefix.
+    # resnet.runtime.distributed gives each attempt its own prefix.
     proc = launch(args, "step:9", FAULT_RANK="1", FAULT_ONCE=str(marker))
     assert_status(proc, 0)
     assert marker.exists()  # the kill happened

@@ -12,7 +12,7 @@ from torch import nn
 from data import Normalize
 from resnet import build_model
 from resnet.engine.loop import StepContext, train_step
-from resnet.runtime import Runtime
+from resnet.runtime.device import Runtime
 
 NUM_CLASSES = 5
 

@@ -20,7 +20,7 @@ from resnet import build_model
 from resnet.checkpoint import load_checkpoint
 from resnet.engine.loop import ImagesRead, StepContext, train_one_epoch
 from resnet.engine.run import RunFailed, unreadable_limit
-from resnet.runtime import Runtime
+from resnet.runtime.device import Runtime
 from tests.helpers import procs
 from tests.helpers.faults import assert_status
 from tests.helpers.imagegen import make_folder

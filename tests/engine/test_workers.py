@@ -10,18 +10,18 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
-import resnet.cpus
-import resnet.workers
+import resnet.runtime.cpus
+import resnet.runtime.workers
 from resnet.config import ConfigError, check_data_config
-from resnet.cpus import cpu_share
-from resnet.workers import AUTO_WORKERS_CAP, auto_workers
+from resnet.runtime.cpus import cpu_share
+from resnet.runtime.workers import AUTO_WORKERS_CAP, auto_workers
 from tests.helpers.training import run_in_process
 
 
 def machine(monkeypatch, cores: int, affinity: int) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
-    monkeypatch.setattr(resnet.cpus, "cgroup_cpu_quota", lambda: None)  # whatever the host's (test_cpus.py)
+    monkeypatch.setattr(resnet.runtime.cpus, "cgroup_cpu_quota", lambda: None)  # whatever the host's (test_cpus.py)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
 
 
@@ -66,8 +66,8 @@ def test_the_check_refuses_exactly_what_torch_warns_about():
 
 def test_a_default_run_on_this_machine_gets_no_worker_warning(tiny_folder, tmp_path, monkeypatch):
     picked = []
-    real = resnet.workers.auto_workers
-    monkeypatch.setattr(resnet.workers, "auto_workers", lambda *a: picked.append(real(*a)) or picked[-1])
+    real = resnet.runtime.workers.auto_workers
+    monkeypatch.setattr(resnet.runtime.workers, "auto_workers", lambda *a: picked.append(real(*a)) or picked[-1])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run_in_process(tiny_folder, tmp_path, "data.workers=auto", "epochs=1")

@@ -84,11 +84,11 @@ if KIND in ("step", "pause", "raise") or KIND in SIGNALS:
             if KIND == "pause":
                 import time
 
-                from resnet import stop
+                from resnet.job import signals
 
                 Path(os.environ["FAULT_MARKER"]).touch()
                 deadline = time.monotonic() + 60
-                while stop.pending() is None and time.monotonic() < deadline:
+                while signals.pending() is None and time.monotonic() < deadline:
                     time.sleep(0.05)
             for signum in SIGNALS.get(KIND, []):
                 os.kill(os.getpid(), signum)

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from resnet.command_lines import override
 from resnet.engine.run import train
-from resnet.quoting import override
 from tests.helpers import procs
 from tests.helpers.compose import compose_config
 

@@ -26,7 +26,7 @@ from resnet.checkpoint import (
     save_checkpoint,
 )
 from resnet.checkpoint.training_state import TrainingState
-from resnet.engine.state import rng_state
+from resnet.engine.seeding import rng_state
 from resnet.evaluation.run import evaluate_weights
 from resnet.weights import WeightsError, parse_weights
 from resnet.weights import load_weights as load_published

@@ -26,7 +26,7 @@ from resnet.checkpoint import load_checkpoint
 from resnet.engine.loop import EpochStats, StepContext, train_one_epoch
 from resnet.engine.losses import loss_and_augment
 from resnet.engine.optim import build_optimizer
-from resnet.runtime import Runtime
+from resnet.runtime.device import Runtime
 from tests.helpers.imagegen import make_tiny_folder
 from tests.helpers.training import run_in_process
 

@@ -276,7 +276,7 @@ def test_detection_scores_each_preset_of_a_grid_model_with_its_own_batchnorm():
     from resnet.detect import detect_padding
     from resnet.evaluation.loop import evaluate
     from resnet.grid import preset_norms, use_preset_norms
-    from resnet.runtime import Runtime
+    from resnet.runtime.device import Runtime
 
     state = _per_grid_model(("symmetric", "asymmetric")).state_dict()
     norms = preset_norms(state, ["symmetric", "asymmetric"])

@@ -23,7 +23,7 @@ import resnet
 from data import Normalize
 from resnet.engine.loop import StepContext, train_one_epoch
 from resnet.grid import draw, make_grid, set_grid
-from resnet.runtime import Runtime
+from resnet.runtime.device import Runtime
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

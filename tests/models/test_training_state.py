@@ -10,7 +10,7 @@ import torch
 import resnet
 from resnet.checkpoint import CheckpointError, save_checkpoint
 from resnet.checkpoint.training_state import TrainingState
-from resnet.engine.state import rng_state
+from resnet.engine.seeding import rng_state
 
 WEIGHTS_FILE_KEYS = {"format", "model", "meta"}  # what resnet.checkpoint writes for any weights file
 

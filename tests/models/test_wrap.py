@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from resnet.distributed import DistEnv
 from resnet.engine.run import wrap_for_training
+from resnet.runtime.distributed import DistEnv
 
 CPU = torch.device("cpu")
 

@@ -11,7 +11,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from .config import AMP_DTYPES, ConfigError
+from ..config import AMP_DTYPES, ConfigError
 from .distributed import DistEnv, LaunchError, init_distributed
 from .workers import data_workers, share_cpus
 
@@ -55,8 +55,8 @@ class Runtime:
 
 
 def join_job(cfg: DictConfig) -> DistEnv:
-    """This process's place in the job (:func:`resnet.distributed.init_distributed`) and its share
-    of the CPUs (:func:`resnet.workers.share_cpus`: intra-op threads beside the loader workers); a
+    """This process's place in the job (:func:`resnet.runtime.distributed.init_distributed`) and its share
+    of the CPUs (:func:`resnet.runtime.workers.share_cpus`: intra-op threads beside the loader workers); a
     launch that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
     try:
         env = init_distributed(cfg.device, timeout=cfg.get("dist_timeout"))

@@ -17,10 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from data.dataloader import raised_in_worker
 from data.shm import out_of_room
 
+from ..command_lines import app_words, command, override
 from ..config import ConfigError
-from ..container import volume_advice
-from ..distributed import DistEnv, gather_objects
-from ..quoting import app_words, command, override
+from ..runtime.container import volume_advice
+from ..runtime.distributed import DistEnv, gather_objects
 from .checkpointer import Checkpointer, RunFailed
 from .peers import PeerLost, first_survivor, lost_peer, restarts_left
 from .preempt import Stopped, StopRequest

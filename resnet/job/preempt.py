@@ -1,6 +1,6 @@
 """Stop cleanly when the cluster or a person says so: save at the next step boundary, then requeue.
 
-The signals (:mod:`resnet.stop`, caught from train.py's first line): SLURM's warning before a
+The signals (:mod:`resnet.job.signals`, caught from train.py's first line): SLURM's warning before a
 time limit (``sbatch --signal=USR1@120``), SIGTERM on a stock preemption (``PreemptMode=REQUEUE``
 with a ``GraceTime``) and from ``docker stop``, submitit's USR2, Ctrl-C. The training loop reads
 the record at every step boundary; under DDP the ranks agree on it in the all-reduce they already
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import stop as signals
-from ..distributed import DistEnv, all_reduce_sum, gather_objects
+from ..runtime.distributed import DistEnv, all_reduce_sum, gather_objects
+from . import signals as signals
 
 # exit status of a stop that nothing requeues: the shell's 128 + n for TERM, INT and HUP; 3 for the warnings
 NOT_REQUEUED_STATUS = {sig: 128 + sig for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
@@ -88,7 +88,7 @@ class StopRequest:
         self._placed = ()
 
     def votes(self) -> list[float]:
-        """This process's signal as one count per signal of :data:`resnet.stop.PRECEDENCE`, to be summed
+        """This process's signal as one count per signal of :data:`resnet.job.signals.PRECEDENCE`, to be summed
         over processes (:meth:`agree` reads the sum)."""
         mine = self.signum if self.requested else None
         other = mine is not None and mine not in signals.PRECEDENCE  # another signal caught on request

@@ -4,7 +4,7 @@
 the new ``outputs/<date>/<time>/`` Hydra made up for it. Instead, the run dirs beside it are
 searched for an unfinished run of the same config: a ``last.pt``, no ``results.json`` that holds
 the configured ``epochs``, and a recorded config that agrees on every key
-:mod:`resnet.engine.resume_rules` marks fixed. One such run is resumed (one line says which); none
+:mod:`resnet.job.resume_rules` marks fixed. One such run is resumed (one line says which); none
 or several are refused in one line (:class:`~resnet.config.ConfigError`, status 2) that lists them
 with the ``hydra.run.dir=`` to pass. A run dir given (``hydra.run.dir=``, ``run_dir=``, a sweep's
 dirs, scripts/slurm.sbatch) is used as it is.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..command_lines import override
 from ..config import ConfigError
-from ..quoting import override
 from .ending import finished_results
 from .resume_rules import Difference, as_typed, compare, flatten
 
@@ -99,7 +99,7 @@ def unfinished_run(cfg: DictConfig, root: Path, exclude: Path | None = None) -> 
 
 
 def fixed_differences(recorded: dict, now: dict) -> list[Difference]:
-    """The differences of the keys a resume keeps fixed (:func:`resnet.engine.resume_rules.compare`),
+    """The differences of the keys a resume keeps fixed (:func:`resnet.job.resume_rules.compare`),
     the padding's presence too: a run trained under ``+padding=`` is not one trained without it."""
     refused, _ = compare(recorded, now)
     was, given = ({k: v for k, v in flatten(c).items() if k.split(".")[0] == "padding"} for c in (recorded, now))

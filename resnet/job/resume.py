@@ -12,9 +12,9 @@ from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
 from ..checkpoint.training_state import TrainingState, find_resume, saved_at
 from ..config import ConfigError
-from ..distributed import DistEnv
-from .checks import grid_bn
-from .optim import load_scheduler_state, scale_lr
+from ..engine.checks import grid_bn
+from ..engine.optim import load_scheduler_state, scale_lr
+from ..runtime.distributed import DistEnv
 from .resume_rules import Difference, as_typed, compare
 
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..config import ConfigError
-from ..distributed import DistEnv, gather_objects
+from ..runtime.distributed import DistEnv, gather_objects
 
 LOCK_NAME = ".lock"
 

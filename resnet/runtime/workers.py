@@ -1,4 +1,4 @@
-"""How a run spends the CPUs it may use (:mod:`resnet.cpus`): its share of them beside the node's
+"""How a run spends the CPUs it may use (:mod:`resnet.runtime.cpus`): its share of them beside the node's
 other processes, ``data.workers=auto`` (at most :data:`AUTO_WORKERS_CAP`), and torch's intra-op
 threads beside those workers (:func:`share_cpus`)."""
 

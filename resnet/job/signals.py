@@ -14,7 +14,7 @@ process's standard streams that were a terminal point at ``/dev/null``: the term
 a write to it would fail (EIO) in the middle of the save; train.log still gets every line.
 
 :func:`catch` puts a recorder in their place: the first signal is kept (:func:`pending`) for the
-training loop to act on at its next step boundary (:mod:`resnet.engine.preempt`); a second
+training loop to act on at its next step boundary (:mod:`resnet.job.preempt`); a second
 Ctrl-C ends the process at once (``KeyboardInterrupt``): a person who insists. train.py calls it
 before it imports anything slow, so that a signal during start-up is acted on too, and the
 recorder stays until the process ends: a signal after the results are written changes nothing.

@@ -13,7 +13,7 @@ Four launchers, read in this order (the first that applies wins):
 
 Each process uses ``cuda:<local rank>`` (or ``cuda:0`` where SLURM bound one GPU per task), NCCL on
 GPU, gloo on CPU. Every collective waits at most ``timeout`` seconds (the run config's
-``dist_timeout``) for the other processes: past it gloo raises, and :mod:`resnet.engine.peers`
+``dist_timeout``) for the other processes: past it gloo raises, and :mod:`resnet.job.peers`
 says which process it waited for. On GPU the host-side gloo group (every step's agreement) gets
 that timeout and NCCL's own a minute more, so that a peer that stalls between steps is reported
 from Python first; one lost while a survivor waits on its GPU (a loss read, GradScaler's check)
@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 import torch
 import torch.distributed as dist
 
-from .schema import choices
+from ..schema import choices
 
 DEVICES = choices("device")  # the values of a run config's `device` (auto, cpu, cuda)
 LAUNCHERS = ("single", "torchrun", "submitit", "srun")
@@ -72,7 +72,7 @@ class DistEnv:
     # they would wait behind the GPU's queue. None: the default group is gloo already (CPU runs).
     host_group: dist.ProcessGroup | None = field(default=None, compare=False, repr=False)
     # the job's key-value store (the rendezvous'), and every rank's (host, pid): who to name when a
-    # peer stalls or dies (resnet.engine.peers)
+    # peer stalls or dies (resnet.job.peers)
     store: dist.Store | None = field(default=None, compare=False, repr=False)
     peers: tuple[tuple[str, int], ...] = ()
     timeout: float | None = None  # seconds a collective waits for the others (dist_timeout)
@@ -322,7 +322,7 @@ def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = Non
 
 def job_store(launch: Launch, timeout: float | None = None, client: bool = False) -> dist.Store:
     """The job's key-value store, which the process group rendezvous through and which stays
-    reachable when a peer dies (:mod:`resnet.engine.peers` asks it who is still there); ``client``:
+    reachable when a peer dies (:mod:`resnet.job.peers` asks it who is still there); ``client``:
     another connection to it, for a thread that must not wait behind the main thread's requests.
 
     torchrun: its agent's store where the agent offers it, else a store on ``MASTER_ADDR`` hosted by

@@ -1,6 +1,6 @@
 """When another process of the job stalls or dies: which one, where, at which step, in one line.
 
-A collective waits at most ``dist_timeout`` seconds (:func:`resnet.distributed.init_distributed`).
+A collective waits at most ``dist_timeout`` seconds (:func:`resnet.runtime.distributed.init_distributed`).
 Past it gloo raises ``Timed out waiting ...``; a peer that died (SIGKILL, the OOM killer, a node
 crash) closes its sockets and gloo raises ``Connection reset by peer`` within milliseconds. Either
 way the message is gloo's and names no rank, and every survivor would print its 50-line traceback.
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ..distributed import DistEnv
+from ..runtime.distributed import DistEnv
 from .checkpointer import RunFailed
 
 REQUEUE_STATUS = 75  # EX_TEMPFAIL: the job may go on from its checkpoint (requeue, restart)
@@ -119,7 +119,7 @@ class Heartbeat:
             self.thread.start()
 
     def _beat(self) -> None:
-        from ..distributed import job_store
+        from ..runtime.distributed import job_store
 
         try:
             store = job_store(self.env.launch, HEARTBEAT_S * 5, client=True)  # not behind the main thread's

@@ -9,9 +9,9 @@ import torch
 
 from ..checkpoint.errors import error_line
 from ..checkpoint.training_state import TrainingState, saved_at
-from ..distributed import DistEnv, gather_objects
-from .optim import scheduler_state
-from .state import rng_state
+from ..engine.optim import scheduler_state
+from ..engine.seeding import rng_state
+from ..runtime.distributed import DistEnv, gather_objects
 
 
 class RunFailed(RuntimeError):

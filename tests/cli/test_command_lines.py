@@ -10,9 +10,9 @@ import pytest
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from resnet.distributed import DistEnv
-from resnet.engine.ending import resume_command
-from resnet.quoting import command, override, unreadable_override
+from resnet.command_lines import command, override, unreadable_override
+from resnet.job.ending import resume_command
+from resnet.runtime.distributed import DistEnv
 from tests.helpers import procs
 from tests.helpers.training import PY, REPO, run_in_process
 

@@ -19,7 +19,7 @@ from ..schema import FIXED, KEYS
 # Key -> (rule, the line the docs show), from each key's declaration in resnet.schema.KEYS.
 RULES: dict[str, tuple[str, str]] = {name: (key.rule, key.doc) for name, key in KEYS.items() if key.rule is not None}
 # present or absent, part of what is trained: absent is "no grid". (The padding is compared as
-# built, resnet.engine.resume: without +padding= the model's own applies, which may be the same.)
+# built, resnet.job.resume: without +padding= the model's own applies, which may be the same.)
 ABSENCE_MATTERS = tuple(name for name, key in KEYS.items() if key.absence_matters)
 # differ on every resume by nature: applied, not reported
 QUIET = tuple(name for name, key in KEYS.items() if key.quiet)

@@ -6,7 +6,7 @@ network mount minutes at every start).
 
 A resume against another set would train on a schedule planned for the old size: images added, and
 OneCycleLR refuses the steps past its plan mid-run; removed, and the run ends early, its LR never
-annealed. ``resnet.engine.resume`` compares the two and refuses in one line.
+annealed. ``resnet.job.resume`` compares the two and refuses in one line.
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ A bar redraws itself with carriage returns; in a file (a SLURM job's log, ``nohu
 3. ``lines`` when stderr is not a terminal;
 4. ``bar`` otherwise.
 
-Both go to stderr, where tqdm has always drawn, so stdout holds what it held before (each
-epoch's row, the summary tables) whatever the mode, and the terminal test is on stderr
-because that is the stream a bar's carriage returns would land in: ``python train.py >
-log.txt`` keeps its bar on the terminal and a clean log; ``2> err.log`` or ``2>&1 | tee``
-gets lines. A SLURM job's ``--output`` file takes both streams unless ``--error`` splits them.
+Both go to stderr, tqdm's stream, so stdout holds only each epoch's row and the summary tables
+whatever the mode, and the terminal test is on stderr because that is the stream a bar's
+carriage returns would land in: ``python train.py > log.txt`` keeps its bar on the terminal and
+a clean log; ``2> err.log`` or ``2>&1 | tee`` gets lines. A SLURM job's ``--output`` file takes
+both streams unless ``--error`` splits them.
 
 A line is printed when the caller says it is at a point where its numbers are on the host
 anyway (:meth:`Progress.log`: the training loop's ``log_every`` steps, which already read

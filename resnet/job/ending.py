@@ -50,9 +50,8 @@ class Fit:
 
     def fill_from(self, other: Fit) -> None:
         """Every field of ``other`` into this one (the fit :func:`handing_over` yielded and reads after
-        the epochs), each by name (tests/engine/test_fit.py checks that none is left out)."""
-        self.epochs, self.val, self.ema_val = other.epochs, other.val, other.ema_val
-        self.train, self.history, self.trained_to = other.train, other.history, other.trained_to
+        the epochs)."""
+        self.__dict__.update(other.__dict__)
 
     @classmethod
     def from_history(cls, epochs: int, history: list[dict]) -> Fit:

@@ -16,10 +16,11 @@ from .losses import LOSSES
 
 
 def grid_bn(cfg: Mapping) -> str:
-    """The run's ``grid_bn``: ``shared`` (one BatchNorm for every preset) where a config lacks the
-    key; a value given is returned as it is, for :func:`check_train_config` to refuse
-    (``grid_bn=false``). A checkpoint's is read from its weights: :func:`resnet.checkpoint.recorded_grid`."""
-    return cfg.get("grid_bn", "shared")
+    """The run's ``grid_bn``, as given (train.yaml holds it, at its declared default in
+    :data:`resnet.schema.KEYS`): a wrong value is returned as it is, for :func:`check_train_config`
+    to refuse (``grid_bn=false``). A checkpoint's is read from its weights, not its config:
+    :func:`resnet.checkpoint.recorded_grid`."""
+    return cfg["grid_bn"]
 
 
 def check_train_config(cfg: DictConfig) -> None:
@@ -34,7 +35,7 @@ def check_train_config(cfg: DictConfig) -> None:
         raise ConfigError(f"epochs must be positive, got {cfg.epochs}")
     if cfg.checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be 0 (epoch ends only) or a step count, got {cfg.checkpoint_every}")
-    if cfg.get("data_changed", "refuse") not in choices("data_changed"):
+    if cfg.data_changed not in choices("data_changed"):
         raise ConfigError(f"unknown data_changed {cfg.data_changed!r}; choose {' or '.join(choices('data_changed'))}")
     if cfg.on_nonfinite not in choices("on_nonfinite"):
         raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose {' or '.join(choices('on_nonfinite'))}")
@@ -43,7 +44,7 @@ def check_train_config(cfg: DictConfig) -> None:
         raise ConfigError(f"ema_decay={cfg.ema_decay} must be in (0, 1), e.g. ema_decay=0.9999, or 0 for no EMA")
     if cfg.ema_every < 1:
         raise ConfigError(f"ema_every={cfg.ema_every} counts optimizer steps between EMA updates: 1 or more, e.g. 32")
-    if cfg.get("grid"):
+    if cfg.grid:
         _check_grid(cfg)
     if OmegaConf.is_missing(cfg.data, "num_classes"):
         raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")

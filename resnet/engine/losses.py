@@ -26,7 +26,7 @@ def loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
         from timm.loss import BinaryCrossEntropy  # imported where used: importing timm is slow
 
         loss_fn = BinaryCrossEntropy(
-            smoothing=0.0 if mixing else cfg.label_smoothing, target_threshold=cfg.get("bce_target_threshold")
+            smoothing=0.0 if mixing else cfg.label_smoothing, target_threshold=cfg.bce_target_threshold
         )
     elif mixing:
         from timm.loss import SoftTargetCrossEntropy
@@ -35,7 +35,7 @@ def loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
     else:
         loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     erasing = mixup = None
-    if cfg.get("random_erasing"):
+    if cfg.random_erasing:
         from data.augment import random_erasing
 
         erasing = random_erasing(cfg.random_erasing, device)

@@ -29,7 +29,7 @@ NO_WEIGHT_DECAY = {
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
 
 
-def scaled_lr(base_lr: float, global_batch: int, ref_batch: int = 256) -> float:
+def scaled_lr(base_lr: float, global_batch: int, ref_batch: int) -> float:
     """The configured LR is per ``ref_batch`` images (Goyal et al. 2017): scale linearly."""
     return base_lr * global_batch / ref_batch
 
@@ -46,7 +46,7 @@ def undecayed(model: nn.Module, rule: str) -> set[nn.Parameter]:
     return {p for p in model.parameters() if p.ndim <= 1} | per_grid  # per-preset offsets of norm weights: rank 2
 
 
-def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str = "norm_and_bias") -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str) -> list[dict]:
     """Two groups, decayed and not (:func:`undecayed`), in the model's parameter order; frozen
     parameters (``requires_grad=False``) are left out."""
     skip = undecayed(model, no_weight_decay)
@@ -60,16 +60,16 @@ def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str = "
 
 def build_optimizer(cfg: Mapping, model: nn.Module, global_batch: int) -> torch.optim.Optimizer:
     name = cfg["name"]
-    lr = scaled_lr(cfg["lr"], global_batch, cfg.get("ref_batch", 256))
-    groups = param_groups(model, cfg["weight_decay"], cfg.get("no_weight_decay", "norm_and_bias"))
+    lr = scaled_lr(cfg["lr"], global_batch, cfg["ref_batch"])
+    groups = param_groups(model, cfg["weight_decay"], cfg["no_weight_decay"])
     if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=cfg["momentum"], nesterov=cfg.get("nesterov", False))
+        return torch.optim.SGD(groups, lr=lr, momentum=cfg["momentum"], nesterov=cfg["nesterov"])
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.get("betas", (0.9, 0.999))))
+        return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg["betas"]))
     if name == "lamb":
         from timm.optim import Lamb
 
-        return Lamb(groups, lr=lr, betas=tuple(cfg.get("betas", (0.9, 0.999))))
+        return Lamb(groups, lr=lr, betas=tuple(cfg["betas"]))
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)} (optim=sgd)")
 
 
@@ -90,25 +90,25 @@ def build_scheduler(
         if total < 3:  # too short for two linear phases (OneCycleLR divides by each phase's length)
             return lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
         # each phase at least one step long (smoke runs of a few steps; no effect on real schedules)
-        pct_start = min(max(cfg.get("pct_start", 0.25), 2 / total), (total - 1) / total)
+        pct_start = min(max(cfg["pct_start"], 2 / total), (total - 1) / total)
         peaks = [group["lr"] for group in optimizer.param_groups]
         return lr_scheduler.OneCycleLR(
             optimizer, max_lr=peaks, total_steps=total, pct_start=pct_start,
-            anneal_strategy="linear", cycle_momentum=False, div_factor=cfg.get("div_factor", 25.0),
-            final_div_factor=cfg.get("final_div_factor", 1e4),
+            anneal_strategy="linear", cycle_momentum=False, div_factor=cfg["div_factor"],
+            final_div_factor=cfg["final_div_factor"],
         )  # fmt: skip
     if name not in ("step", "cosine"):
         raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)} (sched=cosine)")
-    warmup = min(int(cfg.get("warmup_epochs", 0) * steps_per_epoch), total - 1)
+    warmup = min(int(cfg["warmup_epochs"] * steps_per_epoch), total - 1)
     if name == "cosine":
-        floor = cfg.get("min_lr_ratio", 0.0) * optimizer.param_groups[0]["lr"]
+        floor = cfg["min_lr_ratio"] * optimizer.param_groups[0]["lr"]
         main: lr_scheduler.LRScheduler = lr_scheduler.CosineAnnealingLR(optimizer, T_max=total - warmup, eta_min=floor)
     else:
         milestones = [int(m * steps_per_epoch) - warmup for m in cfg["milestones"]]
         main = lr_scheduler.MultiStepLR(optimizer, milestones=[m for m in milestones if m > 0], gamma=cfg["gamma"])
     if warmup <= 0:
         return main
-    ramp = lr_scheduler.LinearLR(optimizer, start_factor=cfg.get("warmup_start_factor", 0.01), total_iters=warmup)
+    ramp = lr_scheduler.LinearLR(optimizer, start_factor=cfg["warmup_start_factor"], total_iters=warmup)
     return lr_scheduler.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
 
 

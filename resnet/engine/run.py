@@ -36,7 +36,6 @@ from ..runtime.container import volume_advice
 from ..runtime.device import Runtime, join_job, runtime_for
 from ..runtime.distributed import DistEnv, gather_objects, shutdown
 from ..runtime.workers import data_workers
-from ..schema import KEYS
 from .checks import check_train_config, grid_bn
 from .loop import EpochStats, ImagesRead, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
@@ -57,7 +56,7 @@ def build_run_model(cfg: DictConfig) -> nn.Module:
         "preprocessing": cfg.data.get("preprocessing"),
         "eval_size": cfg.data.get("val_size") or cfg.data.get("image_size"),
     }
-    grid = list(cfg.grid) if cfg.get("grid") else None
+    grid = list(cfg.grid) if cfg.grid else None
     padding = grid[0] if grid else padding_from_config(cfg)
     model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
     if not grid:
@@ -130,8 +129,8 @@ def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
     """What this run trains, where, and into which folder: the first line it prints."""
     spec = padding_from_config(cfg)
     padding = resolve_padding(spec, native=ARCHS[canonical_name(cfg.model.arch)].native_padding)
-    scheme = grid_name(cfg.grid) if cfg.get("grid") else f"padding {scheme_words(padding.name)}"
-    if spec is None and not cfg.get("grid"):
+    scheme = grid_name(cfg.grid) if cfg.grid else f"padding {scheme_words(padding.name)}"
+    if spec is None and not cfg.grid:
         scheme += " (its native padding)"
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""
     line = (
@@ -236,7 +235,7 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
     grid = list(model.grid) if hasattr(model, "grid") else None
     meta = model.meta
     loaders = cleanup.enter_context(
-        make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir), val_images=cfg.get("val_images"))
+        make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir), val_images=cfg.val_images)
     )
     model = runtime.place(model)
     if cfg.sync_bn and env.distributed:
@@ -301,7 +300,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
     ctx = _step_context(cfg, training, env, stop)
     config = OmegaConf.to_container(cfg, resolve=True)
     saver = Checkpointer(run_dir / "last.pt", training, env, config, layout, start.history)
-    ctx.save_due = saver.due_every(cfg.get("checkpoint_minutes") or 0)
+    ctx.save_due = saver.due_every(cfg.checkpoint_minutes)
     ctx.check_unreadable = unreadable_limit(cfg, saver)
     logger = RunLogger(
         run_dir,
@@ -406,11 +405,11 @@ def _check_skipped(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkp
     """``on_nonfinite=skip``: an epoch that skipped more than ``max_skipped`` of its steps did not
     train; stop before it is saved (the last checkpoint holds the epoch before)."""
     tried = stats.steps + stats.skipped_steps
-    if cfg.on_nonfinite != "skip" or not tried or stats.skipped_steps <= cfg.get("max_skipped", 0.05) * tried:
+    if cfg.on_nonfinite != "skip" or not tried or stats.skipped_steps <= cfg.max_skipped * tried:
         return
     raise NonFiniteLoss(
         f"on_nonfinite=skip skipped {stats.skipped_steps} of the {tried} steps of epoch {epoch + 1} "
-        f"({stats.skipped_steps / tried:.0%}, more than max_skipped={cfg.get('max_skipped', 0.05):g}): the run is not "
+        f"({stats.skipped_steps / tried:.0%}, more than max_skipped={cfg.max_skipped:g}): the run is not "
         f"training; {saver.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), set grad_clip=1.0, "
         "or raise max_skipped"
     )
@@ -423,8 +422,8 @@ def unreadable_limit(cfg: DictConfig, saver: Checkpointer) -> Callable[[int, Ima
     every step, on the epoch's files so far summed over the processes, from ``max_unreadable_after``
     of them on (a few bad files early stop nothing; a bad mount stops within the epoch's first minute,
     every process at the same step), and at the epoch's end on all of them, before it is saved."""
-    limit = cfg.get("max_unreadable", KEYS["max_unreadable"].default)
-    after = cfg.get("max_unreadable_after", KEYS["max_unreadable_after"].default)
+    limit = cfg.max_unreadable
+    after = cfg.max_unreadable_after
 
     def check(epoch: int, files: ImagesRead) -> None:
         if files.unreadable <= limit * files.read or (not files.ended and files.read < after):
@@ -468,7 +467,7 @@ def _validate(
     validation that could not read more than ``max_unreadable`` of its images scored other data than
     the run's: the run stops before the epoch is saved (one line, every process: the counts are summed)."""
     # eval_flip: each val image and its mirror image, softmax averaged (FFCV's test-time flip)
-    protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if cfg.get("eval_flip") else {}
+    protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if cfg.eval_flip else {}
     protocol["log_every"] = cfg.log_every  # a progress line every log_every batches in a log
     if training.grid:  # validated under the grid's first preset, the one its meta records
         set_grid(training.model, 0)
@@ -492,7 +491,7 @@ def _validate(
 def _check_val_unreadable(cfg: DictConfig, result: Evaluation, epoch: int, saver: Checkpointer) -> None:
     """Over ``max_unreadable``, the val errors are another set's: stop before the epoch is saved. The
     counts are summed over the processes already, so every one stops here, with the same line."""
-    limit = cfg.get("max_unreadable", KEYS["max_unreadable"].default)
+    limit = cfg.max_unreadable
     read = result.n_images + result.skipped_images
     share = unreadable_share(result.skipped_images, read, limit)
     if share is None:

@@ -18,7 +18,6 @@ from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
 from ..runtime.device import join_job, runtime_for
 from ..runtime.distributed import DistEnv, shutdown
 from ..runtime.workers import data_workers
-from ..schema import KEYS
 from ..weights import WeightsSpec, check_has_ema
 from .loader import CROP_COUNTS, build_eval_loader, check_root
 from .loop import Evaluation, evaluate, unreadable_share
@@ -110,7 +109,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
         num_classes=data.num_classes,
         labels_as=data.labels,
         desc="eval 10-crop" if protocol.crops == 10 else "eval",
-        log_every=cfg.get("log_every", 50),
+        log_every=cfg.log_every,
     )
     _check_unreadable(cfg, result)
     if result.n_images == 0:
@@ -136,7 +135,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
     row = {key: row[key] for key in ROW_KEYS}  # the order of every eval.py row
     if env.is_main:
         path = _append(results_path(cfg.results_file), row)
-        _report(row, result, path, data.split_size, cfg.get("max_unreadable", KEYS["max_unreadable"].default))
+        _report(row, result, path, data.split_size, cfg.max_unreadable)
         if cfg.get("logger") and cfg.logger.get("wandb"):
             _log_to_wandb(cfg, row, path)
     return row
@@ -203,7 +202,7 @@ def _check_unreadable(cfg: DictConfig, result: Evaluation) -> None:
     """More than ``max_unreadable`` of the images could not be read (a mount gone, shards swapped): the
     errors would be another set's; one line, no row. The counts are summed over the processes: every
     one stops, rank 0 says so."""
-    limit = cfg.get("max_unreadable", KEYS["max_unreadable"].default)
+    limit = cfg.max_unreadable
     read = result.n_images + result.skipped_images
     share = unreadable_share(result.skipped_images, read, limit)
     if share is None:

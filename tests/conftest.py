@@ -7,11 +7,21 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import procs, zygote_client
+
+REPO = Path(__file__).resolve().parents[1]
+# where scripts/slurm.sbatch puts the run dir of a job of the tests' cluster (ClusterName in
+# tests/cluster/slurm_up.sh): only the tests' jobs write there
+TEST_CLUSTER_OUTPUTS = REPO / "outputs" / "slurm" / "resnet-test"
+_KEPT = pytest.StashKey[set]()  # the paths the failed tests of this process were given
+_STARTED = pytest.StashKey[float]()
 
 
 def pytest_configure(config):
@@ -80,6 +90,90 @@ def _tag_xdist_groups(config, items) -> None:
             from _pytest.nodeid import NodeId
 
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's folders are kept (pyproject's tmp_path_retention_policy = "failed"): its own
+    tmp_path, and the shared folders its fixtures made (their paths among its arguments)."""
+    report = yield
+    if report.failed:
+        item.config.stash.setdefault(_KEPT, set()).update(_paths(getattr(item, "funcargs", {}).values()))
+    return report
+
+
+def _paths(values: Iterable) -> set[Path]:
+    """The paths among a test's arguments, and inside its tuples, lists and dicts."""
+    found = set()
+    for value in values:
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else [value]
+        found.update(Path(os.fspath(v)) for v in inner if isinstance(v, (str, os.PathLike)) and os.sep in os.fspath(v))
+    return found
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_STARTED] = time.time()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """pytest removes a passing test's tmp_path, and the whole folder of a session that passed; in a
+    session with a failure it keeps the folders of tmp_path_factory.mktemp too (downloaded weights,
+    Keras models: 2.7 GB of a full run). Those that no failed test used are removed here, in each
+    process that ran tests (an xdist worker's folder is its own ``--basetemp``)."""
+    config = session.config
+    factory = getattr(config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)
+    xdist_controller = config.pluginmanager.has_plugin("dsession") and not hasattr(config, "workerinput")
+    if basetemp is None or xdist_controller or config.getini("tmp_path_retention_policy") != "failed":
+        return
+    remove_unkept(Path(basetemp), config.stash.get(_KEPT, set()))
+
+
+def remove_unkept(basetemp: Path, kept: Iterable[Path]) -> list[Path]:
+    """Remove each folder of ``basetemp`` that holds none of ``kept``; the removed, sorted."""
+    base = basetemp.resolve()
+    tops = {rel.parts[0] for p in kept if (rel := _relative(Path(p).resolve(), base)) is not None and rel.parts}
+    removed = sorted(p for p in basetemp.iterdir() if p.is_dir() and not p.is_symlink() and p.name not in tops)
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def _relative(path: Path, base: Path) -> Path | None:
+    return path.relative_to(base) if path.is_relative_to(base) else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A SLURM test's jobs write their run dirs in the checkout (outputs/slurm/resnet-test/<job>-<id>):
+    what a test leaves there is removed after it, and an earlier session's leftovers before it (the
+    cluster's job ids start again after a restart, and a stale folder with a job's id is another job's)."""
+    if item.get_closest_marker("slurm") is None:
+        return (yield)
+    started = item.config.stash.get(_STARTED, time.time())
+    remove_run_dirs(TEST_CLUSTER_OUTPUTS, lambda p: p.lstat().st_mtime < started)
+    before = set(TEST_CLUSTER_OUTPUTS.iterdir()) if TEST_CLUSTER_OUTPUTS.is_dir() else set()
+    try:
+        return (yield)
+    finally:
+        remove_run_dirs(TEST_CLUSTER_OUTPUTS, lambda p: p not in before)
+
+
+def remove_run_dirs(folder: Path, which) -> None:
+    """Remove the entries of ``folder`` that ``which`` picks, then ``folder`` and its parents up to
+    the checkout while they are empty."""
+    if folder.is_dir():
+        for path in [p for p in folder.iterdir() if which(p)]:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    while folder != REPO and folder.is_dir() and not any(folder.iterdir()):
+        try:
+            folder.rmdir()
+        except OSError:  # written to meanwhile
+            return
+        folder = folder.parent
 
 
 @pytest.fixture(scope="module")

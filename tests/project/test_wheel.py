@@ -2,7 +2,12 @@
 into a new virtual environment, and every console script run from an empty folder, away from any
 checkout. The dependencies come from this interpreter's site-packages (a path in the new
 environment, not an install), so nothing is downloaded. The LICENSE file is the license pyproject.toml
-names, and the wheel and the sdist carry it."""
+names, and the wheel and the sdist carry it.
+
+Everything is built and installed under the test's tmp_path (about 10 MB: the copy, the wheel, the
+environment, its runs), which pytest removes when the test passes (pyproject's
+tmp_path_retention_policy = "failed") and keeps when it fails; the environment goes at the end of a
+passing test whatever the policy."""
 
 from __future__ import annotations
 
@@ -169,3 +174,4 @@ def test_the_wheel_carries_the_configs_and_every_command_runs_from_an_empty_fold
     said = dashboard.stderr.strip()
     assert said.startswith("error: resnet-dashboard needs its dashboard extra") and "--dry-run too" in said, said
     assert said.endswith(": pip install 'resnet-padding[dashboard]'"), said
+    shutil.rmtree(venv)  # passed: nothing to look into (tests/project/test_suite_footprint.py)

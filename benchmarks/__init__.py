@@ -20,3 +20,10 @@ def save_result(result: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"saved {out}")
+
+
+def print_ratios(result: dict, width: int = 40, digits: int = 4, value_width: int = 12) -> None:
+    """Each of ``result["ratios"]`` on a line, with its goal where ``result["goals"]`` has one."""
+    for label, value in result["ratios"].items():
+        goal = result["goals"].get(label)
+        print(f"{label:<{width}}{value:>{value_width}.{digits}f}" + (f"   goal {goal}" if goal else ""))

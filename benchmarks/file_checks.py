@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import interpreter, save_result
+from benchmarks import interpreter, print_ratios, save_result
 from benchmarks.input_pipeline import write_jpegs, write_photos
 from data import decode
 from data.files import MAX_FILE_BYTES, MiB, read_file
@@ -255,9 +255,7 @@ def print_table(result: dict) -> None:
     for name, value in result["us_per_image"].items():
         print(f"{name:<64}{value:>10.2f}")
     print()
-    for label, value in result["ratios"].items():
-        goal = result["goals"].get(label)
-        print(f"{label:<64}{value:>10.4f}" + (f"   goal {goal}" if goal else ""))
+    print_ratios(result, 64, 4, 10)
     print(f"\n{'one loader worker, one epoch':<64}{'worker MiB':>12}{'main MiB':>10}  skipped")
     for name, row in result["memory"].items():
         skipped = "; ".join(Path(p.split(" (")[0]).name + " (" + p.split(" (", 1)[1][:48] for p in row["skipped"])

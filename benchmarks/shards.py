@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import print_ratios
 from benchmarks.input_pipeline import save_result, write_jpegs
 from data import DataConfig, build_loaders
 from data.imagefolder import find_classes, find_images
@@ -159,9 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\n{'images/s per worker':<36}{'median':>10}")
     for name, value in result["images_per_s_per_worker"].items():
         print(f"{name:<36}{value:>10.0f}")
-    for label, value in result["ratios"].items():
-        goal = result["goals"].get(label)
-        print(f"{label:<36}{value:>10.2f}" + (f"   goal {goal}" if goal else ""))
+    print_ratios(result, 36, 2, 10)
     save_result(result, args.out)
     return result
 

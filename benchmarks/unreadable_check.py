@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from benchmarks import save_result
+from benchmarks import print_ratios, save_result
 
 GOAL = 0.01  # the check's share of a step
 
@@ -128,9 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     for label, value in result["us"].items():
         print(f"{label:<40}{value:>12.1f} us")
-    for label, value in result["ratios"].items():
-        goal = result["goals"].get(label)
-        print(f"{label:<40}{value:>12.4f}" + (f"   goal {goal}" if goal else ""))
+    print_ratios(result, 40, 4)
     save_result(result, args.out)
     return result
 

@@ -76,8 +76,6 @@ def check_run_config(cfg: DictConfig) -> None:
     problems = schema_problems(cfg)  # first: the checks below compare values that must be numbers
     if problems:
         raise ConfigError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    if cfg.batch_size <= 0:
-        raise ConfigError(f"batch_size must be positive, got {cfg.batch_size}")
     if cfg.device not in DEVICES:
         raise ConfigError(f"unknown device {cfg.device!r}; choose one of {', '.join(DEVICES)}")
     if cfg.amp not in AMP_DTYPES:

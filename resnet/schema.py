@@ -127,9 +127,9 @@ KEYS: dict[str, Key] = {
         "how long: beyond the planned end only where the schedule can extend",
     ),
     "batch_size": Key(
-        Field(int),
+        Field(int, low=1, example="batch_size=128"),
         128,
-        FIXED,  # its range: resnet.config.check_run_config
+        FIXED,
         "the batch per process (and, with the world size, the global batch)",
     ),
     "world_size": Key(rule=FIXED, doc="the global batch: batch_size x processes"),  # the launch's, not a key
@@ -144,13 +144,16 @@ KEYS: dict[str, Key] = {
     "eval_flip": Key(SWITCH, False, FIXED, "what the val errors measure"),
     "loss": Key(None, "ce", FIXED, "the loss", choices=("ce", "bce")),
     "bce_target_threshold": Key(Field(float, low=0, high=1, nullable=True), None, FIXED, "the loss"),
-    # ranges of these four and of ema_decay, ema_every: resnet/engine/checks.py
-    "label_smoothing": Key(Field(float), 0.1, FIXED, "the loss"),
-    "mixup": Key(Field(float), 0.0, FIXED, "the loss"),
-    "cutmix": Key(Field(float), 0.0, FIXED, "the loss"),
-    "random_erasing": Key(Field(float), 0.0, FIXED, "the augmentation"),
-    "ema_decay": Key(Field(float), 0.0, FIXED, "the EMA weights"),
-    "ema_every": Key(Field(int), 1, FIXED, "the EMA weights"),
+    "label_smoothing": Key(
+        Field(float, low=0, high=1, open_high=True, example="label_smoothing=0.1"), 0.1, FIXED, "the loss"
+    ),
+    "mixup": Key(Field(float, low=0, example="mixup=0.2"), 0.0, FIXED, "the loss"),  # a Beta alpha; 0: off
+    "cutmix": Key(Field(float, low=0, example="cutmix=1.0"), 0.0, FIXED, "the loss"),  # a Beta alpha; 0: off
+    "random_erasing": Key(Field(float, low=0, high=1, example="random_erasing=0.25"), 0.0, FIXED, "the augmentation"),
+    "ema_decay": Key(  # 0: no EMA
+        Field(float, low=0, high=1, open_high=True, example="ema_decay=0.9999"), 0.0, FIXED, "the EMA weights"
+    ),
+    "ema_every": Key(Field(int, low=1, example="ema_every=32"), 1, FIXED, "the EMA weights"),
     "grad_clip": Key(Field(float, low=0, example="grad_clip=1.0"), 0.0, FIXED, "the update"),
     "on_nonfinite": Key(None, "stop", CHANGES, "what a non-finite loss does", choices=("stop", "skip")),
     "resume": Key(None, False, CHANGES, "where to resume from", quiet=True),
@@ -158,7 +161,9 @@ KEYS: dict[str, Key] = {
         None, "refuse", CHANGES, "what a resume on another training set does", choices=("refuse", "rescale")
     ),
     "init": Key(None, None, CHANGES, "the weights a fine-tune starts from (read only when there is nothing to resume)"),
-    "checkpoint_every": Key(Field(int), 0, CHANGES, "how often last.pt is saved"),
+    "checkpoint_every": Key(  # optimizer steps between saves; 0: at epoch ends only
+        Field(int, low=0, example="checkpoint_every=1000"), 0, CHANGES, "how often last.pt is saved"
+    ),
     "dist_timeout": Key(
         Field(float, low=0, open_low=True, example="dist_timeout=600"),
         600,

@@ -173,7 +173,7 @@ def test_unknown_keys_and_groups_fail():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("batch_size=-4", "batch_size must be positive"),
+        ("batch_size=-4", "batch_size=-4: expected a whole number >= 1, e.g. batch_size=128"),
         ("amp=fp8", "amp"),
         ("on_nonfinite=ignore", "stop or skip"),
         ("device=tpu", "unknown device 'tpu'"),

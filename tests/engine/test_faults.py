@@ -564,14 +564,14 @@ def config_error(root: Path, run_dir: Path, *extra: str) -> str:
 
 def test_a_bad_value_is_one_error_line_from_the_command_line(tiny_folder, tmp_path):
     line = error_line(train_script(*overrides(tiny_folder, tmp_path / "run"), "batch_size=-4"))
-    assert line == "error: batch_size must be positive, got -4"
+    assert line == "error: batch_size=-4: expected a whole number >= 1, e.g. batch_size=128"
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").glob("*.pt"))
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("batch_size=-4", "batch_size must be positive, got -4"),
+        ("batch_size=-4", "batch_size=-4: expected a whole number >= 1, e.g. batch_size=128"),
         ("+padding.stem_pool=sideways", "stem_pool"),
         ("+padding.preset=sideways", "unknown padding preset 'sideways'; choose one of"),
         ("data.root={file}", "is a file; imagefolder needs a directory"),

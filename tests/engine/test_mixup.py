@@ -76,7 +76,7 @@ def test_training_with_mixup_survives_odd_batches_left_by_unreadable_images(tmp_
     [
         (("mixup=0.2", "batch_size=1"), "batch_size=1 has nothing to mix: pass batch_size=2 or more"),
         (("cutmix=-1",), "cutmix=-1"),
-        (("label_smoothing=1.5",), "label_smoothing=1.5 must be in [0, 1)"),
+        (("label_smoothing=1.5",), "label_smoothing=1.5: expected a number in [0, 1), e.g. label_smoothing=0.1"),
     ],
 )
 def test_impossible_mixing_settings_are_refused_up_front(tiny_folder, tmp_path, override, message):

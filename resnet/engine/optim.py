@@ -60,17 +60,17 @@ def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str) ->
 
 def build_optimizer(cfg: Mapping, model: nn.Module, global_batch: int) -> torch.optim.Optimizer:
     name = cfg["name"]
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)} (optim=sgd)")
     lr = scaled_lr(cfg["lr"], global_batch, cfg["ref_batch"])
     groups = param_groups(model, cfg["weight_decay"], cfg["no_weight_decay"])
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=cfg["momentum"], nesterov=cfg["nesterov"])
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg["betas"]))
-    if name == "lamb":
-        from timm.optim import Lamb
+    from timm.optim import Lamb  # name == "lamb"
 
-        return Lamb(groups, lr=lr, betas=tuple(cfg["betas"]))
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)} (optim=sgd)")
+    return Lamb(groups, lr=lr, betas=tuple(cfg["betas"]))
 
 
 def build_scheduler(

@@ -46,7 +46,7 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
             init_weights(cfg.init, training, env)
         return ResumePoint()
     steps_per_epoch = training.steps_per_epoch
-    rescale = _check_same_data(state, path, layout, cfg.get("data_changed", "refuse"), steps_per_epoch)
+    rescale = _check_same_data(state, path, layout, cfg.data_changed, steps_per_epoch)
     partial = _partial(state, path, layout, env.rank)
     changes = check_resumable(cfg, state, path, layout, training.meta)
     _load_state(training, state, path, with_schedule=not rescale)

@@ -80,8 +80,8 @@ def test_onecycle_is_torchs_linear_one_cycle_without_momentum_cycling():
 
 @pytest.mark.parametrize("cfg", [
     {"name": "cosine", "warmup_epochs": 2, "warmup_start_factor": 0.01, "min_lr_ratio": 0.0},
-    {"name": "step", "milestones": [3, 5], "gamma": 0.1, "warmup_epochs": 1},
-    {"name": "onecycle", "pct_start": 0.3},
+    {"name": "step", "milestones": [3, 5], "gamma": 0.1, "warmup_epochs": 1, "warmup_start_factor": 0.01},
+    {"name": "onecycle", "pct_start": 0.3, "div_factor": 25.0, "final_div_factor": 1e4},
 ])  # fmt: skip
 def test_a_scheduler_restored_from_its_state_dict_continues_the_same_curve(cfg):
     straight = lrs(build_scheduler(cfg, opt := sgd(), 10, 8), opt, 80)
@@ -97,6 +97,7 @@ def test_a_scheduler_restored_from_its_state_dict_continues_the_same_curve(cfg):
 
 
 def test_the_trainer_steps_the_schedule_once_per_optimizer_step(tiny_folder, tmp_path):
+    from tests.helpers.compose import compose_config
     from tests.helpers.training import read_csv, run_in_process
 
     # 24 images, batch 4: 6 steps per epoch, 2 epochs; every step logged with the LR it ran at.
@@ -111,9 +112,9 @@ def test_the_trainer_steps_the_schedule_once_per_optimizer_step(tiny_folder, tmp
         "optim.lr=0.2",
     )
     logged = [float(row["lr"]) for row in read_csv(tmp_path / "steps.csv")]
-    model = nn.Linear(2, 2)
-    opt = build_optimizer({"name": "sgd", "lr": 0.2, "momentum": 0.9, "weight_decay": 0.0}, model, 4)
-    scheduler = build_scheduler({"name": "cosine", "warmup_epochs": 1, "warmup_start_factor": 0.01}, opt, 6, 2)
+    cfg = compose_config("train", "sched=cosine", "sched.warmup_epochs=1", "optim.lr=0.2", "batch_size=4")
+    opt = build_optimizer({**cfg.optim, "weight_decay": 0.0}, nn.Linear(2, 2), 4)
+    scheduler = build_scheduler(cfg.sched, opt, 6, 2)
     assert logged == pytest.approx(lrs(scheduler, opt, 12))  # one schedule step per optimizer step
 
 

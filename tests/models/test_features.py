@@ -361,6 +361,7 @@ def test_weight_decay_groups_and_one_step_follow_the_rule(rule):
         "nesterov": False,
         "weight_decay": WEIGHT_DECAY,
         "no_weight_decay": rule,
+        "ref_batch": 256,
     }
     optimizer = build_optimizer(cfg, model, 256)  # global batch 256: lr as configured
     group_of = {id(p): group for group in optimizer.param_groups for p in group["params"]}

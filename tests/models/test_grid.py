@@ -219,19 +219,6 @@ def test_a_grid_run_resumes_only_with_its_own_presets_and_batchnorm(tiny_folder,
         run_in_process(tiny_folder, tmp_path, "resume=true")
 
 
-def test_a_config_without_grid_bn_means_shared_and_a_given_value_is_kept_to_be_checked():
-    # a checkpoint's own layout is read from its weights (the test below), not from a config key
-    from omegaconf import OmegaConf
-
-    from resnet.engine.checks import grid_bn
-    from resnet.grid import GRID_BN
-
-    old = {"grid": ["symmetric", "tf_same"]}
-    assert grid_bn(OmegaConf.create(old)) == "shared" in GRID_BN
-    assert grid_bn(OmegaConf.create({**old, "grid_bn": "affine"})) == "affine"
-    assert grid_bn(OmegaConf.create({**old, "grid_bn": False})) is False  # given, so refused: not read as absent
-
-
 @pytest.mark.parametrize("bn", ["statistics", "affine", "shared"])
 def test_a_checkpoint_says_its_grid_and_what_its_batchnorms_keep_from_its_weights(tmp_path, bn):
     # resnet.checkpoint.recorded_grid: what eval, resume and regrid read of a grid checkpoint, the

@@ -117,8 +117,8 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """pytest removes a passing test's tmp_path, and the whole folder of a session that passed; in a
-    session with a failure it keeps the folders of tmp_path_factory.mktemp too (downloaded weights,
-    Keras models: 2.7 GB of a full run). Those that no failed test used are removed here, in each
+    session with a failure it keeps the folders of tmp_path_factory.mktemp too (stand-in weights,
+    Keras models: 1.8 GB of a full run). Those that no failed test used are removed here, in each
     process that ran tests (an xdist worker's folder is its own ``--basetemp``)."""
     config = session.config
     factory = getattr(config, "_tmp_path_factory", None)

@@ -1,9 +1,12 @@
 """What a test run leaves on disk. A full run (-n 3) left 3.3 GB under /tmp/pytest-of-$USER, kept
 for three runs (pytest's default policy keeps every folder): Keras, torchvision and fbtorch weights
-made by module fixtures (2.7 GB), the per-test folders of the weights' tests. Now a passing test's
-tmp_path is removed as it ends, a passing session's folder with it, and a failing session keeps its
-failed tests' folders and the shared folders they used, nothing else (tests/conftest.py). SLURM
-tests' jobs write in the checkout (outputs/slurm/resnet-test): what they leave is removed after each."""
+in module fixtures' folders (1.8 GB), and the weights' tests' own folders (1.5 GB). Now a passing
+test's tmp_path is removed as it ends, a passing session's folder with it (0 bytes left), and a
+failing session keeps its failed tests' folders and the shared folders they used, nothing else
+(tests/conftest.py). The weights' tests alone (models/test_weights*.py, report/test_seed_table.py,
+evaluation/test_regrid.py, data/test_file_limits.py, -n 2) left 2.5 GB; now nothing when they pass,
+43 MB with one regrid test failed. SLURM tests' jobs write in the checkout
+(outputs/slurm/resnet-test): what they leave is removed after each."""
 
 from __future__ import annotations
 

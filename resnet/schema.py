@@ -291,7 +291,7 @@ def typed_value(key: str, value: object) -> str:
 
     if HydraConfig.initialized():
         pattern = re.compile(rf"\+*{re.escape(key)}=(.*)")
-        for override in HydraConfig.get().overrides.task:
+        for override in reversed(HydraConfig.get().overrides.task):  # the last one given is the one that holds
             found = pattern.fullmatch(override)
             if found:
                 return found.group(1)

@@ -13,6 +13,7 @@ from ..config import ConfigError, check_run_config
 from ..grid import GRID_BN, grid_paddings
 from ..schema import choices
 from .losses import LOSSES
+from .optim import OptimConfig, SchedConfig
 
 
 def grid_bn(cfg: Mapping) -> str:
@@ -36,6 +37,11 @@ def check_train_config(cfg: DictConfig) -> None:
     if cfg.on_nonfinite not in choices("on_nonfinite"):
         raise ConfigError(f"unknown on_nonfinite {cfg.on_nonfinite!r}; choose {' or '.join(choices('on_nonfinite'))}")
     _check_augmentation(cfg)
+    try:  # the optimizer's and the schedule's keys: each read, none stray (typed once, resnet.engine.optim)
+        OptimConfig.from_node(cfg.optim)
+        SchedConfig.from_node(cfg.sched)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if cfg.grid:
         _check_grid(cfg)
     if OmegaConf.is_missing(cfg.data, "num_classes"):

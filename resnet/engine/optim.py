@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.optim import lr_scheduler
 
@@ -27,6 +29,81 @@ NO_WEIGHT_DECAY = {
     "a per-grid BatchNorm's per-preset offsets of them",
 }
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The ``optim`` group, checked once (:meth:`from_node`): what :func:`build_optimizer` reads.
+    A key only some optimizers read is None for the others."""
+
+    name: str
+    lr: float
+    ref_batch: int  # lr is per this many images of global batch
+    weight_decay: float
+    no_weight_decay: str  # a key of NO_WEIGHT_DECAY
+    momentum: float | None = None  # sgd
+    nesterov: bool | None = None  # sgd
+    betas: tuple[float, float] | None = None  # adamw, lamb
+
+    @classmethod
+    def from_node(cls, node: Mapping) -> OptimConfig:
+        return _typed(cls, "optim", node, OPTIMIZERS, OPTIMIZER_KEYS, "optim=sgd")
+
+
+@dataclass(frozen=True)
+class SchedConfig:
+    """The ``sched`` group, checked once (:meth:`from_node`): what :func:`build_scheduler` reads.
+    A key only some schedules read is None for the others."""
+
+    name: str
+    warmup_epochs: float | None = None  # step, cosine
+    warmup_start_factor: float | None = None  # step, cosine
+    min_lr_ratio: float | None = None  # cosine
+    milestones: tuple[int, ...] | None = None  # step
+    gamma: float | None = None  # step
+    pct_start: float | None = None  # onecycle
+    div_factor: float | None = None  # onecycle
+    final_div_factor: float | None = None  # onecycle
+
+    @classmethod
+    def from_node(cls, node: Mapping) -> SchedConfig:
+        return _typed(cls, "sched", node, SCHEDULES, SCHEDULE_KEYS, "sched=cosine")
+
+
+# the keys each optimizer and schedule reads (besides name); a group's YAML states every one
+OPTIMIZER_KEYS = {
+    "sgd": ("lr", "ref_batch", "weight_decay", "no_weight_decay", "momentum", "nesterov"),
+    "adamw": ("lr", "ref_batch", "weight_decay", "no_weight_decay", "betas"),
+    "lamb": ("lr", "ref_batch", "weight_decay", "no_weight_decay", "betas"),
+}
+SCHEDULE_KEYS = {
+    "step": ("milestones", "gamma", "warmup_epochs", "warmup_start_factor"),
+    "cosine": ("warmup_epochs", "warmup_start_factor", "min_lr_ratio"),
+    "onecycle": ("pct_start", "div_factor", "final_div_factor"),
+}
+
+
+def _typed(cls, group: str, node: Mapping, names: tuple[str, ...], reads: dict, example: str):
+    """``node`` as ``cls``: a known name, each key its choice reads, no key it does not (a typo, or
+    a key of another choice, would be read by nothing). Lists become tuples (the config is frozen)."""
+    if isinstance(node, cls):
+        return node
+    plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    given = {key: tuple(value) if isinstance(value, list) else value for key, value in plain.items()}
+    name = given.get("name")
+    kind = "optimizer" if group == "optim" else "schedule"
+    if name not in names:
+        raise ValueError(f"unknown {kind} {name!r}; choose one of {', '.join(names)} ({example})")
+    wanted = ("name", *reads[name])
+    missing = [key for key in wanted if given.get(key) is None]
+    if missing:
+        raise ValueError(f"{group}={name} reads {group}.{missing[0]}, which is not set; set it, e.g. in "
+                         f"configs/{group}/<yours>.yaml")  # fmt: skip
+    unread = sorted(set(given) - set(wanted))
+    if unread:
+        raise ValueError(f"{group}.{unread[0]} is read by no part of {group}={name} (it reads "
+                         f"{', '.join(wanted[1:])}); leave it out, or choose the {kind} that reads it")  # fmt: skip
+    return cls(**{f.name: given.get(f.name) for f in fields(cls)})
 
 
 def scaled_lr(base_lr: float, global_batch: int, ref_batch: int) -> float:
@@ -58,23 +135,23 @@ def param_groups(model: nn.Module, weight_decay: float, no_weight_decay: str) ->
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(cfg: Mapping, model: nn.Module, global_batch: int) -> torch.optim.Optimizer:
-    name = cfg["name"]
-    if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)} (optim=sgd)")
-    lr = scaled_lr(cfg["lr"], global_batch, cfg["ref_batch"])
-    groups = param_groups(model, cfg["weight_decay"], cfg["no_weight_decay"])
-    if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=cfg["momentum"], nesterov=cfg["nesterov"])
-    if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg["betas"]))
+def build_optimizer(cfg: OptimConfig | Mapping, model: nn.Module, global_batch: int) -> torch.optim.Optimizer:
+    """The optimizer of ``cfg`` (an :class:`OptimConfig`, or the ``optim`` node it is made from) for
+    ``model``, its LR scaled to ``global_batch``."""
+    cfg = OptimConfig.from_node(cfg)
+    lr = scaled_lr(cfg.lr, global_batch, cfg.ref_batch)
+    groups = param_groups(model, cfg.weight_decay, cfg.no_weight_decay)
+    if cfg.name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+    if cfg.name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=cfg.betas)
     from timm.optim import Lamb  # name == "lamb"
 
-    return Lamb(groups, lr=lr, betas=tuple(cfg["betas"]))
+    return Lamb(groups, lr=lr, betas=cfg.betas)
 
 
 def build_scheduler(
-    cfg: Mapping, optimizer: torch.optim.Optimizer, steps_per_epoch: int, epochs: int
+    cfg: SchedConfig | Mapping, optimizer: torch.optim.Optimizer, steps_per_epoch: int, epochs: int
 ) -> lr_scheduler.LRScheduler:
     """The LR schedule of ``cfg`` over ``epochs * steps_per_epoch`` optimizer steps.
 
@@ -84,31 +161,30 @@ def build_scheduler(
     phases and no momentum cycling: up from peak / ``div_factor`` for ``pct_start`` of the
     steps, down to peak / ``div_factor`` / ``final_div_factor`` (FFCV's triangular schedule).
     """
-    name = cfg["name"]
+    cfg = SchedConfig.from_node(cfg)
+    name = cfg.name
     total = max(steps_per_epoch * epochs, 1)
     if name == "onecycle":
         if total < 3:  # too short for two linear phases (OneCycleLR divides by each phase's length)
             return lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
         # each phase at least one step long (smoke runs of a few steps; no effect on real schedules)
-        pct_start = min(max(cfg["pct_start"], 2 / total), (total - 1) / total)
+        pct_start = min(max(cfg.pct_start, 2 / total), (total - 1) / total)
         peaks = [group["lr"] for group in optimizer.param_groups]
         return lr_scheduler.OneCycleLR(
             optimizer, max_lr=peaks, total_steps=total, pct_start=pct_start,
-            anneal_strategy="linear", cycle_momentum=False, div_factor=cfg["div_factor"],
-            final_div_factor=cfg["final_div_factor"],
+            anneal_strategy="linear", cycle_momentum=False, div_factor=cfg.div_factor,
+            final_div_factor=cfg.final_div_factor,
         )  # fmt: skip
-    if name not in ("step", "cosine"):
-        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)} (sched=cosine)")
-    warmup = min(int(cfg["warmup_epochs"] * steps_per_epoch), total - 1)
+    warmup = min(int(cfg.warmup_epochs * steps_per_epoch), total - 1)
     if name == "cosine":
-        floor = cfg["min_lr_ratio"] * optimizer.param_groups[0]["lr"]
+        floor = cfg.min_lr_ratio * optimizer.param_groups[0]["lr"]
         main: lr_scheduler.LRScheduler = lr_scheduler.CosineAnnealingLR(optimizer, T_max=total - warmup, eta_min=floor)
     else:
-        milestones = [int(m * steps_per_epoch) - warmup for m in cfg["milestones"]]
-        main = lr_scheduler.MultiStepLR(optimizer, milestones=[m for m in milestones if m > 0], gamma=cfg["gamma"])
+        milestones = [int(m * steps_per_epoch) - warmup for m in cfg.milestones]
+        main = lr_scheduler.MultiStepLR(optimizer, milestones=[m for m in milestones if m > 0], gamma=cfg.gamma)
     if warmup <= 0:
         return main
-    ramp = lr_scheduler.LinearLR(optimizer, start_factor=cfg["warmup_start_factor"], total_iters=warmup)
+    ramp = lr_scheduler.LinearLR(optimizer, start_factor=cfg.warmup_start_factor, total_iters=warmup)
     return lr_scheduler.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
 
 

@@ -39,7 +39,7 @@ from ..runtime.workers import data_workers
 from .checks import check_train_config, grid_bn
 from .loop import EpochStats, ImagesRead, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
-from .optim import build_optimizer, build_scheduler
+from .optim import OptimConfig, SchedConfig, build_optimizer, build_scheduler
 from .runlog import RunLogger, run_log
 from .seeding import epoch_seed, seed_everything, set_rng_state
 from .sync_bn import convert_sync_batchnorm
@@ -243,8 +243,8 @@ def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack)
     steps_per_epoch = len(loaders.train)
     if cfg.max_steps_per_epoch:
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
-    optimizer = build_optimizer(cfg.optim, model, cfg.batch_size * env.world_size)
-    scheduler = build_scheduler(cfg.sched, optimizer, steps_per_epoch, cfg.epochs)
+    optimizer = build_optimizer(OptimConfig.from_node(cfg.optim), model, cfg.batch_size * env.world_size)
+    scheduler = build_scheduler(SchedConfig.from_node(cfg.sched), optimizer, steps_per_epoch, cfg.epochs)
     scaler = torch.amp.GradScaler(env.device.type) if runtime.amp_dtype is torch.float16 else None
     ema = None
     if cfg.ema_decay:

@@ -3,9 +3,13 @@ at the value its YAML states: the code restates no default."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 from torch import nn
 
+from resnet.config import ConfigError
 from resnet.engine.checks import grid_bn
 from resnet.engine.optim import OPTIMIZERS, SCHEDULES, build_optimizer, build_scheduler
 from resnet.grid import GRID_BN
@@ -38,3 +42,23 @@ def test_each_schedule_yaml_states_every_key_its_schedule_reads(sched, warmup):
     assert cfg.sched.name in SCHEDULES
     optimizer = build_optimizer(cfg.optim, nn.Linear(3, 2), 256)
     build_scheduler(cfg.sched, optimizer, steps_per_epoch=10, epochs=4)
+
+
+def test_the_groups_are_typed_once_and_a_stray_or_missing_key_is_one_line():
+    from resnet.engine.checks import check_train_config
+    from resnet.engine.optim import OptimConfig, SchedConfig
+
+    cfg = compose_config("train", "optim=adamw", "sched=step")
+    optim, sched = OptimConfig.from_node(cfg.optim), SchedConfig.from_node(cfg.sched)
+    assert optim.betas == (0.9, 0.999) and optim.momentum is None and sched.milestones == (30, 60, 80)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        optim.lr = 1.0  # frozen: what was checked is what runs
+    assert OptimConfig.from_node(optim) is optim  # typed once
+    for overrides, says in (
+        (["+optim.eps=1e-8"], "optim.eps is read by no part of optim=sgd (it reads lr, ref_batch"),
+        (["optim=adamw", "+optim.momentum=0.9"], "optim.momentum is read by no part of optim=adamw"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            check_train_config(compose_config("train", *overrides))
+    with pytest.raises(ValueError, match=re.escape("sched=cosine reads sched.min_lr_ratio, which is not set")):
+        SchedConfig.from_node({"name": "cosine", "warmup_epochs": 1, "warmup_start_factor": 0.1})

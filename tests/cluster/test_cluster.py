@@ -131,10 +131,10 @@ def test_an_srun_step_with_more_tasks_than_gpus_is_one_line_before_joining(monke
 
 
 @pytest.mark.slow
-def test_a_multi_task_batch_script_running_python_fails_in_one_line_not_a_hang():
+def test_a_multi_task_batch_script_running_python_fails_in_one_line_not_a_hang(tmp_path):
     # `python train.py` in an 8-task sbatch script, without srun: one line, exit 2, at once.
     env = {"SLURM_JOB_ID": "9", "SLURM_NTASKS": "8", "SLURM_PROCID": "0", "SLURM_NNODES": "2"}
-    line = error_line(launch([PY, "train.py", "epochs=1"], timeout=60, **env))
+    line = error_line(launch([PY, "train.py", "epochs=1", f"hydra.run.dir={tmp_path / 'run'}"], timeout=60, **env))
     assert "not started by srun" in line and "srun python train.py" in line
 
 

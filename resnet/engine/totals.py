@@ -9,8 +9,12 @@ validation metrics go: the epoch's row as ``train_<name>`` (metrics.csv and W&B,
 ``resnet/engine/runlog.py``), results.json (the last epoch's, ``_results`` in ``resnet/engine/run.py``)
 and, where it says how, the epoch line.
 
-A new per-epoch train metric is two lines here: what a step adds (a :data:`STEP_SUMS` entry) and
-the metric made from the sums (a :data:`TRAIN_METRICS` entry). The sums of an epoch saved
+A new per-epoch train metric made from what a step's :class:`StepOutput` holds (logits, targets,
+loss, images) is two lines here: what a step adds (a :data:`STEP_SUMS` entry) and the metric made
+from the sums (a :data:`TRAIN_METRICS` entry). One that needs more of the step (a gradient norm)
+also needs a :class:`StepOutput` field, filled by the step in ``resnet/engine/loop.py``
+(docs/code_map.md, "How to add a metric"). A sum's name must not be a field of the epoch's
+saved state (``EpochStats``): the two share the checkpoint's record of a partial epoch. The sums of an epoch saved
 mid-way are in the checkpoint (``EpochStats.state``); a sum that an older checkpoint lacks starts
 the resumed epoch as NaN, so its metric reads NaN for that epoch rather than a wrong number.
 """

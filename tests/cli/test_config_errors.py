@@ -12,6 +12,7 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 
 from resnet.cli.hydra_app import composition_error
 from resnet.cli.inspect import main as inspect_main
+from resnet.padding import PRESETS
 from resnet.schema import schema_problems
 from tests.helpers.compose import compose_config
 from tests.helpers.procs import REPO, run, torchrun_here
@@ -129,7 +130,7 @@ def test_inspect_of_an_unknown_architecture_is_one_line(capsys):
 
 TORCHRUN_CASES = {  # override -> its one line; a composition error (hydra_app.run_main), a value (one_line_errors)
     "+padding=symetric": "error: +padding=symetric: Could not find 'padding/symetric'; did you mean "
-    "+padding=symmetric? choose one of asymmetric, caffe, keras, symmetric, tf_same, tf_slim",
+    f"+padding=symmetric? choose one of {', '.join(sorted(PRESETS))}",  # a new preset changes nothing here
     "optim.lr=abc": "error: optim.lr=abc: expected a number > 0, e.g. optim.lr=0.1",
 }
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import procs, zygote_client
+from tests.helpers.footprint import paths_among, remove_run_dirs, remove_unkept
 
 REPO = Path(__file__).resolve().parents[1]
 # where scripts/slurm.sbatch puts the run dir of a job of the tests' cluster (ClusterName in
@@ -98,17 +97,8 @@ def pytest_runtest_makereport(item, call):
     tmp_path, and the shared folders its fixtures made (their paths among its arguments)."""
     report = yield
     if report.failed:
-        item.config.stash.setdefault(_KEPT, set()).update(_paths(getattr(item, "funcargs", {}).values()))
+        item.config.stash.setdefault(_KEPT, set()).update(paths_among(getattr(item, "funcargs", {}).values()))
     return report
-
-
-def _paths(values: Iterable) -> set[Path]:
-    """The paths among a test's arguments, and inside its tuples, lists and dicts."""
-    found = set()
-    for value in values:
-        inner = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else [value]
-        found.update(Path(os.fspath(v)) for v in inner if isinstance(v, (str, os.PathLike)) and os.sep in os.fspath(v))
-    return found
 
 
 def pytest_sessionstart(session):
@@ -129,20 +119,6 @@ def pytest_sessionfinish(session, exitstatus):
     remove_unkept(Path(basetemp), config.stash.get(_KEPT, set()))
 
 
-def remove_unkept(basetemp: Path, kept: Iterable[Path]) -> list[Path]:
-    """Remove each folder of ``basetemp`` that holds none of ``kept``; the removed, sorted."""
-    base = basetemp.resolve()
-    tops = {rel.parts[0] for p in kept if (rel := _relative(Path(p).resolve(), base)) is not None and rel.parts}
-    removed = sorted(p for p in basetemp.iterdir() if p.is_dir() and not p.is_symlink() and p.name not in tops)
-    for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-    return removed
-
-
-def _relative(path: Path, base: Path) -> Path | None:
-    return path.relative_to(base) if path.is_relative_to(base) else None
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """A SLURM test's jobs write their run dirs in the checkout (outputs/slurm/resnet-test/<job>-<id>):
@@ -157,23 +133,6 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
     finally:
         remove_run_dirs(TEST_CLUSTER_OUTPUTS, lambda p: p not in before)
-
-
-def remove_run_dirs(folder: Path, which) -> None:
-    """Remove the entries of ``folder`` that ``which`` picks, then ``folder`` and its parents up to
-    the checkout while they are empty."""
-    if folder.is_dir():
-        for path in [p for p in folder.iterdir() if which(p)]:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-    while folder != REPO and folder.is_dir() and not any(folder.iterdir()):
-        try:
-            folder.rmdir()
-        except OSError:  # written to meanwhile
-            return
-        folder = folder.parent
 
 
 @pytest.fixture(scope="module")

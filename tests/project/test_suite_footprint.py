@@ -14,7 +14,7 @@ import ast
 import tomllib
 from pathlib import Path
 
-from tests import conftest
+from tests.helpers import footprint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,25 +30,25 @@ def test_a_failed_sessions_shared_folders_go_unless_a_failed_test_used_them(tmp_
         (tmp_path / name / "sub").mkdir(parents=True)
         (tmp_path / name / "sub" / "big.h5").write_bytes(b"x")
     kept = [tmp_path / "test_failed0", tmp_path / "ckpt0" / "sub" / "big.h5", Path("/elsewhere"), tmp_path]
-    removed = conftest.remove_unkept(tmp_path, kept)
+    removed = footprint.remove_unkept(tmp_path, kept)
     assert [p.name for p in removed] == ["tiny3", "weights0"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt0", "test_failed0"]
 
 
 def test_a_failed_test_keeps_the_paths_among_its_arguments():
-    found = conftest._paths([Path("/t/a"), ("/t/b", 3), {"k": Path("/t/c")}, "word", None, [Path("/t/d")]])
+    found = footprint.paths_among([Path("/t/a"), ("/t/b", 3), {"k": Path("/t/c")}, "word", None, [Path("/t/d")]])
     assert found == {Path("/t/a"), Path("/t/b"), Path("/t/c"), Path("/t/d")}
 
 
 def test_slurm_run_dirs_go_and_their_empty_parents_with_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(conftest, "REPO", tmp_path)
+    monkeypatch.setattr(footprint, "REPO", tmp_path)
     folder = tmp_path / "outputs" / "slurm" / "resnet-test"
     (folder / "stop-usr1-12").mkdir(parents=True)
     (folder / "stop-usr1-12" / "last.pt").write_bytes(b"x")
     (folder / "kept-13").mkdir()
-    conftest.remove_run_dirs(folder, lambda p: p.name != "kept-13")
+    footprint.remove_run_dirs(folder, lambda p: p.name != "kept-13")
     assert [p.name for p in folder.iterdir()] == ["kept-13"]
-    conftest.remove_run_dirs(folder, lambda p: True)
+    footprint.remove_run_dirs(folder, lambda p: True)
     assert not (tmp_path / "outputs").exists()
 
 

@@ -243,6 +243,8 @@ KEYS: dict[str, Key] = {
     "data.num_classes": Key(COUNT),
     "data.in_chans": Key(COUNT),
     "data.crop_pct": Key(Field(float, low=0, high=1, open_low=True, example="data.crop_pct=0.875")),
+    "data.min_scale": Key(Field(float, low=0, high=1, open_low=True, example="data.min_scale=0.08")),
+    "data.crop_padding": Key(Field(int, low=0, example="data.crop_padding=4")),
     "data.augment": Key(SWITCH),
     "data.repeated_aug": Key(STEPS),
     "data.max_file_mb": Key(Field(float, low=0, open_low=True, example="data.max_file_mb=64")),

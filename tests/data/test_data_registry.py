@@ -170,3 +170,19 @@ def test_an_in_memory_datasets_facts_are_stated_once_in_its_module(name):
     entry, data = in_memory(name), compose_config("train", f"data={name}").data
     assert (data.num_classes, data.in_chans, data.image_size) == (len(entry.classes), entry.in_chans, entry.image_size)
     assert compose_config("train", f"data={name}", "data.num_classes=3").data.num_classes == 3  # an override wins
+
+
+def test_every_data_setting_the_loaders_read_is_one_a_yaml_states():
+    """A ``DataConfig`` field is a setting of configs/data/ (its value stated in a YAML, declared in
+    resnet/schema.py), never a default only the code knows (issue 56)."""
+    from dataclasses import fields
+
+    from data.config import DataConfig
+    from resnet.schema import KEYS
+
+    stated = set()
+    for path in (REPO / "configs" / "data").rglob("*.yaml"):
+        stated |= {line.split(":")[0] for line in path.read_text().splitlines() if line and line[0].isalpha()}
+    read = {f.name for f in fields(DataConfig)} - {"workers", "progressive"}  # workers: resolved; progressive_resize
+    assert read - stated == set()
+    assert {"data.min_scale", "data.crop_padding", "data.crop_pct", "data.max_file_mb"} <= set(KEYS)

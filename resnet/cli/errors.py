@@ -72,7 +72,11 @@ def _training_error(err: RuntimeError) -> None:
     from ..job.preempt import Stopped
 
     if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed (a peer lost: 75)
-        leave(ending_line(err), getattr(err, "status", 1))
+        from ..job.checkpointer import AgreedFailure
+        from .config_exit import launched_rank
+
+        agreed = isinstance(err, AgreedFailure)  # every rank has it: rank 0 says it
+        leave(ending_line(err), getattr(err, "status", 1), show=not agreed or launched_rank() == 0)
     if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130, 129 or 3
         from .config_exit import launched_rank
 

@@ -20,7 +20,7 @@ from ..evaluation.loop import Evaluation, evaluate, unreadable_share
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_name, make_grid, set_grid
 from ..job import peers
-from ..job.checkpointer import Checkpointer, CheckpointWriteError, RunFailed, write_error
+from ..job.checkpointer import AgreedFailure, Checkpointer, CheckpointWriteError, RunFailed, write_error
 from ..job.ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
 from ..job.latest_run import pick_run_dir
 from ..job.lock import own_run_dir
@@ -436,7 +436,7 @@ def unreadable_limit(cfg: DictConfig, saver: Checkpointer) -> Callable[[int, Ima
             what = f"of the first {files.read:,} images it read ({share} so far, {over}; checked from "
             what += f"max_unreadable_after={after:,} images on)"
             examples = [path for paths in gather_objects(files.examples, saver.env) for path in paths]
-        raise RunFailed(
+        raise AgreedFailure(
             f"epoch {epoch + 1} could not read {files.unreadable:,} {what}, e.g. {'; '.join(examples[:2])}; "
             f"{saver.kept}. Restore the data and run again with resume=true, or pass a higher max_unreadable"
         )
@@ -497,7 +497,7 @@ def _check_val_unreadable(cfg: DictConfig, result: Evaluation, epoch: int, saver
     if share is None:
         return
     examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]  # every rank's
-    raise RunFailed(
+    raise AgreedFailure(
         f"the validation after epoch {epoch + 1} could not read {result.skipped_images:,} of its {read:,} images "
         f"({share}, more than max_unreadable={limit:g}), e.g. {'; '.join(examples[:2])}; "
         f"{saver.kept}. Restore the val data and run again with resume=true, or pass a higher max_unreadable"

@@ -18,6 +18,11 @@ class RunFailed(RuntimeError):
     """The run cannot go on, for a reason outside the config; one line says what is kept and what to do."""
 
 
+class AgreedFailure(RunFailed):
+    """A :class:`RunFailed` every process raises at the same point with the same line (its figures
+    were summed over the processes): rank 0 alone prints it."""
+
+
 class CheckpointWriteError(RunFailed):
     """``last.pt`` could not be written (a full disk, a quota); the previous one is intact."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -69,13 +70,14 @@ def test_a_disk_full_at_the_end_keeps_the_row_in_a_file_it_names(folder_and_chec
         return real(path, row)
 
     monkeypatch.setattr("resnet.evaluation.run.append_row", full)
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # gettempdir() caches $TMPDIR's first answer
     with pytest.raises(ConfigError) as err:
         run_eval(*folder_overrides(folder, checkpoint, results))
     line = str(err.value)
     assert line.startswith(f"cannot append the results row to {results} (No space left on device); it is kept in ")
     kept = Path(line.split("it is kept in ")[1].split(":")[0])
+    assert kept.parent == tmp_path / "tmp"
     (row,) = read_rows(kept)
     assert row["weights"] == str(checkpoint) and row["n_images"] > 0
     assert f"cat {kept} >> {results}" in line

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from .files import MAX_FILE_MB, MiB
+from .files import MAX_FILE_MB, mib_bytes
 
 
 class ConfigError(ValueError):
@@ -42,7 +42,7 @@ class DataConfig:
     @property
     def max_file_bytes(self) -> int:
         """:attr:`max_file_mb` in bytes: the ``max_file_bytes`` of the datasets of files."""
-        return int(self.max_file_mb * MiB)
+        return mib_bytes(self.max_file_mb)
 
     @classmethod
     def from_config(cls, data_cfg: Mapping, workers: int) -> DataConfig:

@@ -26,6 +26,11 @@ MAX_FILE_MB = 64  # data.max_file_mb's default: four times ImageNet's largest JP
 MAX_FILE_BYTES = MAX_FILE_MB * MiB
 
 
+def mib_bytes(mib: float) -> int:
+    """A size in MiB (``data.max_file_mb``, ``--max-file-mb``) as bytes."""
+    return int(mib * MiB)
+
+
 def check_size(size: int, where: str, limit: int = MAX_FILE_BYTES) -> None:
     """Refuse an image of ``size`` bytes over ``limit``: an ``OSError`` (``EFBIG``) naming ``where``."""
     if size > limit:

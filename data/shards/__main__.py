@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..decode import DECODE_ERRORS, decode_rgb
-from ..files import MAX_FILE_MB, MiB
+from ..files import MAX_FILE_BYTES, MAX_FILE_MB, mib_bytes
 from ..folder_scan import listed_images
 from ..ilsvrc import GROUND_TRUTH, SOLUTION_CSV, train_samples, val_samples
 from ..imagefolder import IMAGE_EXTENSIONS, check_same_classes, find_classes
@@ -88,7 +88,7 @@ def file_limit(text: str) -> int:
         mib = 0.0
     if not 0 < mib < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB > 0")
-    return int(mib * MiB)
+    return mib_bytes(mib)
 
 
 def folder_classes(src: Path) -> list[str]:
@@ -326,7 +326,7 @@ def shard_options(sub: argparse.ArgumentParser) -> None:
         "--max-file-mb",
         dest="max_file_bytes",
         type=file_limit,
-        default=MAX_FILE_MB * MiB,
+        default=MAX_FILE_BYTES,
         metavar="MIB",
         help=f"a larger file is not read: skipped and listed as unreadable ({MAX_FILE_MB}, as data.max_file_mb)",
     )

@@ -127,16 +127,10 @@ def _nearest(name: str, options: Sequence[str]) -> str | None:
 
 def _nested_keys(node: DictConfig, key: str) -> list[str]:
     """The dotted paths below ``node`` that end in ``key`` (``lr`` -> ``optim.lr``), Hydra's settings left out."""
-    found = []
-    stack = [("", OmegaConf.to_container(node, resolve=False))]
-    while stack:
-        prefix, tree = stack.pop()
-        for name, child in tree.items():
-            if prefix and name == key:
-                found.append(f"{prefix}{name}")
-            if isinstance(child, dict) and name != "hydra":
-                stack.append((f"{prefix}{name}.", child))
-    return sorted(found)
+    from ..job.resume_rules import flatten
+
+    leaves = flatten(OmegaConf.to_container(node, resolve=False))
+    return sorted(path for path in leaves if path.endswith(f".{key}") and not path.startswith("hydra."))
 
 
 def _override_of(key: str, overrides: Sequence[str]) -> str | None:
@@ -150,7 +144,7 @@ def _override_of(key: str, overrides: Sequence[str]) -> str | None:
     return None
 
 
-def unwritable_run_dir(err: Exception, app: str = "train") -> str | None:
+def unwritable_run_dir(err: Exception, app: str) -> str | None:
     """One line for Hydra failing to write the run's folder before the command runs: making it (a
     read-only mount, a folder Docker made as root for ``-v`` and a ``--user`` who cannot write it),
     or, in a folder that exists (a run resumed or re-run on a read-only mount), opening its log or
@@ -175,7 +169,7 @@ def unwritable_run_dir(err: Exception, app: str = "train") -> str | None:
     )
 
 
-def read_only_run_dir(folder: Path, err: OSError, app: str = "train") -> str:
+def read_only_run_dir(folder: Path, err: OSError, app: str) -> str:
     """One line for a run folder of ``app`` (``train``, ``eval``, ...) that exists but cannot be
     written: what it holds (a finished run, a run to resume) and what to type instead."""
     from ..command_lines import app_words, command, override

@@ -164,10 +164,10 @@ def _append(path: Path, row: dict) -> Path:
 
 def max_file_bytes(data_cfg: DictConfig) -> int | None:
     """``data.max_file_mb`` in bytes; None where the dataset has no such key (in memory)."""
-    from data.files import MiB
+    from data.files import mib_bytes
 
     limit = data_cfg.get("max_file_mb")
-    return None if limit is None else int(limit * MiB)
+    return None if limit is None else mib_bytes(limit)
 
 
 def start_line(spec: WeightsSpec, meta: ModelMeta, trained: str, dataset: str, trained_data: bool) -> str:

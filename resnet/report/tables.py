@@ -141,7 +141,7 @@ def scheme_table(
         model_row = table.setdefault(key, ModelRow(*key))
         metrics = model_row.errors.setdefault(scheme, {})
         if r.get("skipped_images"):  # computed on fewer images than the set has: marked, never silent
-            model_row.unreadable[scheme] = str(images_cell(r["n_images"], r["skipped_images"]))
+            model_row.unreadable[scheme] = images_read(r)
         if int(r["crops"]) == 10:
             metrics["top5_err_10crop"] = _error(r, "top5_err")
         else:
@@ -284,6 +284,11 @@ class CrossMatrix:
         return own_grid(self.trained_scheme[trained], evaluated)
 
 
+def images_read(row: Mapping) -> str:
+    """A row's images as the console says them, ``38 of 40: 2 unreadable`` (the mark's footnote)."""
+    return str(images_cell(row["n_images"], row["skipped_images"]))
+
+
 def _error(row: Mapping, metric: str) -> float | None:
     """A row's error in %, None where it has none (rows from before top-5 was recorded)."""
     value = row.get(metric)
@@ -310,8 +315,9 @@ def cross_matrices(
         weights = [weights_label(r) for r in group]
         labels = run_labels([r["trained_padding"] for r in group], weights)
         cells = {(label, scheme_label(r)): {m: _error(r, m) for m in metrics} for label, r in zip(labels, group)}
-        unreadable = {(label, scheme_label(r)): str(images_cell(r["n_images"], r["skipped_images"]))
-                      for label, r in zip(labels, group) if r.get("skipped_images")}  # fmt: skip
+        unreadable = {
+            (label, scheme_label(r)): images_read(r) for label, r in zip(labels, group) if r.get("skipped_images")
+        }
         trained_scheme = {label: r["trained_padding"] for label, r in zip(labels, group)}
         order = {s: i for i, s in enumerate(scheme_order(trained_scheme.values()))}
         trained = sorted(trained_scheme, key=lambda t: (order[trained_scheme[t]], label_order(t)))

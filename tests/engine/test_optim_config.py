@@ -3,7 +3,6 @@ at the value its YAML states: the code restates no default."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -20,7 +19,7 @@ OPTIM_FILES = sorted(path.stem for path in (CONFIGS / "optim").glob("*.yaml"))
 SCHED_FILES = sorted(path.stem for path in (CONFIGS / "sched").glob("*.yaml"))
 
 
-def test_an_absent_grid_bn_is_the_declared_default_and_a_given_one_is_kept():
+def test_grid_bn_is_the_declared_default_unless_one_is_given():
     assert grid_bn(compose_config("train", "grid=[symmetric,asymmetric]")) == KEYS["grid_bn"].default == "statistics"
     assert KEYS["grid_bn"].default in GRID_BN
     assert grid_bn(compose_config("train", "grid=[symmetric,asymmetric]", "grid_bn=affine")) == "affine"
@@ -51,9 +50,6 @@ def test_the_groups_are_typed_once_and_a_stray_or_missing_key_is_one_line():
     cfg = compose_config("train", "optim=adamw", "sched=step")
     optim, sched = OptimConfig.from_node(cfg.optim), SchedConfig.from_node(cfg.sched)
     assert optim.betas == (0.9, 0.999) and optim.momentum is None and sched.milestones == (30, 60, 80)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        optim.lr = 1.0  # frozen: what was checked is what runs
-    assert OptimConfig.from_node(optim) is optim  # typed once
     for overrides, says in (
         (["+optim.eps=1e-8"], "optim.eps is read by no part of optim=sgd (it reads lr, ref_batch"),
         (["optim=adamw", "+optim.momentum=0.9"], "optim.momentum is read by no part of optim=adamw"),

@@ -15,7 +15,7 @@ from matplotlib.colors import to_hex
 from resnet.report.charts import chart_rows, plot_cross, plot_scheme_table, pyplot
 from resnet.report.rows import latest_rows, weights_label
 from resnet.report.table_files import write_tables
-from resnet.report.tables import cross_matrices, cross_records, scheme_table
+from resnet.report.tables import cross_matrices, scheme_table
 from tests.helpers.figures import texts_of
 from tests.report.realistic import SWEEP, drawn, evaluation, one_model, one_scheme_per_model, seed_sweep
 
@@ -83,7 +83,6 @@ def test_cross_csv_says_which_weights_each_row_is(tmp_path):
         "asymmetric": "outputs/2026-11-28/13-02-44/last.pt",
         "grid[symmetric,asymmetric]": "outputs/2026-11-28/14-40-10/last.pt",
     }
-    assert cross_records(cross_matrices(rows))[0][4] == "weights"
 
 
 def chart_texts(monkeypatch, tmp_path, plot) -> list[str]:

@@ -116,12 +116,18 @@ def _padding(flat: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in chosen.items()) or "(the model's own)"
 
 
-def _recorded_config(folder: Path) -> dict | None:
-    """The config the run in ``folder`` was started with: Hydra's ``.hydra/config.yaml`` (read
-    without the run dir, which only Hydra resolves), else its ``last.pt``'s; None where unreadable."""
+def hydra_record(folder: Path) -> DictConfig | None:
+    """Hydra's record of the config the run in ``folder`` was started with (``.hydra/config.yaml``),
+    unresolved; None where there is none."""
     saved = folder / ".hydra" / "config.yaml"
+    return OmegaConf.load(saved) if saved.is_file() else None
+
+
+def _recorded_config(folder: Path) -> dict | None:
+    """The config the run in ``folder`` was started with: :func:`hydra_record` (read without the
+    run dir, which only Hydra resolves), else its ``last.pt``'s; None where unreadable."""
     try:
-        config = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
+        config = OmegaConf.to_container(hydra_record(folder), resolve=False)  # None (no record): raises
         config.pop("run_dir", None)  # ${hydra:runtime.output_dir}: this process's, not that run's
         return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
     except Exception:  # noqa: BLE001 (absent, or a YAML another version wrote: the checkpoint then)

@@ -193,11 +193,11 @@ def recorded_seed(checkpoint: Path) -> int | None:
     record beside it (``.hydra/config.yaml``), else from the checkpoint's own ``config`` (read
     without running pickled code, its tensors left on disk); None where neither says."""
     import torch
-    from omegaconf import OmegaConf
 
-    hydra_record = checkpoint.parent / ".hydra" / "config.yaml"
+    from ..job.latest_run import hydra_record
+
     try:
-        seed = OmegaConf.load(hydra_record).get("seed") if hydra_record.is_file() else None
+        seed = (hydra_record(checkpoint.parent) or {}).get("seed")
         if seed is None and checkpoint.is_file():
             saved = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
             seed = ((saved.get("config") if isinstance(saved, dict) else None) or {}).get("seed")

@@ -144,17 +144,18 @@ def weights_name(weights: str) -> str:
     source's) file keeps its prefix. A row records the path as its user typed it, from a folder
     it does not record: a relative path is looked for from the current folder, and one not
     found there, or a hub name (``timm:resnet50.a1_in1k``), stays as written."""
-    prefix, colon, rest = weights.partition(":")
-    prefix, path = (prefix, rest) if colon and prefix in WEIGHTS_SOURCES else ("", weights)
+    from ..weights import WeightsError, parse_weights
+
     try:
-        found = Path(path).resolve() if path and Path(path).is_file() else None
-    except OSError:  # a name too long or unreadable for this filesystem: not a file here
+        spec = parse_weights(weights)
+        found = spec.path.resolve() if spec.path is not None and spec.path.is_file() else None
+    except (WeightsError, OSError):  # no weights= value, a name too long or unreadable here: not a file here
         found = None
     if found is None:
         return weights
     here = Path.cwd().resolve()
     named = found.relative_to(here).as_posix() if found.is_relative_to(here) else str(found)
-    return named if prefix in ("", "checkpoint") else f"{prefix}:{named}"
+    return named if spec.source == "checkpoint" else f"{spec.source}:{named}"
 
 
 def run_labels(keys: Sequence[str], weights: Sequence[str]) -> list[str]:

@@ -152,7 +152,7 @@ PRESETS: dict[str, Padding] = {
 SITES = tuple(f.name for f in fields(Padding))
 SCHEME_SITES = tuple(site for site in SITES if site not in BLUR_SITES)  # the sites a name's brackets set
 # Padding.name: <preset>[<site>=<scheme>,...]+blur(<sites>), the brackets and the blur optional
-_NAME = re.compile(r"(?P<preset>[^\[\]+()]+)(\[(?P<sites>[^\]]*)\])?(\+blur\((?P<blurred>[^()]*)\))?")
+SCHEME_NAME = re.compile(r"(?P<preset>[^\[\]+()]+)(\[(?P<sites>[^\]]*)\])?(\+blur\((?P<blurred>[^()]*)\))?")
 
 
 def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding = "symmetric") -> Padding:
@@ -193,7 +193,7 @@ def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding 
 def _parse_name(name: str) -> Padding:
     """A :attr:`Padding.name` (or one with its sites in another order, or from another base
     preset) -> Padding."""
-    parsed = _NAME.fullmatch(name.strip())
+    parsed = SCHEME_NAME.fullmatch(name.strip())
     if parsed is None or parsed["preset"] not in PRESETS:
         if name == "custom":  # what rows named a per-site scheme before names said its sites
             raise ValueError(

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..command_lines import started_from_checkout, unreadable_override
 from ..config import ConfigError, compose, config_dir, padding_overrides, register_configs
+from ..padding import SCHEME_NAME
 from .config_exit import exit_config_error
 from .errors import JobEnded, one_line_errors
 
@@ -37,8 +38,6 @@ FULL_ERROR = "HYDRA_FULL_ERROR"  # "1": Hydra raises its errors instead of print
 # Options that point Hydra at the user's own configs: their groups and keys are not the ones checked here
 OWN_CONFIGS = ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp", "hydra.searchpath",
                "+hydra.searchpath", "++hydra.searchpath")  # fmt: skip
-# One value of +padding=: a preset, or Padding.name's <preset>[<site>=<scheme>,...]+blur(<sites>)
-SCHEME_NAME = re.compile(r"[\w-]+(\[[^\[\]]*\])?(\+blur\([^()]*\))?")
 PRESET_NAME = re.compile(r"[\w-]+")  # a preset, or a typo of one: Hydra reads it (and names the nearest)
 RootConfig = Callable[[], DictConfig | None]  # the command's config, composed when first asked
 
@@ -320,7 +319,8 @@ def _scheme_overrides(typed: str) -> list[str]:
 def _per_site_name(text: str) -> bool:
     """Whether ``text`` is a scheme's name that Hydra cannot read as one option: a preset with
     per-site parts or blurred sites (``tf_same[stem_pool=symmetric]``, ``symmetric+blur(block_conv)``)."""
-    return SCHEME_NAME.fullmatch(text) is not None and PRESET_NAME.fullmatch(text) is None
+    parsed = SCHEME_NAME.fullmatch(text)
+    return parsed is not None and parsed["preset"] != text and PRESET_NAME.fullmatch(parsed["preset"]) is not None
 
 
 def hydra_command(

@@ -64,6 +64,14 @@ def started_from_checkout() -> bool:
     return (package.parent / "train.py").is_file()
 
 
+def install_extra(extra: str) -> str:
+    """The pip command that brings pyproject.toml's ``extra`` to this install of the project: by name
+    for an installed package, editable from its folder for a checkout (``pip install -e .`` there)."""
+    if started_from_checkout():
+        return f"pip install -e {shell_word(f'{Path(__file__).resolve().parents[1]}[{extra}]')}"
+    return f"pip install {shell_word(f'resnet-padding[{extra}]')}"
+
+
 def shell_word(word: str) -> str:
     """``word`` for the shell, as readable as it can be: bare, in single quotes, or (holding single
     quotes, as a Hydra-quoted value may) in double quotes, falling back to :func:`shlex.quote`."""

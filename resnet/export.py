@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from .command_lines import install_extra
 from .padding import freeze_padding
 
 if TYPE_CHECKING:
@@ -62,10 +63,7 @@ def missing_export_tools() -> str | None:
             missing.append(name)
     if not missing:
         return None
-    return (
-        f"ONNX export needs {', '.join(missing)}, not installed here: pip install -e '.[{EXPORT_EXTRA}]' "
-        f"in a checkout (pip install 'resnet-padding[{EXPORT_EXTRA}]' otherwise)"
-    )
+    return f"ONNX export needs {', '.join(missing)}, not installed here: {install_extra(EXPORT_EXTRA)}"
 
 
 class OnnxMismatch(RuntimeError):

@@ -29,7 +29,7 @@ import json
 import os
 from pathlib import Path
 
-from ..command_lines import shell_word, started_from_checkout
+from ..command_lines import install_extra
 
 # What train.py and eval.py log (resnet/engine/runlog.py, resnet/report/wandb_log.py);
 # tests/report/test_dashboard.py checks each against an offline run's files.
@@ -125,14 +125,6 @@ def save(workspace) -> str:
     return workspace.url
 
 
-def install_extra() -> str:
-    """The pip command that brings :data:`EXTRA` to this install of the project: by name for an
-    installed package, editable from its folder for a checkout (``pip install -e .`` there)."""
-    if started_from_checkout():
-        return f"pip install -e {shell_word(f'{Path(__file__).resolve().parents[2]}[{EXTRA}]')}"
-    return f"pip install {shell_word(f'resnet-padding[{EXTRA}]')}"
-
-
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
@@ -164,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
             workspace = build_workspace(args.entity, args.project, args.name)
         except ImportError as err:  # the extra is not installed
             raise ConfigError(f"resnet-dashboard needs its {EXTRA} extra ({_first_line(err)}), --dry-run too "
-                              f"(wandb-workspaces writes the spec): {install_extra()}") from None  # fmt: skip
+                              f"(wandb-workspaces writes the spec): {install_extra(EXTRA)}") from None  # fmt: skip
         except ValueError as err:  # pydantic's: a name with an emoji
             why = err.errors()[0]["msg"] if hasattr(err, "errors") else _first_line(err)
             raise ConfigError(f"the workspace cannot be named {args.name!r}: {why}") from None

@@ -73,7 +73,7 @@ def test_export_without_its_extra_prints_help_and_says_in_one_line_what_to_insta
     (help_code, help_out, _), (code, _, err) = seen["commands"]
     assert help_code == 0 and "out" in help_out
     assert code == 1 and err.count("\n") == 1, err
-    assert err.startswith("resnet-export: ONNX export needs onnx") and f"pip install -e '.[{EXPORT_EXTRA}]'" in err
+    assert err.startswith("resnet-export: ONNX export needs onnx") and f"pip install -e '{REPO}[{EXPORT_EXTRA}]'" in err
 
 
 def test_the_export_extra_holds_every_module_export_needs():

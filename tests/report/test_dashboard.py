@@ -16,6 +16,7 @@ if os.environ.get("RESNET_PADDING_MIN_DEPS"):  # bash scripts/test.sh --min-deps
 import wandb  # noqa: E402
 import wandb_workspaces  # noqa: E402, F401  (the dashboard extra, which setup.sh test installs: a missing one fails here)
 
+from resnet import command_lines
 from resnet.cli import dashboard
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
@@ -187,7 +188,7 @@ def test_a_missing_extra_is_one_line_naming_this_installs_pip_command(checkout, 
     is the checkout only when run from there)."""
     for name in ["wandb_workspaces", *(n for n in sys.modules if n.startswith("wandb_workspaces."))]:
         monkeypatch.setitem(sys.modules, name, None)  # import fails: as where the extra is not installed
-    monkeypatch.setattr(dashboard, "started_from_checkout", lambda: checkout)
+    monkeypatch.setattr(command_lines, "started_from_checkout", lambda: checkout)
     spec = tmp_path / "spec.json"
     with pytest.raises(SystemExit) as exit_:
         dashboard.main(["--entity", "e", *(["--dry-run", str(spec)] if dry_run else [])])
@@ -199,4 +200,4 @@ def test_a_missing_extra_is_one_line_naming_this_installs_pip_command(checkout, 
 
 
 def test_this_checkout_is_told_its_own_folders_extra():
-    assert dashboard.install_extra() == f"pip install -e '{REPO}[dashboard]'"
+    assert command_lines.install_extra(dashboard.EXTRA) == f"pip install -e '{REPO}[dashboard]'"

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from .file_index import FileIndex
+from .files import MAX_FILE_BYTES
 from .folder_scan import folder_prefix, listed_images
 from .imagefolder import IMAGE_EXTENSIONS, ImageFiles, find_classes
 from .shards.write import Sample, file_samples, make_keys
@@ -188,10 +189,16 @@ def is_flat_val(val_dir: Path) -> bool:
 
 
 def open_flat_val(
-    root: str | Path, val_dir: Path, transform, val_labels: str | None = None, devkit: str | None = None
+    root: str | Path,
+    val_dir: Path,
+    transform,
+    val_labels: str | None = None,
+    devkit: str | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> ImageFiles:
     """The flat ILSVRC2012 val/ as a dataset, labelled by ``val_labels`` (the devkit's ground truth or
-    Kaggle's solution csv), looked for under ``root`` when not given."""
+    Kaggle's solution csv), looked for under ``root`` when not given; ``max_file_bytes``: as
+    :class:`ImageFiles`'."""
     if val_labels is None:
         found = [Path(root) / name for name in VAL_LABELS if (Path(root) / name).is_file()]
         if not found:
@@ -202,7 +209,7 @@ def open_flat_val(
             )
         val_labels = str(found[0])
     classes, samples = val_samples(val_dir, val_labels, devkit)
-    return ImageFiles(samples, classes, transform)
+    return ImageFiles(samples, classes, transform, max_file_bytes)
 
 
 def train_samples(src: str | Path) -> tuple[list[str], list[Sample], list[str]]:

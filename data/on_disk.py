@@ -90,27 +90,31 @@ class Folders(OnDisk):
         transform: Transform,
         val_labels: str | None = None,
         devkit: str | None = None,
+        max_file_bytes: int = MAX_FILE_BYTES,
     ) -> tuple[ImageFiles, str | None]:
         """``split`` for evaluation, and a note to print where it holds part of ImageNet's classes.
 
         A ``val/`` takes the training split's classes when that is there, so that one missing a class
         fails instead of shifting every label after it. Without one, a wnid ``val/`` may hold any of
         ImageNet's 1,000 classes, each keeping its class index; a flat one is the raw ILSVRC2012
-        val/, labelled by ``val_labels`` (and ``devkit``), found under ``root`` when not given."""
+        val/, labelled by ``val_labels`` (and ``devkit``), found under ``root`` when not given.
+        ``max_file_bytes``: as :meth:`open_training`'s."""
         (folder,) = self.split_dirs(root, split, purpose=" evaluation" if split == "val" else "")
         if split == "train":
-            return ImageFolder(folder, transform), None
+            return ImageFolder(folder, transform, max_file_bytes=max_file_bytes), None
         from .ilsvrc import is_flat_val, open_flat_val
 
         if is_flat_val(folder):
-            return open_flat_val(root, folder, transform, val_labels, devkit), None
+            return open_flat_val(root, folder, transform, val_labels, devkit, max_file_bytes), None
         if (train_dir := Path(root) / "train").is_dir():
-            return ImageFolder(folder, transform, classes=find_classes(train_dir)), None
+            return ImageFolder(folder, transform, classes=find_classes(train_dir), max_file_bytes=max_file_bytes), None
         if not self.wnid_folders:
-            return ImageFolder(folder, transform), None
+            return ImageFolder(folder, transform, max_file_bytes=max_file_bytes), None
         from .testsets import imagenet_wnids
 
-        dataset = ImageFolder(folder, transform, classes=list(imagenet_wnids()), subset=True)
+        dataset = ImageFolder(
+            folder, transform, classes=list(imagenet_wnids()), subset=True, max_file_bytes=max_file_bytes
+        )
         if len(dataset.present) == len(dataset.classes):
             return dataset, None
         return dataset, (
@@ -147,6 +151,7 @@ class Shards(OnDisk):
         **kwargs,
     ) -> ShardBatches:
         """``split``'s shards, this rank's share in batches; ``purpose`` as :meth:`split_dirs`'s;
-        ``kwargs``: ``train``, ``collate_fn`` and ``limit`` of :class:`data.shards.read.ShardBatches`."""
+        ``kwargs``: ``train``, ``collate_fn``, ``limit`` and ``max_file_bytes`` of
+        :class:`data.shards.read.ShardBatches`."""
         (folder,) = self.split_dirs(root, split, purpose=purpose)
         return ShardBatches.open(folder, transform, batch_size, rank, world_size, seed, **kwargs)

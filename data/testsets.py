@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from .file_index import FileIndex
+from .files import MAX_FILE_BYTES
 from .folder_scan import folder_prefix, links_line, walk_images
 from .imagefolder import ImageFiles, ImageFolder
 
@@ -104,26 +105,31 @@ def images_root(name: str, root: str | None) -> Path:
 
 
 def open_test_set(
-    name: str, root: str | None, transform: Callable[[bytes], torch.Tensor], real_labels: str | None = None
+    name: str,
+    root: str | None,
+    transform: Callable[[bytes], torch.Tensor],
+    real_labels: str | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> EvalSet:
-    """The images of test set ``name`` under ``root`` and how to score them (module docstring)."""
+    """The images of test set ``name`` under ``root`` and how to score them (module docstring);
+    ``max_file_bytes``: as :class:`~data.imagefolder.ImageFiles`'."""
     folder = images_root(name, root)
     if name == "imagenet_v2":
-        return _folders(folder, transform, [str(i) for i in range(1000)], "ImageNetV2")
+        return _folders(folder, transform, [str(i) for i in range(1000)], "ImageNetV2", max_file_bytes)
     if name == "imagenet_sketch":
-        return _folders(folder, transform, list(imagenet_wnids()), "ImageNet-Sketch")
+        return _folders(folder, transform, list(imagenet_wnids()), "ImageNet-Sketch", max_file_bytes)
     if name in ("imagenet_r", "imagenet_a"):
         wnids, indices = subset_classes(name)
         title = "ImageNet-R" if name == "imagenet_r" else "ImageNet-A"
-        found = _folders(folder, transform, list(wnids), title)
+        found = _folders(folder, transform, list(wnids), title, max_file_bytes)
         return EvalSet(found.dataset, LabelSpace(logits=torch.tensor(indices)), found.note)
     if name == "imagenet_real":
-        return _real(folder, transform, real_labels)
+        return _real(folder, transform, real_labels, max_file_bytes)
     raise ValueError(f"unknown test set {name!r}; choose one of {', '.join(TEST_SETS)}")
 
 
-def _folders(folder: Path, transform, classes: list[str], title: str) -> EvalSet:
-    dataset = ImageFolder(folder, transform, classes=classes, subset=True)
+def _folders(folder: Path, transform, classes: list[str], title: str, max_file_bytes: int) -> EvalSet:
+    dataset = ImageFolder(folder, transform, classes=classes, subset=True, max_file_bytes=max_file_bytes)
     note = None
     if len(dataset.present) < len(classes):
         note = f"{folder} holds {len(dataset.present)} of {title}'s {len(classes)} classes; each keeps its index"
@@ -142,7 +148,7 @@ def read_real_labels(path: str | None) -> list[list[int]]:
     return labels
 
 
-def _real(folder: Path, transform, real_labels: str | None) -> EvalSet:
+def _real(folder: Path, transform, real_labels: str | None, max_file_bytes: int) -> EvalSet:
     labels = read_real_labels(real_labels)
     found, links = walk_images(folder)
     if links:
@@ -173,4 +179,6 @@ def _real(folder: Path, transform, real_labels: str | None) -> EvalSet:
     if unlabelled:
         note = f"left out {unlabelled} of {len(paths)} images that have no ReaL label (as the ReaL paper does)"
     index = FileIndex.from_pairs(samples, folder_prefix(folder))
-    return EvalSet(ImageFiles(index, list(imagenet_wnids()), transform), LabelSpace(label_sets=sets), note)
+    return EvalSet(
+        ImageFiles(index, list(imagenet_wnids()), transform, max_file_bytes), LabelSpace(label_sets=sets), note
+    )

@@ -27,6 +27,7 @@ from data import ShardSampler, collate
 from data.batch import BadImage, pass_batch
 from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
+from data.files import MAX_FILE_BYTES
 from data.registry import Folders, InMemory, OnDisk, Shards, find, names
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
@@ -151,6 +152,7 @@ def build_eval_loader(
     many); None: all. ``max_file_bytes``: ``data.max_file_mb`` in bytes, a larger file is skipped
     unread and counted (None: the datasets' default)."""
     entry = _entry(name, split)
+    max_file_bytes = MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes
     if isinstance(entry, InMemory):
         dataset = entry.open(split, root=root)
         native = dataset.images.shape[-1]
@@ -172,11 +174,11 @@ def build_eval_loader(
         transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
     if isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards
         shards = entry.open(root, split, transform, batch_size, rank, world_size, train=False, collate_fn=collate_fn,
-                            limit=take, purpose=" evaluation" if split == "val" else "")  # fmt: skip
-        return _shard_data(shards, workers, max_file_bytes)
+                            limit=take, max_file_bytes=max_file_bytes,
+                            purpose=" evaluation" if split == "val" else "")  # fmt: skip
+        return _shard_data(shards, workers)
     if entry is None:  # a test set: scored with ImageNet's 1,000 logits (R and A score 200 of them)
-        found = open_test_set(name, root, transform, real_labels)
-        _limit(found.dataset, max_file_bytes)
+        found = open_test_set(name, root, transform, real_labels, max_file_bytes)
         return _shared(
             found.dataset,
             len(imagenet_wnids()),
@@ -190,26 +192,18 @@ def build_eval_loader(
             labels=found.labels,
             note=found.note,
         )
-    dataset, note = entry.open_eval(root, split, transform, val_labels, devkit)
-    _limit(dataset, max_file_bytes)
+    dataset, note = entry.open_eval(root, split, transform, val_labels, devkit, max_file_bytes)
     return _shared(dataset, len(dataset.classes), 3, batch_size, workers, rank, world_size, take, collate_fn, note=note)
 
 
-def _shard_data(shards, workers: int, max_file_bytes: int | None) -> EvalData:
+def _shard_data(shards, workers: int) -> EvalData:
     """Shards read by ``workers`` loader workers, each batch whole from its shard."""
-    _limit(shards, max_file_bytes)
     loader = DataLoader(
         shards, batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available()
     )
     whole = int(shards.counts.sum())
     part = whole if shards.total < whole else None
     return EvalData(loader, len(shards.classes), 3, shards.total, None, split_size=part)
-
-
-def _limit(dataset, max_file_bytes: int | None) -> None:
-    """A dataset of files (folders, flat val folders, test sets, shards) skips larger files unread."""
-    if max_file_bytes is not None:
-        dataset.max_file_bytes = max_file_bytes
 
 
 def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:

@@ -114,11 +114,7 @@ class StopRequest:
 
     def _submitit_signal(self) -> tuple[int, ...]:
         launch = self.env.launch
-        if launch is None or launch.launcher != "submitit":
-            return ()
-        from submitit import JobEnvironment
-
-        return (JobEnvironment._usr_sig(),)
+        return signals.submitit_signal(launched=launch is not None and launch.launcher == "submitit")
 
     def _released(self) -> tuple[tuple[Callable | int | None, int] | None, str | None]:
         """The handlers put back; (submitit's handler, its signal) where submitit launched us, and

@@ -48,9 +48,10 @@ class _Record:
 _record = _Record()
 
 
-def submitit_signal() -> tuple[int, ...]:
-    """submitit's preemption signal when submitit started this process (it sets SUBMITIT_FOLDER), else ()."""
-    if "SUBMITIT_FOLDER" not in os.environ:
+def submitit_signal(launched: bool | None = None) -> tuple[int, ...]:
+    """submitit's preemption signal when submitit started this process (``launched``; None: where it
+    set SUBMITIT_FOLDER), else ()."""
+    if not ("SUBMITIT_FOLDER" in os.environ if launched is None else launched):
         return ()
     return (getattr(signal, "SIG" + os.environ.get(SUBMITIT_SIGNAL_ENV, "USR2")),)
 

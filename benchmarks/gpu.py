@@ -163,11 +163,12 @@ def train_contenders(args, device) -> dict[str, Callable[[], int]]:
 
 
 def loader_contenders(args, device, root: Path, stack: contextlib.ExitStack) -> dict[str, Callable[[], int]]:
-    from data import DataConfig, build_loaders
+    from data import build_loaders
+    from resnet.config import data_config
 
     contenders = {}
     for decode in ("cpu", "gpu"):  # on a CPU smoke run, decode=gpu's batches decode on the CPU
-        data = DataConfig("imagefolder", str(root), workers=args.workers, image_size=args.size, decode=decode)
+        data = data_config("imagefolder", root=str(root), workers=args.workers, image_size=args.size, decode=decode)
         loaders = stack.enter_context(build_loaders(data, batch_size=args.batch))
 
         # At least 20 batches per worker, the pipeline's steady state rather than its filling

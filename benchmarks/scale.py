@@ -178,9 +178,10 @@ def probe_workers(root: Path, kind: str, workers: int, batch: int, **_) -> dict:
 
 
 def probe_first_batch(root: Path, launched: float, workers: int, batch: int, resume: float = 0.0, **_) -> dict:
-    from data import DataConfig, build_loaders
+    from data import build_loaders
+    from resnet.config import data_config
 
-    loaders = build_loaders(DataConfig("imagenet", str(root), workers=workers), batch_size=batch)
+    loaders = build_loaders(data_config("imagenet", root=str(root), workers=workers), batch_size=batch)
     start_step = int(resume * len(loaders.train))
     start = time.perf_counter()
     loaders.set_epoch(0, start_step)

@@ -32,9 +32,10 @@ import torch
 
 from benchmarks import print_ratios
 from benchmarks.input_pipeline import save_result, write_jpegs
-from data import DataConfig, build_loaders
+from data import build_loaders
 from data.imagefolder import find_classes, find_images
 from data.shards import convert, file_samples
+from resnet.config import data_config
 
 GOAL = ">= 1.0"  # shards / folders, loader images/s per worker
 VERIFY_GOAL = ">= 0.98"  # shards read with their checksums checked / without
@@ -108,7 +109,9 @@ def main(argv: list[str] | None = None) -> dict:
         names = {"folder": "imagefolder", "shards": "imagenet_shards"}
 
         def build(kind: str):
-            return build_loaders(DataConfig(names[kind], str(root / kind), workers=args.workers), batch_size=args.batch)
+            return build_loaders(
+                data_config(names[kind], root=str(root / kind), workers=args.workers), batch_size=args.batch
+            )
 
         loaders = {kind: build(kind) for kind in names}
         readers = {kind: build(kind) for kind in names}

@@ -1,7 +1,8 @@
 """Data: datasets, loaders, augmentation and device-side normalisation.
 
->>> from data import DataConfig, build_loaders, Normalize, SkipLog
->>> loaders = build_loaders(DataConfig("fashion_mnist"), batch_size=128)
+>>> from data import build_loaders, Normalize, SkipLog
+>>> from resnet.config import data_config  # configs/data/<name>.yaml as a DataConfig
+>>> loaders = build_loaders(data_config("fashion_mnist"), batch_size=128)
 
 What each module holds: :mod:`.fashion_mnist` (the built-in dataset), :mod:`.imagefolder`,
 :mod:`.testsets` (ImageNet-V2 / ReaL / R / A / Sketch), :mod:`.ilsvrc` (the raw ILSVRC2012

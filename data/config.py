@@ -1,9 +1,10 @@
 """What a run asks of its data, as one typed value: :class:`DataConfig`; and :class:`ConfigError`,
 the one error of a config that cannot work (the data's and the library's alike).
 
-``configs/data/*.yaml`` hold the same keys (``progressive_resize`` is ``progressive`` here);
-:meth:`DataConfig.from_config` reads them, so the trainer hands the loaders one object
-instead of copying a dozen keywords by hand.
+``configs/data/base/dataset.yaml`` declares every key of a ``data:`` config, with its default and
+what it means; each ``configs/data/<name>.yaml`` starts from it. :class:`DataConfig` holds those keys
+typed and states none of their values: :meth:`DataConfig.from_config` reads a composed config, and
+``resnet.config.data_config(name, **changes)`` composes one outside Hydra (the library's way).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from .files import MAX_FILE_MB, mib_bytes
+from .files import mib_bytes
 
 
 class ConfigError(ValueError):
@@ -21,23 +22,24 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class DataConfig:
-    """A dataset and how its images are read, cropped and augmented (:func:`data.build_loaders`)."""
+    """A dataset and how its images are read, cropped and augmented (:func:`data.build_loaders`);
+    each field is the key of ``configs/data/base/dataset.yaml`` of its name, which says what it means."""
 
     name: str  # a dataset of data.registry
-    root: str | None = None  # holding train/ and val/, or an in-memory dataset's files (None: its own lookup)
-    workers: int = 0  # decode processes per training process
-    image_size: int | None = None  # None: 224 for image files, an in-memory dataset's own size
-    val_size: int | None = None  # val crop when it differs from training's (FixRes); None: image_size
-    crop_pct: float = 0.875  # val: resize to floor(image_size / crop_pct), centre crop image_size
-    min_scale: float = 0.08  # train: smallest crop area, as a fraction of the image
-    interpolation: str = "bilinear"  # or bicubic; train and val
-    crop_padding: int = 4  # in-memory train: random crop after zero padding by this many pixels
-    augment: bool = True  # False: train images get the val transform (deterministic runs, tests)
-    auto_augment: str | None = None  # ta_wide | rand-m6-... (data.augment): a policy after the crop
-    repeated_aug: int = 0  # > 1: timm's RepeatAugSampler, each image this many times per epoch
-    progressive: Mapping | None = None  # data.augment.train_size's keywords: the crop grows per epoch
-    decode: str = "cpu"  # gpu: training JPEGs travel encoded and are decoded on the GPU (data.gpu_decode)
-    max_file_mb: float = MAX_FILE_MB  # MiB: a larger file is skipped and counted, never read (data.files)
+    root: str | None
+    workers: int | str  # a number, or auto (resnet.runtime.workers resolves it before the loaders)
+    image_size: int | None  # None: an in-memory dataset's own size
+    val_size: int | None
+    crop_pct: float
+    min_scale: float
+    interpolation: str
+    crop_padding: int
+    augment: bool
+    auto_augment: str | None
+    repeated_aug: int
+    progressive_resize: Mapping | None  # data.augment.train_size's keywords
+    decode: str
+    max_file_mb: float
 
     @property
     def max_file_bytes(self) -> int:
@@ -45,10 +47,14 @@ class DataConfig:
         return mib_bytes(self.max_file_mb)
 
     @classmethod
-    def from_config(cls, data_cfg: Mapping, workers: int) -> DataConfig:
-        """From a ``data:`` config as a plain mapping (``OmegaConf.to_container(cfg.data,
-        resolve=True)``), with the worker count already decided (``workers: auto`` is the
-        caller's to resolve)."""
-        known = {f.name for f in fields(cls)} - {"workers", "progressive"}
-        values = {key: data_cfg[key] for key in known if data_cfg.get(key) is not None}
-        return cls(**values, workers=workers, progressive=data_cfg.get("progressive_resize") or None)
+    def from_config(cls, data_cfg: Mapping) -> DataConfig:
+        """From a composed ``data:`` config as a plain mapping (``OmegaConf.to_container(cfg.data,
+        resolve=True)``); the keys it holds besides (``num_classes``, ``preprocessing``) are the
+        model's and evaluation's. A key it lacks is one line naming the file that declares it."""
+        missing = [f.name for f in fields(cls) if f.name not in data_cfg]
+        if missing:
+            raise ConfigError(
+                f"data={data_cfg.get('name')} has no data.{missing[0]}: start its YAML from "
+                "configs/data/base/dataset.yaml (defaults: [base/dataset@_here_]), which declares every data key"
+            )
+        return cls(**{f.name: data_cfg[f.name] for f in fields(cls)})

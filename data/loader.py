@@ -7,7 +7,7 @@ the built-in ``fashion_mnist`` (28x28 grey) and ``synthetic``.
 
 What the trainer does::
 
-    data = DataConfig("imagenet", cfg.data.root, workers=8)  # or DataConfig.from_config(cfg.data, workers=8)
+    data = DataConfig.from_config(plain_data_cfg)  # resnet.config.data_config("imagenet", root=...) outside Hydra
     loaders = build_loaders(data, batch_size=256, rank=dist.rank, world_size=dist.world_size, seed=cfg.seed)
     normalize = Normalize(model.meta.preprocessing).to(device)  # data.normalize
     model = build_model(..., num_classes=loaders.num_classes, in_chans=loaders.in_chans)
@@ -142,7 +142,7 @@ def build_loaders(
             data.root, train_tf, val_tf, cache_dir, print if rank == 0 else None, max_file_bytes=data.max_file_bytes
         )
         class_names, protocol = train_set.classes, {"train": repr(train_tf), "val": repr(val_tf)}
-        in_chans, image_size, workers, collate_fn = 3, _size(data), data.workers, collate
+        in_chans, image_size, workers, collate_fn = 3, data.image_size, data.workers, collate
 
     check_room(
         workers,
@@ -172,7 +172,7 @@ def build_loaders(
         val_size=min(len(val_set), val_images or len(val_set)),
         val_split_size=len(val_set),
         protocol={"dataset": data.name, **protocol},
-        train_size=_size_schedule(data.progressive),
+        train_size=_size_schedule(data.progressive_resize),
     )
 
 
@@ -182,7 +182,7 @@ def _check(data: DataConfig) -> InMemory | Folders | Shards:
     if dataset is None:
         raise ValueError(f"unknown dataset {data.name!r}; choose one of {', '.join(names())}")
     memory = dataset if isinstance(dataset, InMemory) else None
-    if memory is not None and (data.auto_augment or data.repeated_aug > 1 or data.progressive):
+    if memory is not None and (data.auto_augment or data.repeated_aug > 1 or data.progressive_resize):
         raise ValueError(
             f"{data.name} is augmented in memory by random crops and flips only; auto_augment, "
             "repeated_aug and progressive resizing need image files (data=imagefolder or imagenet)"
@@ -205,16 +205,12 @@ def _check(data: DataConfig) -> InMemory | Folders | Shards:
     return dataset
 
 
-def _size(data: DataConfig) -> int:
-    return data.image_size or 224
-
-
 def _file_transforms(data: DataConfig):
     """(train, val) transforms of encoded image files, for folders and shards alike."""
-    image_size = _size(data)
+    image_size = data.image_size
     val_tf = ResizeCenterCrop(data.val_size or image_size, crop_pct=data.crop_pct, interpolation=data.interpolation)
     if not data.augment:
-        if data.auto_augment or data.progressive:
+        if data.auto_augment or data.progressive_resize:
             raise ValueError(
                 "data.augment=false gives training images the validation transform; auto_augment "
                 "and progressive resizing need data.augment=true"
@@ -222,8 +218,8 @@ def _file_transforms(data: DataConfig):
         return val_tf, val_tf
     crop = EncodedRandomResizedCropFlip if data.decode == "gpu" else RandomResizedCropFlip
     train_tf = crop(image_size, scale=(data.min_scale, 1.0), interpolation=data.interpolation)
-    if data.progressive:
-        train_tf.set_size(_size_schedule(data.progressive)(0))
+    if data.progressive_resize:
+        train_tf.set_size(_size_schedule(data.progressive_resize)(0))
         train_tf.share_size()  # set_epoch changes it in the persistent workers too
     return (Augmented(train_tf, data.auto_augment) if data.auto_augment else train_tf), val_tf
 
@@ -270,7 +266,9 @@ def _shard_loaders(
         max_file_bytes=data.max_file_bytes,
     )
     check_same_classes(train_set.classes, val_set.classes)
-    check_room(data.workers, largest_batch(data, batch_size, val_batch_size, _size(data)), processes=processes_per_node)
+    check_room(
+        data.workers, largest_batch(data, batch_size, val_batch_size, data.image_size), processes=processes_per_node
+    )
     common = dict(
         batch_size=None,
         num_workers=data.workers,
@@ -284,12 +282,12 @@ def _shard_loaders(
         num_classes=len(train_set.classes),
         class_names=list(train_set.classes),
         in_chans=3,
-        image_size=_size(data),
+        image_size=data.image_size,
         val_size=val_set.total,
         val_split_size=int(val_set.counts.sum()),
         protocol={"dataset": data.name, "train": repr(train_tf), "val": repr(val_tf)},
         order_depends_on={"workers": data.workers},  # each worker reads a contiguous block of batches
-        train_size=_size_schedule(data.progressive),
+        train_size=_size_schedule(data.progressive_resize),
     )
 
 

@@ -8,13 +8,15 @@
 * :func:`register_configs`: the ``model=<arch>`` and ``padding=<preset>`` options, generated
   from the architecture table and the padding presets, so neither is written twice;
 * :func:`config_dir` and :func:`compose`: where the configs are, and a config composed from them
-  with overrides, as the commands see it (every command, the demo, the benchmarks and the tests).
+  with overrides, as the commands see it (every command, the demo, the benchmarks and the tests);
+  :func:`data_config`: a dataset's :class:`data.DataConfig` from its YAML, outside Hydra.
 
 Where tensors run is :mod:`resnet.runtime.device`; how many loader workers, :mod:`resnet.runtime.workers`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -236,3 +238,22 @@ def compose(name: str, *overrides: str, hydra: bool = False) -> DictConfig:
         return hydra_compose(config_name=name, overrides=list(overrides), return_hydra_config=hydra)
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return hydra_compose(config_name=name, overrides=list(overrides), return_hydra_config=hydra)
+
+
+def data_config(name: str, **changes):
+    """The :class:`data.DataConfig` of ``python train.py data=<name> data.<key>=<value> ...``, made
+    outside Hydra: ``configs/data/<name>.yaml`` with ``changes`` over it (``root=``, ``image_size=``),
+    ``workers=auto`` as :func:`resnet.runtime.workers.auto_workers` counts it here. The library's way to a
+    DataConfig: ``build_loaders(data_config("imagefolder", root="/data/pets"), batch_size=64)``."""
+    from data.config import DataConfig
+
+    node = {**_composed_data(name), **changes}
+    if str(node["workers"]) == "auto":
+        node["workers"] = auto_workers()
+    return DataConfig.from_config(node)
+
+
+@functools.cache
+def _composed_data(name: str) -> dict:
+    """``configs/data/<name>.yaml`` composed, resolved where it can be (a ``???`` stays as it is)."""
+    return OmegaConf.to_container(compose("train", f"data={name}").data, resolve=True, throw_on_missing=False)

@@ -10,7 +10,7 @@ any work (:func:`resnet.config.check_run_config` raises the first as a one-line
 
 Keys whose values are names (``device``, ``amp``, ``loss``, ``grid_bn``, ``on_nonfinite``,
 ``data_changed``) declare their ``choices`` here; they are checked where they act
-(:mod:`resnet.config`, :mod:`resnet.engine.checks`), each with its own one line, reading the
+(:mod:`resnet.config`, :mod:`resnet.engine.train_config`), each with its own one line, reading the
 choices from :func:`choices`; a padding preset and ``data.workers`` are checked in :mod:`resnet.config`.
 
 From :data:`KEYS` come :data:`SCHEMA` (the checks), :data:`resnet.job.resume_rules.RULES` (what a

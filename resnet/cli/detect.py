@@ -63,7 +63,7 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
             cfg.data.get("root"),
             protocol,
             cfg.batch_size,
-            data_workers(cfg.data),
+            data_workers(cfg.data.workers),
             val_labels=cfg.data.get("val_labels"),
             devkit=cfg.data.get("devkit"),
         )

@@ -89,7 +89,7 @@ def run(cfg) -> dict:
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
     try:
         data = build_eval_loader(cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size,
-                                 data_workers(cfg.data), split="train")  # fmt: skip
+                                 data_workers(cfg.data.workers), split="train")  # fmt: skip
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     check_fit(source.meta, data)

@@ -1,6 +1,6 @@
 """Training (``train.py``): one main, one loop, its metrics, its optimizer; one line per module:
 
-* :mod:`.run`: the body of ``train.py``: build everything from the config, train, checkpoint, report;
+* :mod:`.run`: the body of ``train.py``: build everything from the typed config, train, checkpoint, report;
 * :mod:`.loop`: one epoch, DDP-aware and resumable mid-epoch;
 * :mod:`.totals`: an epoch's totals by name, summed in one all-reduce, and the train metrics made from them;
 * :mod:`.optim`: the optimizer and the per-step LR schedule (the optim/ and sched/ groups);
@@ -8,7 +8,7 @@
 * :mod:`.mixup`: timm's Mixup / CutMix for batches of any size, odd ones too;
 * :mod:`.sync_bn`: ``sync_bn=true``, batch statistics over every process's batch, on any device;
 * :mod:`.seeding`: seeding and RNG snapshots (plain data, for the checkpoint);
-* :mod:`.checks`: the checks of a training config that need no data and no device;
+* :mod:`.train_config`: the config at the boundary: checked once, typed (:class:`~.train_config.TrainConfig`);
 * :mod:`.runlog`: rank 0's outputs: CSV logs, results.json, the summary table, train.log, W&B.
 
 The job's life cycle around the epochs (checkpoints, resume, locks, stop signals, lost peers, how

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig
 from torch import nn
 
 from ..schema import choices
@@ -14,7 +13,20 @@ from ..schema import choices
 LOSSES = choices("loss")  # ce, bce
 
 
-def loss_and_augment(cfg: DictConfig, num_classes: int, device: torch.device):
+@dataclass(frozen=True)
+class LossConfig:
+    """The keys of train.yaml that choose the loss and the batch augmentation on the device
+    (their defaults and ranges: :data:`resnet.schema.KEYS`)."""
+
+    loss: str  # a name of LOSSES
+    label_smoothing: float
+    bce_target_threshold: float | None  # bce: binarise targets at this value; None keeps them soft
+    mixup: float  # a Beta alpha; 0: off
+    cutmix: float  # a Beta alpha; 0: off
+    random_erasing: float  # a probability per image; 0: off
+
+
+def loss_and_augment(cfg: LossConfig, num_classes: int, device: torch.device):
     """The loss, and the batch augmentation on the device (timm's RandomErasing, then timm's
     Mixup/CutMix), as the config names them.
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
+from data.config import DataConfig
+
 from ..archs import ARCHS, canonical_name
-from ..config import ConfigError, padding_from_config, scheme_words
+from ..config import ConfigError, scheme_words
 from ..evaluation.loop import Evaluation, evaluate, unreadable_share
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_name, make_grid, set_grid
@@ -33,45 +35,45 @@ from ..report.console import format_table
 from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
 from ..runtime.container import volume_advice
-from ..runtime.device import Runtime, join_job, runtime_for
+from ..runtime.device import Runtime, choose_kernels, join_job, runtime_for
 from ..runtime.distributed import DistEnv, gather_objects, shutdown
 from ..runtime.workers import data_workers
-from .checks import check_train_config, grid_bn
 from .loop import EpochStats, ImagesRead, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
-from .optim import OptimConfig, SchedConfig, build_optimizer, build_scheduler
+from .optim import build_optimizer, build_scheduler
 from .runlog import RunLogger, run_log
 from .seeding import epoch_seed, seed_everything, set_rng_state
 from .sync_bn import convert_sync_batchnorm
 from .totals import TRAIN_METRICS, epoch_line_parts
+from .train_config import TrainConfig, train_config
 
 __all__ = ["CheckpointWriteError", "LoaderWorkerDied", "PeerLost", "RunFailed", "train"]
 
 
-def build_run_model(cfg: DictConfig) -> nn.Module:
-    """The model of ``cfg.model`` under the configured padding (with ``grid=``: its first preset,
+def build_run_model(config: TrainConfig) -> nn.Module:
+    """The model of ``config.model`` under the configured padding (with ``grid=``: its first preset,
     the sites made switchable between them, :mod:`resnet.grid`); its meta records what the run
     trains with: the data's preprocessing (where set) and its size, for evaluation."""
     recorded = {
-        "preprocessing": cfg.data.get("preprocessing"),
-        "eval_size": cfg.data.get("val_size") or cfg.data.get("image_size"),
+        "preprocessing": config.recorded["data"].get("preprocessing"),
+        "eval_size": config.data.val_size or config.data.image_size,
     }
-    grid = list(cfg.grid) if cfg.grid else None
-    padding = grid[0] if grid else padding_from_config(cfg)
-    model = instantiate(cfg.model, padding=padding, **{k: v for k, v in recorded.items() if v})
+    grid = list(config.grid) if config.grid else None
+    padding = grid[0] if grid else config.padding
+    model = instantiate(config.model, padding=padding, **{k: v for k, v in recorded.items() if v})
     if not grid:
         return model
-    return make_grid(model, grid, bn=grid_bn(cfg))
+    return make_grid(model, grid, bn=config.grid_bn)
 
 
-def shared_run_dir(cfg: DictConfig, env: DistEnv) -> tuple[Path, str | None]:
+def shared_run_dir(config: TrainConfig, env: DistEnv) -> tuple[Path, str | None]:
     """Rank 0's run dir for everyone (Hydra's timestamp can differ by a second between ranks), and
     the line saying which run it resumes where ``resume=true`` came without a run dir
     (:mod:`resnet.job.latest_run`: the unfinished run of this config under outputs/, or one line refusing)."""
-    found = [str(cfg.run_dir), None, None]  # run dir, its line, a refusal
+    found = [config.run_dir, None, None]  # run dir, its line, a refusal
     if env.is_main:
         try:
-            run_dir, note = pick_run_dir(cfg, Path(cfg.run_dir))
+            run_dir, note = pick_run_dir(config, Path(config.run_dir))
             found[:2] = str(run_dir), note
         except ConfigError as err:
             found[2] = str(err)
@@ -85,26 +87,26 @@ def shared_run_dir(cfg: DictConfig, env: DistEnv) -> tuple[Path, str | None]:
 def train(cfg: DictConfig) -> dict:
     """Train as configured; return the results row (also written to results.json). A run dir
     that holds the finished run of this config is left as it is: its results are returned."""
-    check_train_config(cfg)
-    env = join_job(cfg)
+    config = train_config(cfg)  # the boundary: checked once, typed; nothing below reads cfg
+    env = join_job(config.device, config.data.workers, timeout=config.dist_timeout)
     lost = None
     heartbeat = peers.Heartbeat(env)  # so that the others can tell this process gone from blocked
     try:
-        run_dir, note = shared_run_dir(cfg, env)
-        if str(run_dir) != str(cfg.run_dir):
-            cfg.run_dir = str(run_dir)  # the run resumed (what reads cfg.run_dir: the folder-index cache)
+        run_dir, note = shared_run_dir(config, env)
+        if str(run_dir) != config.run_dir:
+            config = config.in_run_dir(str(run_dir))  # the run it resumes (the folder-index cache is there too)
         # own_run_dir: a second run into it is refused here, before it writes anything; cleanup: what
         # the run holds beyond its return (loader worker processes), released however it ends
         with own_run_dir(run_dir, env), contextlib.ExitStack() as cleanup:
-            done = finished_run(cfg, env, run_dir)
+            done = finished_run(config, env, run_dir)
             if done is not None:  # kept as it was, train.log too
                 return done
             cleanup.enter_context(run_log(run_dir, env.is_main))  # what the run prints, also in run_dir/train.log
             if env.is_main:
-                print(start_line(cfg, env, run_dir), flush=True)  # at once: the first batch can take a minute
+                print(start_line(config, env, run_dir), flush=True)  # at once: the first batch can take a minute
                 if note:
                     print(note, flush=True)
-            return _train(cfg, env, run_dir, cleanup)
+            return _train(config, env, run_dir, cleanup)
     except Exception as err:
         lost = err if isinstance(err, PeerLost) else lost_peer(err, env)
         if lost is None:  # an error of this process's own: the others say so, and do not requeue
@@ -114,9 +116,10 @@ def train(cfg: DictConfig) -> dict:
         if lost is err:
             raise
         # a peer lost outside the epochs (start-up, the results): no requeue of its own
-        kept = "its last.pt is intact" if (Path(cfg.run_dir) / "last.pt").exists() else "no last.pt was written yet"
+        run_dir = Path(config.run_dir)
+        kept = "its last.pt is intact" if (run_dir / "last.pt").exists() else "no last.pt was written yet"
         raise PeerLost(
-            f"{lost} (starting up or finishing); {kept}; to go on: {resume_command(Path(cfg.run_dir), env)}",
+            f"{lost} (starting up or finishing); {kept}; to go on: {resume_command(run_dir, env)}",
             lost.census,
         ) from None
     finally:
@@ -125,36 +128,37 @@ def train(cfg: DictConfig) -> dict:
             shutdown(env)
 
 
-def start_line(cfg: DictConfig, env: DistEnv, run_dir: Path) -> str:
+def start_line(config: TrainConfig, env: DistEnv, run_dir: Path) -> str:
     """What this run trains, where, and into which folder: the first line it prints."""
-    spec = padding_from_config(cfg)
-    padding = resolve_padding(spec, native=ARCHS[canonical_name(cfg.model.arch)].native_padding)
-    scheme = grid_name(cfg.grid) if cfg.grid else f"padding {scheme_words(padding.name)}"
-    if spec is None and not cfg.grid:
+    arch = config.model["arch"]
+    padding = resolve_padding(config.padding, native=ARCHS[canonical_name(arch)].native_padding)
+    scheme = grid_name(list(config.grid)) if config.grid else f"padding {scheme_words(padding.name)}"
+    if config.padding is None and not config.grid:
         scheme += " (its native padding)"
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""
     line = (
-        f"training {cfg.model.arch} with {scheme} on {cfg.data.name} for {cfg.epochs} "
-        f"epoch{'s' if cfg.epochs != 1 else ''} ({env.device}{processes}); run folder {run_dir}"
+        f"training {arch} with {scheme} on {config.data.name} for {config.epochs} "
+        f"epoch{'s' if config.epochs != 1 else ''} ({env.device}{processes}); run folder {run_dir}"
     )
     advice = volume_advice(run_dir)
     return line if advice is None else f"{line}\nnote: {advice}"
 
 
 def make_loaders(
-    data_cfg: DictConfig,
+    data: DataConfig,
+    num_classes: int,
     batch_size: int,
     env: DistEnv,
     seed: int,
     cache_dir: Path | None = None,
     val_images: int | None = None,
 ):
-    from data import DataConfig, build_loaders  # imported here so that composing configs stays fast
+    """The run's loaders (:func:`data.build_loaders`), ``data.workers=auto`` counted for this node;
+    a dataset whose classes are not ``num_classes`` (``data.num_classes``) is one line."""
+    from data import build_loaders  # imported here so that composing configs stays fast
     from data.gpu_decode import check_decode
 
-    data = DataConfig.from_config(
-        OmegaConf.to_container(data_cfg, resolve=True), workers=data_workers(data_cfg, env.local_world_size)
-    )
+    data = replace(data, workers=data_workers(data.workers, env.local_world_size))
     try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
         check_decode(data.decode, env.device)  # decode=gpu needs a CUDA device to decode on
         loaders = build_loaders(
@@ -169,9 +173,9 @@ def make_loaders(
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
-    if loaders.num_classes != data_cfg.num_classes:
+    if loaders.num_classes != num_classes:
         raise ConfigError(
-            f"data.num_classes={data_cfg.num_classes} but {data_cfg.name} has {loaders.num_classes} classes; "
+            f"data.num_classes={num_classes} but {data.name} has {loaders.num_classes} classes; "
             f"pass data.num_classes={loaders.num_classes}"
         )
     return loaders
@@ -229,35 +233,44 @@ class Training:
     steps_per_epoch: int  # optimizer steps an epoch, as the schedule is planned (max_steps_per_epoch applied)
 
 
-def build_training(cfg: DictConfig, env: DistEnv, cleanup: contextlib.ExitStack) -> Training:
-    runtime = runtime_for(cfg, env)
-    model = build_run_model(cfg)
+def build_training(config: TrainConfig, env: DistEnv, cleanup: contextlib.ExitStack) -> Training:
+    choose_kernels(env, config.deterministic)
+    runtime = runtime_for(env, config.amp, config.channels_last)
+    model = build_run_model(config)
     grid = list(model.grid) if hasattr(model, "grid") else None
     meta = model.meta
     loaders = cleanup.enter_context(
-        make_loaders(cfg.data, cfg.batch_size, env, cfg.seed, Path(cfg.run_dir), val_images=cfg.val_images)
+        make_loaders(
+            config.data,
+            config.num_classes,
+            config.batch_size,
+            env,
+            config.seed,
+            Path(config.run_dir),
+            val_images=config.val_images,
+        )
     )
     model = runtime.place(model)
-    if cfg.sync_bn and env.distributed:
+    if config.sync_bn and env.distributed:
         model = convert_sync_batchnorm(model, env)
     steps_per_epoch = len(loaders.train)
-    if cfg.max_steps_per_epoch:
-        steps_per_epoch = min(steps_per_epoch, cfg.max_steps_per_epoch)
-    optimizer = build_optimizer(OptimConfig.from_node(cfg.optim), model, cfg.batch_size * env.world_size)
-    scheduler = build_scheduler(SchedConfig.from_node(cfg.sched), optimizer, steps_per_epoch, cfg.epochs)
+    if config.max_steps_per_epoch:
+        steps_per_epoch = min(steps_per_epoch, config.max_steps_per_epoch)
+    optimizer = build_optimizer(config.optim, model, config.batch_size * env.world_size)
+    scheduler = build_scheduler(config.sched, optimizer, steps_per_epoch, config.epochs)
     scaler = torch.amp.GradScaler(env.device.type) if runtime.amp_dtype is torch.float16 else None
     ema = None
-    if cfg.ema_decay:
+    if config.ema_decay:
         from timm.utils import ModelEmaV3
 
-        ema = ModelEmaV3(model, decay=cfg.ema_decay**cfg.ema_every)  # ema_decay is per step
-    loss_fn, augment = loss_and_augment(cfg, loaders.num_classes, env.device)
+        ema = ModelEmaV3(model, decay=config.ema_decay**config.ema_every)  # ema_decay is per step
+    loss_fn, augment = loss_and_augment(config.loss, loaders.num_classes, env.device)
     return Training(
         model, meta, runtime, loaders, optimizer, scheduler, scaler, ema, loss_fn, augment, grid, steps_per_epoch
     )
 
 
-def _step_context(cfg: DictConfig, training: Training, env: DistEnv, stop: StopRequest) -> StepContext:
+def _step_context(config: TrainConfig, training: Training, env: DistEnv, stop: StopRequest) -> StepContext:
     """What every training step reads: the run's settings, the built parts, the stop request."""
     from data import Normalize
 
@@ -267,59 +280,60 @@ def _step_context(cfg: DictConfig, training: Training, env: DistEnv, stop: StopR
         augment=training.augment,
         loss_fn=training.loss_fn,
         scaler=training.scaler,
-        grad_clip=cfg.grad_clip,
-        on_nonfinite=cfg.on_nonfinite,
+        grad_clip=config.grad_clip,
+        on_nonfinite=config.on_nonfinite,
         ema=training.ema,
-        ema_every=cfg.ema_every,
-        freeze_bn=cfg.freeze_bn,
-        log_every=cfg.log_every,
-        max_steps=cfg.max_steps_per_epoch,
-        checkpoint_every=cfg.checkpoint_every,
+        ema_every=config.ema_every,
+        freeze_bn=config.freeze_bn,
+        log_every=config.log_every,
+        max_steps=config.max_steps_per_epoch,
+        checkpoint_every=config.checkpoint_every,
         stop=stop,
         before_step=(
-            (lambda step: set_grid(training.model, draw(cfg.seed, step, len(training.grid)))) if training.grid else None
+            (lambda step: set_grid(training.model, draw(config.seed, step, len(training.grid))))
+            if training.grid
+            else None
         ),
     )
 
 
-def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.ExitStack) -> dict:
+def _train(config: TrainConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.ExitStack) -> dict:
     wall_start = time.perf_counter()
-    seed_everything(cfg.seed + env.rank)
-    training = build_training(cfg, env, cleanup)
+    seed_everything(config.seed + env.rank)
+    training = build_training(config, env, cleanup)
     from data.identity import train_identity
 
     layout = {
         "world_size": env.world_size,
-        "batch_size": cfg.batch_size,
+        "batch_size": config.batch_size,
         **training.loaders.order_depends_on,
         **train_identity(training.loaders.train.dataset),
     }  # the set trained on: a resume on another is refused
-    start = resume(cfg, training, env, run_dir, layout)
-    train_model = wrap_for_training(training.model, env, cfg.compile, compiled_graphs(training.grid))
+    start = resume(config, training, env, run_dir, layout)
+    train_model = wrap_for_training(training.model, env, config.compile, compiled_graphs(training.grid))
     stop = StopRequest(env).install()
-    ctx = _step_context(cfg, training, env, stop)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    saver = Checkpointer(run_dir / "last.pt", training, env, config, layout, start.history)
-    ctx.save_due = saver.due_every(cfg.checkpoint_minutes)
-    ctx.check_unreadable = unreadable_limit(cfg, saver)
+    ctx = _step_context(config, training, env, stop)
+    saver = Checkpointer(run_dir / "last.pt", training, env, config.recorded, layout, start.history)
+    ctx.save_due = saver.due_every(config.checkpoint_minutes)
+    ctx.check_unreadable = unreadable_limit(config, saver)
     logger = RunLogger(
         run_dir,
         env.is_main,
-        cfg.logger,
-        config,
+        config.logger,
+        config.recorded,
         group=run_group(training.meta, training.grid),
         resumed_epoch=start.epoch,
     )
     with handing_over(stop, saver, run_dir, env) as fit:
-        fit.fill_from(_fit(cfg, env, training, train_model, ctx, saver, logger, start))
-    results = _results(cfg, env, training, fit, run_dir, time.perf_counter() - wall_start)
-    logger.finish(results, saver.path, log_checkpoint=bool(cfg.logger.get("log_checkpoint")))
+        fit.fill_from(_fit(config, env, training, train_model, ctx, saver, logger, start))
+    results = _results(config, env, training, fit, run_dir, time.perf_counter() - wall_start)
+    logger.finish(results, saver.path, log_checkpoint=bool(config.logger.get("log_checkpoint")))
     if env.is_main:
         print(
             _summary(
                 results,
                 f"results: {run_dir / 'results.json'}; weights: {saver.path}\n"
-                f"evaluate them: {eval_command(cfg, saver.path)}"
+                f"evaluate them: {eval_command(config, saver.path)}"
                 + (" (their EMA: add ema=true)" if training.ema is not None else ""),
             )
         )
@@ -327,7 +341,7 @@ def _train(cfg: DictConfig, env: DistEnv, run_dir: Path, cleanup: contextlib.Exi
 
 
 def _fit(
-    cfg: DictConfig,
+    config: TrainConfig,
     env: DistEnv,
     training: Training,
     train_model: nn.Module,
@@ -338,7 +352,7 @@ def _fit(
 ) -> Fit:
     """The epochs from ``start``: train, validate every ``eval_every`` epochs and at the last, log,
     save ``last.pt`` at every epoch's end (and mid-epoch, through ``train_one_epoch``)."""
-    last_epoch = cfg.epochs if not cfg.stop_after else min(cfg.epochs, start.epoch + cfg.stop_after)
+    last_epoch = config.epochs if not config.stop_after else min(config.epochs, start.epoch + config.stop_after)
     if start.epoch >= last_epoch and start.partial is None:  # every epoch saved, results.json not written yet
         return Fit.from_history(last_epoch, saver.history)
     fit = Fit(last_epoch, history=saver.history, trained_to=start.epoch)  # the history the checkpoints hold
@@ -348,7 +362,7 @@ def _fit(
     for epoch in range(start.epoch, fit.epochs):
         resumed = EpochStats.from_state(start.partial) if start.partial is not None and epoch == start.epoch else None
         if resumed is None:
-            seed_everything(epoch_seed(cfg.seed, epoch, env.rank))
+            seed_everything(epoch_seed(config.seed, epoch, env.rank))
         else:  # where the interrupted run was, to the generator state
             set_rng_state(start.rng)
         steps_before = resumed.steps if resumed is not None else 0  # resumed is updated in place
@@ -366,12 +380,12 @@ def _fit(
         )
         if stats.interrupted:
             break
-        _check_skipped(cfg, stats, epoch, saver)  # (max_unreadable: train_one_epoch checks, ctx.check_unreadable)
+        _check_skipped(config, stats, epoch, saver)  # (max_unreadable: train_one_epoch checks, ctx.check_unreadable)
         global_step += stats.steps - steps_before
         fit.train = stats.metrics
         row = _epoch_row(epoch, global_step, stats)
-        if epoch == fit.epochs - 1 or (epoch + 1) % cfg.eval_every == 0:
-            fit.val, fit.ema_val = _validate(cfg, training, ctx, row, epoch, saver)
+        if epoch == fit.epochs - 1 or (epoch + 1) % config.eval_every == 0:
+            fit.val, fit.ema_val = _validate(config, training, ctx, row, epoch, saver)
         fit.history.append(row)
         _log_epoch(logger, stats, row, epoch, saver, env)
         if env.is_main:
@@ -401,29 +415,29 @@ def _log_epoch(logger: RunLogger, stats: EpochStats, row: dict, epoch: int, save
         raise RunFailed(failed)
 
 
-def _check_skipped(cfg: DictConfig, stats: EpochStats, epoch: int, saver: Checkpointer) -> None:
+def _check_skipped(config: TrainConfig, stats: EpochStats, epoch: int, saver: Checkpointer) -> None:
     """``on_nonfinite=skip``: an epoch that skipped more than ``max_skipped`` of its steps did not
     train; stop before it is saved (the last checkpoint holds the epoch before)."""
     tried = stats.steps + stats.skipped_steps
-    if cfg.on_nonfinite != "skip" or not tried or stats.skipped_steps <= cfg.max_skipped * tried:
+    if config.on_nonfinite != "skip" or not tried or stats.skipped_steps <= config.max_skipped * tried:
         return
     raise NonFiniteLoss(
         f"on_nonfinite=skip skipped {stats.skipped_steps} of the {tried} steps of epoch {epoch + 1} "
-        f"({stats.skipped_steps / tried:.0%}, more than max_skipped={cfg.max_skipped:g}): the run is not "
+        f"({stats.skipped_steps / tried:.0%}, more than max_skipped={config.max_skipped:g}): the run is not "
         f"training; {saver.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), set grad_clip=1.0, "
         "or raise max_skipped"
     )
 
 
-def unreadable_limit(cfg: DictConfig, saver: Checkpointer) -> Callable[[int, ImagesRead], None]:
+def unreadable_limit(config: TrainConfig, saver: Checkpointer) -> Callable[[int, ImagesRead], None]:
     """The run's ``StepContext.check_unreadable``: more than ``max_unreadable`` of the images an epoch
     read could not be read (a class folder gone, a failing disk, a bad mount), so it would train on
     other data than the run's: stop, keeping what :attr:`Checkpointer.kept` says. The loop asks before
     every step, on the epoch's files so far summed over the processes, from ``max_unreadable_after``
     of them on (a few bad files early stop nothing; a bad mount stops within the epoch's first minute,
     every process at the same step), and at the epoch's end on all of them, before it is saved."""
-    limit = cfg.max_unreadable
-    after = cfg.max_unreadable_after
+    limit = config.max_unreadable
+    after = config.max_unreadable_after
 
     def check(epoch: int, files: ImagesRead) -> None:
         if files.unreadable <= limit * files.read or (not files.ended and files.read < after):
@@ -461,14 +475,14 @@ def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:
 
 
 def _validate(
-    cfg: DictConfig, training: Training, ctx: StepContext, row: dict, epoch: int, saver: Checkpointer
+    config: TrainConfig, training: Training, ctx: StepContext, row: dict, epoch: int, saver: Checkpointer
 ) -> tuple[dict, dict]:
     """The model's (and its EMA's) val metrics, added to the epoch's ``row`` as ``val_*``/``ema_*``. A
     validation that could not read more than ``max_unreadable`` of its images scored other data than
     the run's: the run stops before the epoch is saved (one line, every process: the counts are summed)."""
     # eval_flip: each val image and its mirror image, softmax averaged (FFCV's test-time flip)
-    protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if cfg.eval_flip else {}
-    protocol["log_every"] = cfg.log_every  # a progress line every log_every batches in a log
+    protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if config.eval_flip else {}
+    protocol["log_every"] = config.log_every  # a progress line every log_every batches in a log
     if training.grid:  # validated under the grid's first preset, the one its meta records
         set_grid(training.model, 0)
         if training.ema is not None:
@@ -476,7 +490,7 @@ def _validate(
     loaders, runtime = training.loaders, training.runtime
     share = f" ({val_share(loaders)})" if val_share(loaders) else ""  # val_images=N: "N of <all> images"
     result = evaluate(training.model, loaders.val, runtime, ctx.normalize, desc=f"val{share}", **protocol)
-    _check_val_unreadable(cfg, result, epoch, saver)
+    _check_val_unreadable(config, result, epoch, saver)
     val = result.metrics()
     row.update({f"val_{k}": v for k, v in val.items()})
     ema_val = {}
@@ -488,10 +502,10 @@ def _validate(
     return val, ema_val
 
 
-def _check_val_unreadable(cfg: DictConfig, result: Evaluation, epoch: int, saver: Checkpointer) -> None:
+def _check_val_unreadable(config: TrainConfig, result: Evaluation, epoch: int, saver: Checkpointer) -> None:
     """Over ``max_unreadable``, the val errors are another set's: stop before the epoch is saved. The
     counts are summed over the processes already, so every one stops here, with the same line."""
-    limit = cfg.max_unreadable
+    limit = config.max_unreadable
     read = result.n_images + result.skipped_images
     share = unreadable_share(result.skipped_images, read, limit)
     if share is None:
@@ -504,19 +518,21 @@ def _check_val_unreadable(cfg: DictConfig, result: Evaluation, epoch: int, saver
     )
 
 
-def _results(cfg: DictConfig, env: DistEnv, training: Training, fit: Fit, run_dir: Path, wall_seconds: float) -> dict:
+def _results(
+    config: TrainConfig, env: DistEnv, training: Training, fit: Fit, run_dir: Path, wall_seconds: float
+) -> dict:
     val, ema_val = fit.val, fit.ema_val
     return results_row(
         training.meta,
-        cfg.data.name,
-        cfg.amp,
+        config.data.name,
+        config.amp,
         val,
         grid=training.grid,  # None, or the presets trained for (validated under the first)
         preprocessing=training.meta.preprocessing,
         epochs=fit.epochs,
-        global_batch=cfg.batch_size * env.world_size,
+        global_batch=config.batch_size * env.world_size,
         world_size=env.world_size,
-        ema_decay=cfg.ema_decay,
+        ema_decay=config.ema_decay,
         ema_top1_err=ema_val.get("top1_err"),  # None without EMA
         ema_top5_err=ema_val.get("top5_err"),
         n_val_images=val.get("n_images"),

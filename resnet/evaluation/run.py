@@ -15,7 +15,7 @@ from ..model import ModelMeta
 from ..out_files import writable_file
 from ..report.console import images_cell, summary
 from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
-from ..runtime.device import join_job, runtime_for
+from ..runtime.device import choose_kernels, join_job, runtime_for
 from ..runtime.distributed import DistEnv, shutdown
 from ..runtime.workers import data_workers
 from ..weights import WeightsSpec, check_has_ema
@@ -42,7 +42,7 @@ def evaluate_weights(cfg: DictConfig, trained_data: bool = False) -> dict:
     if cfg.ema:
         check_has_ema(spec)  # before any work
     _check_config(cfg)
-    env = join_job(cfg)
+    env = join_job(cfg.device, cfg.data.workers)
     try:
         return _evaluate(cfg, spec, env, trained_data)
     finally:
@@ -74,7 +74,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
     protocol = resolve_protocol(cfg, meta, loaded.origin)
     # batch_size counts network inputs, so that one setting fits memory in both protocols.
     images_per_step = max(cfg.batch_size // protocol.crops, 1)
-    workers = data_workers(cfg.data, env.local_world_size)
+    workers = data_workers(cfg.data.workers, env.local_world_size)
     try:  # a wrong folder layout (an empty class folder, val classes != train classes)
         data = build_eval_loader(
             cfg.data.name,
@@ -98,7 +98,8 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
         if data.note:
             print(f"note: {data.note}", flush=True)
 
-    runtime = runtime_for(cfg, env)
+    choose_kernels(env, deterministic=False)  # cuDNN's fastest: evaluation's sizes are fixed
+    runtime = runtime_for(env, cfg.amp, cfg.channels_last)
     result = evaluate(
         runtime.place(model),
         data.loader,

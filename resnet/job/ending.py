@@ -10,9 +10,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from data.dataloader import raised_in_worker
 from data.shm import out_of_room
@@ -26,6 +26,9 @@ from .peers import PeerLost, first_survivor, lost_peer, restarts_left
 from .preempt import Stopped, StopRequest
 from .resume import refusal
 from .resume_rules import compare
+
+if TYPE_CHECKING:
+    from ..engine.train_config import TrainConfig
 
 
 class LoaderWorkerDied(RunFailed):
@@ -159,7 +162,7 @@ def resume_command(run_dir: Path, env: DistEnv) -> str:
     return line if advice is None else f"{line} (but {advice})"
 
 
-def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
+def finished_run(config: TrainConfig, env: DistEnv, run_dir: Path) -> dict | None:
     """The results of the finished run of this config in ``run_dir``, or None where there is
     none (a collective: rank 0 reads, everyone learns). A run is finished when results.json
     holds ``epochs`` at least this config's. Nothing is written: started again, requeued or
@@ -168,7 +171,7 @@ def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
     found: tuple[str, object] = ("none", None)
     if env.is_main:
         try:
-            found = _read_finished(cfg, run_dir)
+            found = _read_finished(config, run_dir)
         except ConfigError as err:
             found = ("refused", str(err))
     kind, value = gather_objects(found, env)[0]
@@ -181,7 +184,7 @@ def finished_run(cfg: DictConfig, env: DistEnv, run_dir: Path) -> dict | None:
         shown = f"{top1:.2f}%" if isinstance(top1, (int, float)) else "none"
         print(
             f"run in {run_dir} already finished: top-1 err {shown}; results.json kept (to train it again, pass "
-            f"another hydra.run.dir)\nevaluate it: {eval_command(cfg, run_dir / 'last.pt')}",
+            f"another hydra.run.dir)\nevaluate it: {eval_command(config, run_dir / 'last.pt')}",
             flush=True,
         )
     return value
@@ -200,8 +203,8 @@ def finished_results(run_dir: Path, epochs: int) -> dict | None:
     return results
 
 
-def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
-    results = finished_results(run_dir, cfg.epochs)
+def _read_finished(config: TrainConfig, run_dir: Path) -> tuple[str, object]:
+    results = finished_results(run_dir, config.epochs)
     if results is None:
         return ("none", None)
     last = run_dir / "last.pt"
@@ -213,16 +216,16 @@ def _read_finished(cfg: DictConfig, run_dir: Path) -> tuple[str, object]:
         except (FileNotFoundError, ValueError):
             state = None
         if state is not None and state.config:
-            refused, _ = compare(state.config, OmegaConf.to_container(cfg, resolve=True))
+            refused, _ = compare(state.config, config.recorded)
             if refused:
                 raise ConfigError(f"{run_dir} holds a finished run of another config: " + refusal(last, refused))
     return ("finished", results)
 
 
-def eval_command(cfg: DictConfig, checkpoint: Path) -> str:
+def eval_command(config: TrainConfig, checkpoint: Path) -> str:
     """The ``eval.py`` command that evaluates ``checkpoint`` on this run's validation data, under the
     padding it was trained with (eval.py reads the rest from the checkpoint: its crop, preprocessing)."""
-    args = [*app_words("eval"), override("weights", checkpoint), f"data={cfg.data.name}"]  # eval.py's: imagenet
-    if cfg.data.get("root"):
-        args.append(override("data.root", cfg.data.root))
+    args = [*app_words("eval"), override("weights", checkpoint), f"data={config.data.name}"]  # eval.py's: imagenet
+    if config.data.root:
+        args.append(override("data.root", config.data.root))
     return command(args)

@@ -17,6 +17,7 @@ import re
 import shlex
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -25,15 +26,18 @@ from ..config import ConfigError
 from .ending import finished_results
 from .resume_rules import Difference, as_typed, compare, flatten
 
+if TYPE_CHECKING:
+    from ..engine.train_config import TrainConfig
+
 DEFAULT_DIR = re.compile(r"outputs/\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d")  # configs/train.yaml's hydra.run.dir
 SHOWN = 4  # candidates a line names
 
 
-def made_up_run_dir(cfg: DictConfig, run_dir: Path) -> Path | None:
-    """The folder holding the run dirs (``outputs/``) where ``cfg`` resumes (``resume=true``) in the
+def made_up_run_dir(config: TrainConfig, run_dir: Path) -> Path | None:
+    """The folder holding the run dirs (``outputs/``) where ``config`` resumes (``resume=true``) in the
     run dir Hydra made up for this invocation (a plain run, no ``hydra.run.dir=`` or ``run_dir=``);
     else None."""
-    if str(cfg.get("resume")).lower() != "true":
+    if str(config.resume).lower() != "true":
         return None
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -48,19 +52,19 @@ def made_up_run_dir(cfg: DictConfig, run_dir: Path) -> Path | None:
     return run_dir.parents[1]
 
 
-def pick_run_dir(cfg: DictConfig, run_dir: Path) -> tuple[Path, str | None]:
+def pick_run_dir(config: TrainConfig, run_dir: Path) -> tuple[Path, str | None]:
     """(the run dir to use, the line that says which run it resumes): ``run_dir``, or under
     :func:`made_up_run_dir` the one unfinished run of this config beside it (module docstring)."""
-    root = made_up_run_dir(cfg, run_dir)
+    root = made_up_run_dir(config, run_dir)
     if root is None:
         return run_dir, None
-    return unfinished_run(cfg, root, exclude=run_dir)
+    return unfinished_run(config, root, exclude=run_dir)
 
 
-def unfinished_run(cfg: DictConfig, root: Path, exclude: Path | None = None) -> tuple[Path, str]:
-    """The one unfinished run of ``cfg`` in ``root/*/*/`` (not ``exclude``) and the line saying so;
+def unfinished_run(config: TrainConfig, root: Path, exclude: Path | None = None) -> tuple[Path, str]:
+    """The one unfinished run of ``config`` in ``root/*/*/`` (not ``exclude``) and the line saying so;
     a :class:`ConfigError` naming the candidates where there is none or more than one."""
-    now = OmegaConf.to_container(cfg, resolve=True)
+    now = config.recorded
     mine, finished, others = [], [], []
     for last in sorted(root.glob("*/*/last.pt"), key=_saved):
         folder = last.parent
@@ -73,7 +77,7 @@ def unfinished_run(cfg: DictConfig, root: Path, exclude: Path | None = None) -> 
             if finished_results(folder, own_epochs) is None:
                 others.append((folder, differs[0]))
         elif differs is not None:
-            (mine if finished_results(folder, cfg.epochs) is None else finished).append(folder)
+            (mine if finished_results(folder, config.epochs) is None else finished).append(folder)
     if len(mine) == 1:
         return mine[0], (
             f"resume=true: resuming {_shown(mine[0])}, the unfinished run of this config under "

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
 from ..checkpoint.training_state import TrainingState, find_resume, saved_at
 from ..config import ConfigError
-from ..engine.checks import grid_bn
 from ..engine.optim import load_scheduler_state, scale_lr
 from ..runtime.distributed import DistEnv
 from .resume_rules import Difference, as_typed, compare
+
+if TYPE_CHECKING:
+    from ..engine.train_config import TrainConfig
 
 
 @dataclass
@@ -31,24 +33,24 @@ class ResumePoint:
     changes: list[str] = field(default_factory=list)  # settings this resume changed ("key: was -> now")
 
 
-def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict) -> ResumePoint:
-    """Load ``cfg.resume``'s checkpoint into ``training`` (model, optimizer, scheduler, scaler, EMA),
+def resume(config: TrainConfig, training, env: DistEnv, run_dir: Path, layout: dict) -> ResumePoint:
+    """Load ``config.resume``'s checkpoint into ``training`` (model, optimizer, scheduler, scaler, EMA),
     or start from scratch; every way a checkpoint cannot fit this run is one line naming the fix."""
     try:  # a missing path, a weights-only file, a file that would unpickle code: one line
-        path = find_resume(cfg.resume, run_dir)
+        path = find_resume(config.resume, run_dir)
         state = TrainingState.read(path, torch.device("cpu")) if path is not None else None
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if state is None:
-        if env.is_main and str(cfg.resume).lower() == "true":  # a run killed before its first save, or a new one
+        if env.is_main and str(config.resume).lower() == "true":  # a run killed before its first save, or a new one
             print(f"resume=true: no last.pt in {run_dir} yet; starting from step 0", flush=True)
-        if cfg.get("init"):
-            init_weights(cfg.init, training, env)
+        if config.init:
+            init_weights(config.init, training, env)
         return ResumePoint()
     steps_per_epoch = training.steps_per_epoch
-    rescale = _check_same_data(state, path, layout, cfg.data_changed, steps_per_epoch)
+    rescale = _check_same_data(state, path, layout, config.data_changed, steps_per_epoch)
     partial = _partial(state, path, layout, env.rank)
-    changes = check_resumable(cfg, state, path, layout, training.meta)
+    changes = check_resumable(config, state, path, layout, training.meta)
     _load_state(training, state, path, with_schedule=not rescale)
     if rescale:  # the schedule built for this set's size (and this config's LR), taken to where the run is
         _fast_forward(training.scheduler, state.epoch * steps_per_epoch)
@@ -74,20 +76,20 @@ def resume(cfg: DictConfig, training, env: DistEnv, run_dir: Path, layout: dict)
 GROUP_HINTS = {"model.arch": "model", "optim.name": "optim", "sched.name": "sched", "data.name": "data"}
 
 
-def check_resumable(cfg: DictConfig, state: TrainingState, path: Path, layout: dict, meta) -> list[Difference]:
+def check_resumable(config: TrainConfig, state: TrainingState, path: Path, layout: dict, meta) -> list[Difference]:
     """Refuse, in one line naming both values, a checkpoint that another config trained (the
     fixed keys of :mod:`.resume_rules`, the world size, the padding the model was built with);
     return the settings this resume changes."""
     recorded = state.recorded()
-    now = {**OmegaConf.to_container(cfg, resolve=True), "world_size": layout["world_size"]}
+    now = {**config.recorded, "world_size": layout["world_size"]}
     refused, changed = compare(recorded, now) if state.config else ([], [])
     was_padding = state.meta.get("padding")
     if was_padding is not None and was_padding != meta.padding.as_dict() and not state.grid:
         refused.insert(0, Difference("padding", state.meta.get("padding_name"), meta.padding_name))
     if refused:
         raise ConfigError(refusal(path, refused))
-    _check_same_grid(cfg, state, path)
-    _check_extension(cfg, recorded, path)
+    _check_same_grid(config, state, path)
+    _check_extension(config, recorded, path)
     return changed
 
 
@@ -96,15 +98,15 @@ def check_resumable(cfg: DictConfig, state: TrainingState, path: Path, layout: d
 ENDS_AT_PLAN = ("onecycle", "cosine")
 
 
-def _check_extension(cfg: DictConfig, recorded: dict, path: Path) -> None:
+def _check_extension(config: TrainConfig, recorded: dict, path: Path) -> None:
     """``epochs`` beyond the planned end: refused before anything is trained where the schedule
     cannot run past it, naming the fine-tune that can."""
-    planned, sched = recorded.get("epochs"), cfg.sched.name
-    if not isinstance(planned, int) or cfg.epochs <= planned or sched not in ENDS_AT_PLAN:
+    planned, sched = recorded.get("epochs"), config.sched.name
+    if not isinstance(planned, int) or config.epochs <= planned or sched not in ENDS_AT_PLAN:
         return
     raise ConfigError(
         f"{path} was planned for epochs={planned} and sched={sched} ends there, so it cannot train to epochs="
-        f"{cfg.epochs}: fine-tune from its weights in a new run dir instead (init={path} epochs=<more> "
+        f"{config.epochs}: fine-tune from its weights in a new run dir instead (init={path} epochs=<more> "
         f"hydra.run.dir=<new dir>, with a fresh optimizer and schedule), or keep epochs={planned}"
     )
 
@@ -223,17 +225,17 @@ def _partial(state: TrainingState, path: Path, layout: dict, rank: int) -> dict 
     return state.partial_of(rank)  # this rank's own loss sum and skipped images
 
 
-def _check_same_grid(cfg: DictConfig, state: TrainingState, path: Path) -> None:
+def _check_same_grid(config: TrainConfig, state: TrainingState, path: Path) -> None:
     """A grid run resumes with its own presets and BatchNorm layout: another list of as many presets
     would load and train one preset's BatchNorm rows as another's."""
-    (was, norms_was), now = state.grid_layout(), list(cfg.get("grid") or [])
+    (was, norms_was), now = state.grid_layout(), list(config.grid or [])
     if was != now:
         given = f"grid=[{','.join(was)}]" if was else "no grid="
         raise ConfigError(
             f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
             "trained with, or start over with resume=false"
         )
-    if was and norms_was != grid_bn(cfg):
+    if was and norms_was != config.grid_bn:
         raise ConfigError(
             f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over with resume=false"
         )

@@ -1,6 +1,7 @@
 """Where and how tensors run: this process's device (its :class:`DistEnv`), autocast dtype and
-memory format (:class:`Runtime`), from a run config (:func:`runtime_for`; ``amp`` names one of
-:data:`resnet.config.AMP_DTYPES`); its place in the job (:func:`join_job`)."""
+memory format (:class:`Runtime`, :func:`runtime_for`: ``amp`` names one of :data:`resnet.config.AMP_DTYPES`);
+its place in the job (:func:`join_job`). Each takes the values it reads, typed: the run's config is
+checked and typed at its boundary (:func:`resnet.engine.train_config.train_config`, eval.py's own)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig
 from torch import nn
 
 from ..config import AMP_DTYPES, ConfigError
@@ -54,26 +54,33 @@ class Runtime:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
 
-def join_job(cfg: DictConfig) -> DistEnv:
-    """This process's place in the job (:func:`resnet.runtime.distributed.init_distributed`) and its share
-    of the CPUs (:func:`resnet.runtime.workers.share_cpus`: intra-op threads beside the loader workers); a
-    launch that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
+def join_job(device: str, workers: int | str | None, timeout: float | None = None) -> DistEnv:
+    """This process's place in the job (:func:`resnet.runtime.distributed.init_distributed`) on
+    ``device`` (``auto``, ``cpu``, ``cuda``), a collective waiting ``timeout`` seconds at most (None:
+    torch's), and its share of the CPUs (:func:`resnet.runtime.workers.share_cpus`: intra-op threads
+    beside ``workers`` loader workers, ``data.workers`` as configured; None: no data). A launch that
+    cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
     try:
-        env = init_distributed(cfg.device, timeout=cfg.get("dist_timeout"))
+        env = init_distributed(device, timeout=timeout)
     except LaunchError as err:
         raise ConfigError(str(err)) from None
-    said = share_cpus(data_workers(cfg.data, env.local_world_size), env.local_world_size) if "data" in cfg else None
+    said = None if workers is None else share_cpus(data_workers(workers, env.local_world_size), env.local_world_size)
     if said and env.is_main:
         print(said)
     return env
 
 
-def runtime_for(cfg: DictConfig, env: DistEnv) -> Runtime:
-    """``amp``, ``channels_last`` (auto: on for CUDA) and ``deterministic`` of a run config."""
-    if cfg.get("deterministic"):
+def runtime_for(env: DistEnv, amp: str, channels_last: bool | str) -> Runtime:
+    """The :class:`Runtime` of ``amp`` and ``channels_last`` (``auto``: on for CUDA) on ``env``'s device."""
+    channels_last = env.device.type == "cuda" if channels_last == "auto" else bool(channels_last)
+    return Runtime(env, AMP_DTYPES[amp], channels_last)
+
+
+def choose_kernels(env: DistEnv, deterministic: bool) -> None:
+    """``deterministic``: torch's deterministic algorithms, no cuDNN autotuning; else on CUDA let
+    cuDNN pick its fastest kernels (the input sizes are fixed)."""
+    if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.benchmark = False
     elif env.device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick its fastest kernels
-    channels_last = env.device.type == "cuda" if cfg.channels_last == "auto" else bool(cfg.channels_last)
-    return Runtime(env, AMP_DTYPES[cfg.amp], channels_last)
+        torch.backends.cudnn.benchmark = True

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 
-from omegaconf import DictConfig
-
 from .cpus import cpu_share
 from .distributed import LaunchError, detect_launch
 
@@ -48,7 +46,7 @@ def auto_workers(local_world_size: int | None = None) -> int:
     return min(cpu_share(local_world_size), AUTO_WORKERS_CAP)
 
 
-def data_workers(data_cfg: DictConfig, local_world_size: int | None = None) -> int:
+def data_workers(workers: int | str, local_world_size: int | None = None) -> int:
     """``data.workers`` as a number (``auto``: :func:`auto_workers`); :func:`resnet.config.check_data_config`
     checks it first."""
-    return auto_workers(local_world_size) if str(data_cfg.workers) == "auto" else int(data_cfg.workers)
+    return auto_workers(local_world_size) if str(workers) == "auto" else int(workers)

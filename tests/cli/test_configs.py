@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 import resnet
 from resnet.config import ConfigError, padding_from_config
-from resnet.engine.checks import check_train_config
 from resnet.engine.run import build_run_model, start_line
+from resnet.engine.train_config import train_config
 from resnet.padding import PRESETS, SITES
 from resnet.runtime.distributed import DistEnv
 from tests.helpers.compose import CONFIGS, compose_config
@@ -24,15 +24,12 @@ FILE_GROUPS = ("data", "optim", "sched", "logger", "experiment")  # one YAML per
 
 
 def compose_train(*overrides: str):
-    return compose_config("train", *overrides, hydra=True)
+    """train.yaml as the app hands it to train(): its run_dir given (``${hydra:...}`` is a running app's)."""
+    return compose_config("train", "run_dir=outputs/test", *overrides)
 
 
 def resolved(cfg) -> dict:
-    """Resolve the run config the way a run does (hydra:runtime is not set by compose)."""
-    cfg = cfg.copy()
-    OmegaConf.set_struct(cfg, False)
-    cfg.run_dir = "outputs/test"
-    cfg.pop("hydra")
+    """Resolve the run config the way a run does."""
     return OmegaConf.to_container(cfg, resolve=True)
 
 
@@ -40,7 +37,7 @@ def test_padding_is_not_in_the_defaults():
     defaults = OmegaConf.load(CONFIGS / "train.yaml").defaults
     assert not any("padding" in str(d) for d in defaults)
     assert compose_train().get("padding") is None  # the model's native padding applies
-    assert build_run_model(compose_train()).meta.padding_name == "symmetric"  # resnet_small's native
+    assert build_run_model(train_config(compose_train())).meta.padding_name == "symmetric"  # resnet_small's native
 
 
 def test_train_yaml_holds_the_declared_default_of_every_key():
@@ -112,18 +109,18 @@ def test_model_keys_override_the_one_model_config():
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_padding_options_build_their_preset(preset):
     cfg = compose_train(f"+padding={preset}")
-    assert build_run_model(cfg).meta.padding == PRESETS[preset]
+    assert build_run_model(train_config(cfg)).meta.padding == PRESETS[preset]
 
 
 def test_per_site_overrides():
     cfg = compose_train("+padding=symmetric", "padding.stem_pool=same")
-    model = build_run_model(cfg)
+    model = build_run_model(train_config(cfg))
     assert model.meta.padding.stem_pool == "same" and model.meta.padding_name == "symmetric[stem_pool=same]"
     assert model.meta.padding.stem_conv == "symmetric"
     # a single site over the model's native preset, without naming a preset
     cfg = compose_train("model=resnet50_v1", "+padding.stem_pool=valid")
     assert padding_from_config(cfg) == {"stem_pool": "valid"}
-    assert build_run_model(cfg).meta.padding == replace(PRESETS["caffe"], stem_pool="valid")
+    assert build_run_model(train_config(cfg)).meta.padding == replace(PRESETS["caffe"], stem_pool="valid")
 
 
 def test_every_site_can_be_overridden_after_a_preset():
@@ -141,7 +138,9 @@ def test_every_site_can_be_overridden_after_a_preset():
     assert set(changed) == set(SITES) and all(getattr(PRESETS["keras"], s) != v for s, v in changed.items())
     for site, value in changed.items():
         plus = "+" if site.endswith("_blur") else ""  # a preset has no blur slots (a recipe's blur survives it)
-        padding = build_run_model(compose_train("+padding=keras", f"{plus}padding.{site}={value}")).meta.padding
+        padding = build_run_model(
+            train_config(compose_train("+padding=keras", f"{plus}padding.{site}={value}"))
+        ).meta.padding
         assert padding == replace(PRESETS["keras"], **{site: value}), site
 
 
@@ -154,10 +153,10 @@ def test_unknown_preset_lists_the_choices():
 def test_unknown_site_or_scheme_fails_before_any_work():
     cfg = compose_train("+padding=symmetric", "padding.stem_pool=sideways")
     with pytest.raises(ConfigError, match="stem_pool.*symmetric, same, ceil, valid"):
-        check_train_config(cfg)
+        train_config(cfg)
     cfg = compose_train("+padding.stem_poll=same")
     with pytest.raises(ConfigError, match="unknown padding site.*stem_pool"):
-        check_train_config(cfg)
+        train_config(cfg)
 
 
 def test_unknown_keys_and_groups_fail():
@@ -167,7 +166,7 @@ def test_unknown_keys_and_groups_fail():
         compose_train("model=resnet51")
     assert "resnet50" in str(err.value)  # Hydra lists the available options
     with pytest.raises(ConfigError, match="unknown architecture 'resnet51'.*resnet50"):
-        check_train_config(compose_train("model.arch=resnet51"))
+        train_config(compose_train("model.arch=resnet51"))
 
 
 @pytest.mark.parametrize(
@@ -181,7 +180,7 @@ def test_unknown_keys_and_groups_fail():
 )
 def test_bad_values_fail_with_one_line(override, message):
     with pytest.raises(ConfigError, match=message):
-        check_train_config(compose_train(override))
+        train_config(compose_train(override))
 
 
 def test_every_recipe_command_composes():
@@ -252,10 +251,10 @@ def test_the_commands_that_write_only_out_share_one_hydra_block():
 )  # fmt: skip
 def test_the_start_line_names_the_scheme_built_and_how_to_select_it_again(overrides, says, tmp_path):
     cfg = compose_train(*overrides)
-    line = start_line(cfg, DistEnv(0, 1, 0, torch.device("cpu")), tmp_path)
+    line = start_line(train_config(cfg), DistEnv(0, 1, 0, torch.device("cpu")), tmp_path)
     assert says in line, line
     if "(+padding=" in says:  # the overrides it prints select the same scheme
         again = compose_train(
             *[o for o in overrides if o.startswith("model=")], *says.split("(")[1].split(")")[0].split()
         )
-        assert build_run_model(again).meta.padding == build_run_model(cfg).meta.padding
+        assert build_run_model(train_config(again)).meta.padding == build_run_model(train_config(cfg)).meta.padding

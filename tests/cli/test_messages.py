@@ -8,8 +8,9 @@ import pickle
 import pytest
 import torch
 
-from data import DataConfig, SkipLog, build_loaders
+from data import SkipLog, build_loaders
 from resnet.checkpoint import CheckpointError, load_checkpoint, load_model
+from resnet.config import data_config
 from tests.helpers.imagegen import make_folder
 
 
@@ -19,7 +20,9 @@ def test_a_file_that_is_no_image_is_named_by_its_path_not_a_bytesio(tmp_path):
     text = tmp_path / "train" / "a" / "notes.JPEG"
     text.write_bytes(b"shopping list: eggs, milk\n" * 20)  # neither torchvision nor PIL reads it
     skips = SkipLog()
-    with build_loaders(DataConfig("imagefolder", str(tmp_path), workers=0, image_size=16), batch_size=4) as loaders:
+    with build_loaders(
+        data_config("imagefolder", root=str(tmp_path), workers=0, image_size=16), batch_size=4
+    ) as loaders:
         loaders.set_epoch(0)
         for batch in loaders.train:
             skips.add(batch)

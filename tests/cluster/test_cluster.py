@@ -114,7 +114,7 @@ def test_launches_without_the_needed_variables_are_one_line(env, message, monkey
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=message):
-        join_job(compose_config("train", "device=cpu"))
+        join_job("cpu", workers=0)
 
 
 def test_an_srun_step_with_more_tasks_than_gpus_is_one_line_before_joining(monkeypatch):
@@ -127,7 +127,7 @@ def test_an_srun_step_with_more_tasks_than_gpus_is_one_line_before_joining(monke
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(ConfigError, match=r"4 processes on this node but 2 GPU\(s\).*--ntasks-per-node=2"):
-        join_job(compose_config("train", "device=auto"))
+        join_job("auto", workers=0)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,6 @@ import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
 from data import (
-    DataConfig,
     Normalize,
     RandomResizedCropFlip,
     ResizeCenterCrop,
@@ -30,6 +30,7 @@ from data.decode import decode_resized_crop, decode_rgb, open_header
 from data.fashion_mnist import load_fashion_mnist
 from data.imagefolder import ImageFolder
 from data.samplers import spread
+from resnet.config import data_config
 from tests.helpers.builtin_data import require_fashion_mnist
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
@@ -48,7 +49,7 @@ def test_fashion_mnist_loads():
 
 def test_fashion_mnist_loaders():
     require_fashion_mnist()
-    loaders = build_loaders(DataConfig("fashion_mnist", workers=4), batch_size=500, world_size=3, rank=1)
+    loaders = build_loaders(data_config("fashion_mnist", workers=4), batch_size=500, world_size=3, rank=1)
     assert (loaders.num_classes, loaders.in_chans, loaders.image_size, loaders.val_size) == (10, 1, 28, 10000)
     loaders.set_epoch(0)
     batch = next(iter(loaders.train))
@@ -101,7 +102,7 @@ def test_bad_images_are_skipped_and_counted_across_workers(tmp_path):
     (tmp_path / "train" / "a" / "zero.JPEG").write_bytes(b"")
     (tmp_path / "train" / "b" / "truncated.JPEG").write_bytes(good[: len(good) // 2])
     (tmp_path / "train" / "b" / "corrupt.JPEG").write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG" * 20)
-    loaders = build_loaders(DataConfig("imagefolder", str(tmp_path), workers=2, image_size=32), batch_size=4)
+    loaders = build_loaders(data_config("imagefolder", root=str(tmp_path), workers=2, image_size=32), batch_size=4)
     skips = SkipLog()
     images = 0
     for epoch in range(2):  # persistent workers: the second epoch reports again
@@ -264,7 +265,10 @@ def test_val_loader_counts_every_image_once(tmp_path, world_size):
     seen = 0
     for rank in range(world_size):
         loaders = build_loaders(
-            DataConfig("imagefolder", str(tmp_path), workers=2, image_size=16), 2, rank=rank, world_size=world_size
+            data_config("imagefolder", root=str(tmp_path), workers=2, image_size=16),
+            2,
+            rank=rank,
+            world_size=world_size,
         )
         seen += sum(len(batch.labels) for batch in loaders.val)
         assert loaders.val_size == 7 and loaders.class_names == ["a", "b"]
@@ -279,7 +283,7 @@ def test_val_images_scores_n_images_spread_over_the_set_the_same_at_every_world_
         seen = []
         for rank in range(world_size):
             loaders = build_loaders(
-                DataConfig("imagefolder", str(tmp_path), image_size=16),
+                data_config("imagefolder", root=str(tmp_path), image_size=16, workers=0),
                 2,
                 rank=rank,
                 world_size=world_size,
@@ -292,26 +296,26 @@ def test_val_images_scores_n_images_spread_over_the_set_the_same_at_every_world_
 
 def test_val_images_of_fashion_mnist():
     require_fashion_mnist()
-    loaders = build_loaders(DataConfig("fashion_mnist"), batch_size=500, world_size=2, rank=1, val_images=1000)
+    loaders = build_loaders(data_config("fashion_mnist"), batch_size=500, world_size=2, rank=1, val_images=1000)
     assert (loaders.val_size, loaders.val_split_size) == (1000, 10000)
     assert sum(len(b.labels) for b in loaders.val) == 500
 
 
 def test_layout_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="data.root=/path/to/imagenet"):
-        build_loaders(DataConfig("imagenet", None), 4)
+        build_loaders(data_config("imagenet", root=None, workers=0), 4)
     with pytest.raises(FileNotFoundError, match=r"train/<wnid>/\*.JPEG"):
-        build_loaders(DataConfig("imagenet", str(tmp_path / "nowhere")), 4)
+        build_loaders(data_config("imagenet", root=str(tmp_path / "nowhere"), workers=0), 4)
     with pytest.raises(ValueError, match="imagenet, imagefolder, imagenet_shards, fashion_mnist, synthetic"):
-        build_loaders(DataConfig("cifar10", None), 4)
+        build_loaders(replace(data_config("synthetic"), name="cifar10"), 4)
 
     make_folder(tmp_path / "train", {"a": 1, "b": 1, "c": 1})
     (tmp_path / "val").mkdir()
     with pytest.raises(FileNotFoundError, match="no class folders"):
-        build_loaders(DataConfig("imagefolder", str(tmp_path)), 4)
+        build_loaders(data_config("imagefolder", root=str(tmp_path), workers=0), 4)
     make_folder(tmp_path / "val", {"a": 1, "b": 1, "d": 1})
     with pytest.raises(ValueError, match="missing in val: c; only in val: d"):
-        build_loaders(DataConfig("imagefolder", str(tmp_path)), 4)
+        build_loaders(data_config("imagefolder", root=str(tmp_path), workers=0), 4)
     (tmp_path / "train" / "e").mkdir()
     (tmp_path / "train" / "e" / "notes.txt").write_text("not an image")
     with pytest.raises(FileNotFoundError, match="has no images"):

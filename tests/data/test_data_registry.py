@@ -10,10 +10,12 @@ import shutil
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from data import DataConfig, build_loaders
+from data import build_loaders
 from data.registry import InMemory, OnDisk, Shards, find, in_memory, in_memory_names, names
 from data.testsets import TEST_SETS
+from resnet.config import ConfigError, data_config
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
 from tests.helpers.compose import compose_config
@@ -46,12 +48,12 @@ def test_the_synthetic_dataset_is_cifar10_shaped_and_the_same_every_time():
 
 
 def test_the_loaders_take_their_shape_from_the_registry():
-    loaders = build_loaders(DataConfig("synthetic"), batch_size=8)
+    loaders = build_loaders(data_config("synthetic"), batch_size=8)
     assert (loaders.num_classes, loaders.in_chans, loaders.image_size, loaders.val_size) == (10, 3, 32, 160)
     images, labels, *_ = next(iter(loaders.train))
     assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
     with pytest.raises(ValueError, match="synthetic images are 32x32; leave image_size unset, not 64"):
-        build_loaders(DataConfig("synthetic", image_size=64), batch_size=8)
+        build_loaders(data_config("synthetic", image_size=64), batch_size=8)
 
 
 def test_train_and_eval_run_on_a_dataset_added_as_one_module_and_one_yaml(tmp_path, one_thread):
@@ -74,7 +76,7 @@ def test_train_and_eval_run_on_a_dataset_added_as_one_module_and_one_yaml(tmp_pa
 def test_an_image_file_entry_names_its_layout_when_the_root_lacks_a_split(tmp_path, name, says):
     (tmp_path / "train").mkdir()  # val/ missing: neither split is opened
     with pytest.raises(FileNotFoundError, match=re.escape(says)):
-        build_loaders(DataConfig(name, root=str(tmp_path)), batch_size=8)
+        build_loaders(data_config(name, root=str(tmp_path), workers=0), batch_size=8)
 
 
 def test_an_in_memory_entry_opens_a_split_for_training_and_for_evaluation():
@@ -123,14 +125,14 @@ def test_data_root_is_where_an_in_memory_dataset_reads_its_files(tmp_path, monke
 
     root = _fashion_mnist_copy(tmp_path / "fmnist")
     monkeypatch.setenv("FASHION_MNIST_ROOT", str(tmp_path / "not_here"))  # data.root wins over the lookup
-    loaders = build_loaders(DataConfig("fashion_mnist", root=str(root)), batch_size=500)
+    loaders = build_loaders(data_config("fashion_mnist", root=str(root)), batch_size=500)
     assert (loaders.num_classes, loaders.in_chans, loaders.image_size, loaders.val_size) == (10, 1, 28, 10000)
     check_data_config(compose_config("train", f"data.root={root}").data)
     protocol = EvalProtocol(crops=1, crop=28, resize=28, interpolation="bilinear", preprocessing="torch")
     assert build_eval_loader("fashion_mnist", str(root), protocol, batch_size=100, workers=0, take=300).size == 300
     (root / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(FileNotFoundError, match=re.escape(f"data.root={root} lacks t10k-labels-idx1-ubyte.gz: ")):
-        build_loaders(DataConfig("fashion_mnist", root=str(root)), batch_size=500)
+        build_loaders(data_config("fashion_mnist", root=str(root)), batch_size=500)
 
 
 def test_a_wrong_data_root_is_one_line_naming_the_folder_the_files_and_what_to_type(tmp_path):
@@ -144,7 +146,7 @@ def test_a_wrong_data_root_is_one_line_naming_the_folder_the_files_and_what_to_t
         f"folder>, or data.root=null to look in $FASHION_MNIST_ROOT, {APT_ROOT} and {CACHE_ROOT}"
     )
     with pytest.raises(FileNotFoundError) as err:
-        build_loaders(DataConfig("fashion_mnist", root=str(absent)), batch_size=8)
+        build_loaders(data_config("fashion_mnist", root=str(absent)), batch_size=8)
     assert str(err.value) == says and "\n" not in says
     with pytest.raises(ConfigError) as err:  # train.py and eval.py: before any work
         check_data_config(compose_config("train", f"data.root={absent}").data)
@@ -172,17 +174,27 @@ def test_an_in_memory_datasets_facts_are_stated_once_in_its_module(name):
     assert compose_config("train", f"data={name}", "data.num_classes=3").data.num_classes == 3  # an override wins
 
 
-def test_every_data_setting_the_loaders_read_is_one_a_yaml_states():
-    """A ``DataConfig`` field is a setting of configs/data/ (its value stated in a YAML, declared in
-    resnet/schema.py), never a default only the code knows (issue 56)."""
-    from dataclasses import fields
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "configs" / "data").glob("*.yaml")))
+def test_every_data_config_is_a_whole_data_config_whose_values_only_the_yaml_states(name):
+    """Each ``data=<name>`` composes to a :class:`DataConfig` (configs/data/base/dataset.yaml declares
+    every field), whose every value came from a YAML: the class states no default (issue 56), and each
+    field is a data key of resnet/schema.py or one it checks elsewhere (name, root, workers: check_data_config)."""
+    from dataclasses import MISSING, fields
 
     from data.config import DataConfig
     from resnet.schema import KEYS
 
-    stated = set()
-    for path in (REPO / "configs" / "data").rglob("*.yaml"):
-        stated |= {line.split(":")[0] for line in path.read_text().splitlines() if line and line[0].isalpha()}
-    read = {f.name for f in fields(DataConfig)} - {"workers", "progressive"}  # workers: resolved; progressive_resize
-    assert read - stated == set()
-    assert {"data.min_scale", "data.crop_padding", "data.crop_pct", "data.max_file_mb"} <= set(KEYS)
+    data = data_config(name, workers=0)
+    assert data.name == name
+    assert [f.name for f in fields(DataConfig) if f.default is not MISSING or f.default_factory is not MISSING] == []
+    unchecked = {f.name for f in fields(DataConfig)} - {key.removeprefix("data.") for key in KEYS}
+    assert unchecked <= {"name", "root", "workers", "interpolation", "auto_augment", "progressive_resize", "decode"}
+
+
+def test_a_data_config_lacking_a_key_names_the_file_that_declares_it():
+    from data.config import DataConfig
+
+    whole = OmegaConf.to_container(compose_config("train", "data=synthetic").data, resolve=True)
+    del whole["min_scale"]
+    with pytest.raises(ConfigError, match=r"^data=synthetic has no data.min_scale: .*configs/data/base/dataset.yaml"):
+        DataConfig.from_config(whole)

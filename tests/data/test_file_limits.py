@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data import DataConfig, ResizeCenterCrop, SkipLog, build_loaders
+from data import ResizeCenterCrop, SkipLog, build_loaders
 from data.batch import BadImage
 from data.files import MAX_FILE_BYTES, read_file
 from data.imagefolder import ImageFolder, find_classes, find_images
@@ -22,6 +22,7 @@ from data.shards import convert, file_samples
 from data.shards.__main__ import main as shards_main
 from data.shards.read import ShardBatches
 from data.shards.write import Sample, read_bytes
+from resnet.config import data_config
 from resnet.schema import schema_problems
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
@@ -51,7 +52,7 @@ def opened(monkeypatch) -> list[int]:
 
 def test_the_default_fits_images_far_below_the_old_limit():
     assert 16 * 10**6 < MAX_FILE_BYTES <= 256 << 20  # ImageNet train's largest JPEG: 15.7 MB
-    assert DataConfig("imagefolder").max_file_mb * 2**20 == MAX_FILE_BYTES
+    assert data_config("imagefolder", workers=0).max_file_mb * 2**20 == MAX_FILE_BYTES
     assert compose_config("train", "data=imagefolder", "data.root=/x", "data.num_classes=2").data.max_file_mb == 64
 
 
@@ -80,7 +81,9 @@ def test_the_loader_skips_and_counts_it_every_epoch(tmp_path, opened):
     sample = dataset[index]
     assert isinstance(sample, BadImage) and "over the 64 MiB" in sample.reason
     assert opened == []  # in this process; the workers below read through the same function
-    with build_loaders(DataConfig("imagefolder", str(tmp_path), workers=2, image_size=16), batch_size=7) as loaders:
+    with build_loaders(
+        data_config("imagefolder", root=str(tmp_path), workers=2, image_size=16), batch_size=7
+    ) as loaders:
         skips = SkipLog()
         for epoch in range(2):
             loaders.set_epoch(epoch)
@@ -100,8 +103,7 @@ def test_the_limit_is_the_datasets_setting(tmp_path):
     loose = ImageFolder(tmp_path / "train", ResizeCenterCrop(16), max_file_bytes=size)
     assert any(isinstance(tight[i], BadImage) for i in range(2))
     assert not any(isinstance(loose[i], BadImage) for i in range(2))
-    assert DataConfig.from_config({"name": "imagefolder", "max_file_mb": 0.5}, workers=0).max_file_mb == 0.5
-    assert DataConfig("imagefolder", max_file_mb=0.5).max_file_bytes == 1 << 19
+    assert data_config("imagefolder", max_file_mb=0.5, workers=0).max_file_bytes == 1 << 19
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])

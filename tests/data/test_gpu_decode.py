@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from data import DataConfig, build_loaders, gpu_decode
+from data import build_loaders, gpu_decode
 from data.batch import BadImage
 from data.decode import decode_resized_crop
 from data.gpu_decode import (
@@ -29,7 +29,7 @@ from data.gpu_decode import (
     nvjpeg_reads,
 )
 from data.transforms import RandomResizedCropFlip
-from resnet.config import ConfigError
+from resnet.config import ConfigError, data_config
 from resnet.engine.run import train
 from tests.helpers.compose import compose_config
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
@@ -119,14 +119,19 @@ def test_a_run_without_a_cuda_device_gets_one_line(tmp_path):
 def test_the_loaders_send_encoded_training_batches_and_decoded_val_batches(tmp_path):
     make_folder(tmp_path / "train", {"a": 4, "b": 4}, size=(80, 60))
     make_folder(tmp_path / "val", {"a": 2, "b": 2}, size=(80, 60))
-    loaders = build_loaders(DataConfig("imagefolder", str(tmp_path), image_size=32, decode="gpu"), batch_size=4)
+    loaders = build_loaders(
+        data_config("imagefolder", root=str(tmp_path), image_size=32, decode="gpu", workers=0), batch_size=4
+    )
     train = next(iter(loaders.train))
     assert isinstance(train.images, EncodedBatch) and train.images.shape == (4, 3, 32, 32)
     assert "decode=gpu" in loaders.protocol["train"]
     val = next(iter(loaders.val))
     assert isinstance(val.images, torch.Tensor) and val.images.shape == (4, 3, 32, 32)  # exact CPU path
     with pytest.raises(ValueError, match="no data.auto_augment"):
-        build_loaders(DataConfig("imagefolder", str(tmp_path), decode="gpu", auto_augment="ta_wide"), batch_size=4)
+        build_loaders(
+            data_config("imagefolder", root=str(tmp_path), decode="gpu", auto_augment="ta_wide", workers=0),
+            batch_size=4,
+        )
 
 
 # --- how a batch crosses from a worker (docs/gpu.md, item 3) ------------------------------------

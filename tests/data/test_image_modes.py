@@ -22,6 +22,7 @@ from data.imagefolder import find_classes, find_images
 from data.shards import convert, file_samples
 from data.transforms import RandomResizedCropFlip, ResizeCenterCrop
 from resnet.cli.errors import one_line_errors
+from resnet.config import data_config
 from resnet.engine.run import LoaderWorkerDied
 from resnet.evaluation.loader import EvalProtocol, build_eval_loader
 from tests.helpers.imagegen import jpeg_bytes
@@ -128,7 +129,7 @@ def assert_every_mode_read(data: DataConfig) -> None:
 
 
 def test_every_mode_trains_and_validates_with_nothing_skipped(every_mode):
-    assert_every_mode_read(DataConfig("imagefolder", str(every_mode), workers=2, image_size=16))
+    assert_every_mode_read(data_config("imagefolder", root=str(every_mode), workers=2, image_size=16))
 
 
 @pytest.mark.parametrize("crops", [1, 10])
@@ -153,7 +154,7 @@ def test_every_mode_reads_from_shards_with_nothing_skipped(every_mode, tmp_path)
         classes = find_classes(every_mode / split)
         samples = file_samples(every_mode / split, find_images(every_mode / split, classes))
         convert(samples, classes, tmp_path / split, split, shard_size=5, progress=False)
-    assert_every_mode_read(DataConfig("imagenet_shards", str(tmp_path), workers=0, image_size=16))
+    assert_every_mode_read(data_config("imagenet_shards", root=str(tmp_path), workers=0, image_size=16))
 
 
 # --- a loader worker that raises --------------------------------------------------------------

@@ -26,13 +26,14 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from data import DataConfig, build_loaders
+from data import build_loaders
 from data import index_cache as cache
 from data.file_index import FileIndex
 from data.ilsvrc import val_samples
 from data.imagefolder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder, find_classes
 from data.samplers import ShardSampler
 from data.shards.read import ShardBatches
+from resnet.config import data_config
 
 HOUR_AGO = time.time() - 3600
 
@@ -179,7 +180,7 @@ def test_the_cache_goes_to_the_cache_dir_where_the_data_is_not_writable(tmp_path
 def test_the_loaders_cache_both_splits_and_say_so(tmp_path, capsys):
     make_tree(tmp_path / "train", {"a": 4, "b": 4}, nested=False)
     make_tree(tmp_path / "val", {"a": 2, "b": 1}, nested=False)
-    config = DataConfig("imagefolder", str(tmp_path), image_size=16)
+    config = data_config("imagefolder", root=str(tmp_path), image_size=16, workers=0)
     build_loaders(config, 2)
     assert capsys.readouterr().out.count("rebuilt") == 2
     loaders = build_loaders(config, 2)

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data import DataConfig, build_loaders
+from data import build_loaders
 from data import decode as decode_module
 from data.decode import decode_rgb
 from data.gpu_decode import EncodedRandomResizedCropFlip
 from data.imagefolder import find_classes, find_images
 from data.shards import convert, file_samples
 from data.transforms import RandomResizedCropFlip, ResizeCenterCrop
+from resnet.config import data_config
 from resnet.evaluation.loader import EvalProtocol, ResizeCrop, ResizeShorter, build_eval_loader
 from tests.helpers.imagegen import jpeg_bytes, smooth_image
 
@@ -98,7 +99,7 @@ def assert_two_skipped(batches: list) -> None:
 
 @pytest.mark.parametrize("decode", ["cpu", "gpu"])
 def test_training_and_validation_skip_and_count_an_image_over_the_limit(folder, small_limit, decode):
-    data = DataConfig("imagefolder", str(folder), workers=0, image_size=16, decode=decode)
+    data = data_config("imagefolder", root=str(folder), workers=0, image_size=16, decode=decode)
     with build_loaders(data, batch_size=5) as loaders:
         loaders.set_epoch(0)
         assert_two_skipped(list(loaders.train))
@@ -117,7 +118,9 @@ def test_shards_skip_and_count_an_image_over_the_limit(folder, small_limit, tmp_
         classes = find_classes(folder / split)
         samples = file_samples(folder / split, find_images(folder / split, classes))
         convert(samples, classes, tmp_path / split, split, shard_size=2, progress=False)
-    with build_loaders(DataConfig("imagenet_shards", str(tmp_path), workers=0, image_size=16), batch_size=5) as loaders:
+    with build_loaders(
+        data_config("imagenet_shards", root=str(tmp_path), workers=0, image_size=16), batch_size=5
+    ) as loaders:
         loaders.set_epoch(0)
         assert_two_skipped(list(loaders.train))
         assert_two_skipped(list(loaders.val))

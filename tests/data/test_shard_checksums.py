@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from data import DataConfig, build_loaders
+from data import build_loaders
 from data import decode as decode_module
 from data.imagefolder import find_classes, find_images
 from data.shards import convert, file_samples, read_index, records
 from data.shards.__main__ import main
+from resnet.config import data_config
 from tests.helpers.imagegen import make_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -100,7 +101,9 @@ def test_training_and_evaluation_skip_and_count_a_changed_sample_as_they_read_it
         label_at = record.offset + -(-record.size // 512) * 512 + 512
         shard[label_at] = ord("1") if shard[label_at] == ord("0") else ord("0")
     path.write_bytes(bytes(shard))
-    with build_loaders(DataConfig("imagenet_shards", str(tmp_path), image_size=16), batch_size=7) as loaders:
+    with build_loaders(
+        data_config("imagenet_shards", root=str(tmp_path), image_size=16, workers=0), batch_size=7
+    ) as loaders:
         loaders.set_epoch(0)
         [batch] = list(loaders.train)
     assert len(batch.labels) == 6 and batch.skipped == 1
@@ -145,7 +148,9 @@ def test_an_index_without_checksums_still_reads_and_check_says_they_are_absent(f
     assert all(shard.crc32 is None for shard in read_index(tmp_path / "train").shards)
     status, report = check(capsys, tmp_path / "train")
     assert status == 0 and "checksums  absent: index.json predates them" in report
-    with build_loaders(DataConfig("imagenet_shards", str(tmp_path), image_size=16), batch_size=3) as loaders:
+    with build_loaders(
+        data_config("imagenet_shards", root=str(tmp_path), image_size=16, workers=0), batch_size=3
+    ) as loaders:
         loaders.set_epoch(0)
         assert sum(len(batch.labels) for batch in loaders.train) == 6
 

@@ -17,13 +17,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from data import DataConfig, build_loaders
+from data import build_loaders
 from data.batch import pass_batch
 from data.imagefolder import find_classes, find_images
 from data.shards import read_index
 from data.shards.read import ShardBatches
 from resnet.checkpoint import load_checkpoint
-from resnet.config import ConfigError
+from resnet.config import ConfigError, data_config
 from resnet.engine import run as engine_run
 from resnet.engine.run import train
 from resnet.evaluation.run import evaluate_weights
@@ -82,7 +82,11 @@ def test_val_images_reads_the_first_n_images_of_the_shards_at_every_world_size(d
         per_rank = read_all(shards / "val", world_size, workers, train=False, limit=5)
         assert sorted(c for rank in per_rank for batch in rank for c in batch) == sorted(first)
     loaders = build_loaders(
-        DataConfig("imagenet_shards", str(shards), image_size=16), 4, rank=1, world_size=2, val_images=5
+        data_config("imagenet_shards", root=str(shards), image_size=16, workers=0),
+        4,
+        rank=1,
+        world_size=2,
+        val_images=5,
     )
     assert (loaders.val_size, loaders.val_split_size, sum(len(b.labels) for b in loaders.val)) == (5, 7, 3)
 

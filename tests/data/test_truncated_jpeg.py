@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from data import DataConfig, RandomResizedCropFlip, ResizeCenterCrop, SkipLog, build_loaders
+from data import RandomResizedCropFlip, ResizeCenterCrop, SkipLog, build_loaders
 from data.decode import DECODE_ERRORS, decode_rgb, image_size
 from data.imagefolder import find_classes, find_images
 from data.shards import convert, file_samples
+from resnet.config import data_config
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
 
 KINDS = {
@@ -126,7 +127,7 @@ def _epoch_counts(loaders, epochs: int = 3) -> list[tuple[int, list[str]]]:
 
 def test_every_file_cut_short_is_counted_once_every_epoch_and_nothing_reaches_stderr(tmp_path, capfd):
     _cut_folder(tmp_path, CUT)
-    config = DataConfig("imagefolder", str(tmp_path), workers=2, image_size=32)
+    config = data_config("imagefolder", root=str(tmp_path), workers=2, image_size=32)
     with build_loaders(config, batch_size=2) as loaders:  # 14 files: 7 full batches, none dropped
         counts = _epoch_counts(loaders)
     assert counts == [(6, sorted(CUT))] * 3
@@ -140,7 +141,7 @@ def test_shards_count_every_file_cut_short_once_every_epoch(tmp_path, capfd):
         classes = find_classes(folder)
         samples = file_samples(folder, find_images(folder, classes))  # copied as they are: the loader finds them
         convert(samples, classes, tmp_path / "shards" / split, split, shard_size=4, progress=False)
-    config = DataConfig("imagenet_shards", str(tmp_path / "shards"), workers=2, image_size=32)
+    config = data_config("imagenet_shards", root=str(tmp_path / "shards"), workers=2, image_size=32)
     with build_loaders(config, batch_size=2) as loaders:
         counts = _epoch_counts(loaders)
     keys = sorted(f"{'ab'[i % 2]}_cut{i}" for i in range(len(CUT)))  # both classes hold 0.JPEG: keys name the class

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from resnet.config import ConfigError
-from resnet.engine.checks import check_train_config
+from resnet.engine.train_config import train_config
 from tests.helpers.compose import compose_config
 
 
@@ -26,10 +26,10 @@ from tests.helpers.compose import compose_config
 )
 def test_a_number_out_of_range_is_refused_in_the_schemas_words(override, message):
     with pytest.raises(ConfigError) as raised:
-        check_train_config(compose_config("train", override, hydra=True))
+        train_config(compose_config("train", "run_dir=outputs/test", override, hydra=True))
     assert str(raised.value) == message
 
 
 @pytest.mark.parametrize("override", ["ema_decay=0", "ema_decay=0.9999", "checkpoint_every=0", "random_erasing=1"])
 def test_the_ends_of_a_range_that_mean_off_or_always_are_taken(override):
-    check_train_config(compose_config("train", override))
+    train_config(compose_config("train", "run_dir=outputs/test", override))

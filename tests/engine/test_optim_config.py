@@ -9,8 +9,8 @@ import pytest
 from torch import nn
 
 from resnet.config import ConfigError
-from resnet.engine.checks import grid_bn
 from resnet.engine.optim import OPTIMIZERS, SCHEDULES, build_optimizer, build_scheduler
+from resnet.engine.train_config import train_config
 from resnet.grid import GRID_BN
 from resnet.schema import KEYS
 from tests.helpers.compose import CONFIGS, compose_config
@@ -20,9 +20,16 @@ SCHED_FILES = sorted(path.stem for path in (CONFIGS / "sched").glob("*.yaml"))
 
 
 def test_grid_bn_is_the_declared_default_unless_one_is_given():
-    assert grid_bn(compose_config("train", "grid=[symmetric,asymmetric]")) == KEYS["grid_bn"].default == "statistics"
+    assert (
+        train_config(compose_config("train", "run_dir=x", "grid=[symmetric,asymmetric]")).grid_bn
+        == KEYS["grid_bn"].default
+        == "statistics"
+    )
     assert KEYS["grid_bn"].default in GRID_BN
-    assert grid_bn(compose_config("train", "grid=[symmetric,asymmetric]", "grid_bn=affine")) == "affine"
+    assert (
+        train_config(compose_config("train", "run_dir=x", "grid=[symmetric,asymmetric]", "grid_bn=affine")).grid_bn
+        == "affine"
+    )
 
 
 @pytest.mark.parametrize("optim", OPTIM_FILES)
@@ -44,7 +51,6 @@ def test_each_schedule_yaml_states_every_key_its_schedule_reads(sched, warmup):
 
 
 def test_the_groups_are_typed_once_and_a_stray_or_missing_key_is_one_line():
-    from resnet.engine.checks import check_train_config
     from resnet.engine.optim import OptimConfig, SchedConfig
 
     cfg = compose_config("train", "optim=adamw", "sched=step")
@@ -55,6 +61,6 @@ def test_the_groups_are_typed_once_and_a_stray_or_missing_key_is_one_line():
         (["optim=adamw", "+optim.momentum=0.9"], "optim.momentum is read by no part of optim=adamw"),
     ):
         with pytest.raises(ConfigError, match=re.escape(says)):
-            check_train_config(compose_config("train", *overrides))
+            train_config(compose_config("train", "run_dir=x", *overrides))
     with pytest.raises(ValueError, match=re.escape("sched=cosine reads sched.min_lr_ratio, which is not set")):
         SchedConfig.from_node({"name": "cosine", "warmup_epochs": 1, "warmup_start_factor": 0.1})

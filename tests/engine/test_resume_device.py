@@ -53,7 +53,7 @@ def test_a_mid_epoch_resume_on_another_device_restores_rng_states_from_the_cpu(t
         seen.extend(t.device.type for t in (state["torch"], state["numpy"]["keys"]))
         raise Restored
 
-    monkeypatch.setattr(engine_run, "join_job", lambda cfg: DistEnv(0, 1, 0, torch.device("meta")))
+    monkeypatch.setattr(engine_run, "join_job", lambda *args, **kwargs: DistEnv(0, 1, 0, torch.device("meta")))
     monkeypatch.setattr(engine_run, "set_rng_state", record)
     with pytest.raises(Restored):
         train(compose_config("train", *overrides(tiny_folder, run_dir, "resume=true")))

@@ -16,6 +16,7 @@ from resnet.checkpoint import load_checkpoint
 from resnet.checkpoint.training_state import TrainingState
 from resnet.config import ConfigError
 from resnet.engine.run import build_run_model
+from resnet.engine.train_config import train_config
 from resnet.job.resume import check_resumable
 from resnet.job.resume_rules import RULES, compare, flatten, rule
 from tests.helpers.compose import compose_config
@@ -66,7 +67,8 @@ def check(tiny_folder, trained: Path, *overrides: str, world_size: int = 1):
     cfg = compose_config("train", *tiny_overrides(tiny_folder, trained.parent, "epochs=1", *overrides))
     state = TrainingState.read(trained)
     layout = {**state.layout, "world_size": world_size}
-    return check_resumable(cfg, state, trained, layout, build_run_model(cfg).meta)
+    config = train_config(cfg)
+    return check_resumable(config, state, trained, layout, build_run_model(config).meta)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ import resnet.checkpoint.save
 from resnet.checkpoint import load_checkpoint
 from resnet.config import ConfigError
 from resnet.engine.run import CheckpointWriteError
+from resnet.engine.train_config import train_config
 from resnet.job import latest_run
 from resnet.job.lock import LOCK_NAME, RunDirBusy, RunDirLock
 from tests.helpers import procs
@@ -152,7 +153,7 @@ def outputs(tmp_path: Path, unfinished: Path, **runs: dict | None) -> Path:
 
 def pick(tiny_folder, root: Path, *overrides: str) -> tuple[Path, str]:
     cfg = compose_config("train", *tiny_overrides(tiny_folder, root / "now" / "made-up", "resume=true", *overrides))
-    return latest_run.unfinished_run(cfg, root)
+    return latest_run.unfinished_run(train_config(cfg), root)
 
 
 def test_the_one_unfinished_run_of_the_config_is_resumed_whatever_else_is_there(tiny_folder, tmp_path, unfinished):
@@ -233,8 +234,9 @@ def test_only_a_made_up_run_dir_is_searched_beside(tmp_path, monkeypatch, case, 
     )
     resume = {"resume=false": False, "resume=path": "/x/last.pt"}.get(case, True)
     run_dir = tmp_path / "elsewhere" if case == "run_dir=" else made_up
-    cfg = SimpleNamespace(get=lambda key: resume if key == "resume" else None)
-    assert latest_run.made_up_run_dir(cfg, run_dir) == (tmp_path / "outputs" if searched else None)
+    assert latest_run.made_up_run_dir(SimpleNamespace(resume=resume), run_dir) == (
+        tmp_path / "outputs" if searched else None
+    )
 
 
 def test_train_py_resume_true_without_a_run_dir_goes_on_in_the_unfinished_run(tiny_folder, tmp_path, unfinished):

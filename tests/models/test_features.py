@@ -17,14 +17,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from torch import nn
 
 from data import Normalize
 from resnet import build_model
 from resnet.checkpoint import load_checkpoint
 from resnet.engine.loop import EpochStats, StepContext, train_one_epoch
-from resnet.engine.losses import loss_and_augment
+from resnet.engine.losses import LossConfig, loss_and_augment
 from resnet.engine.optim import build_optimizer
 from resnet.runtime.device import Runtime
 from tests.helpers.imagegen import make_tiny_folder
@@ -256,10 +255,15 @@ def test_a_compiled_training_step_gives_the_eager_loss_and_weights():
 def trainer_mixing(mixup: float, cutmix: float, label_smoothing: float):
     """(loss_fn, batch augmentation) as train() builds them from these config values (loss=ce, no
     random erasing: the augmentation is timm's Mixup/CutMix alone, or None)."""
-    cfg = OmegaConf.create(
-        {"mixup": mixup, "cutmix": cutmix, "label_smoothing": label_smoothing, "loss": "ce", "random_erasing": 0.0}
+    config = LossConfig(
+        loss="ce",
+        label_smoothing=label_smoothing,
+        bce_target_threshold=None,
+        mixup=mixup,
+        cutmix=cutmix,
+        random_erasing=0.0,
     )
-    return loss_and_augment(cfg, NUM_CLASSES, torch.device("cpu"))
+    return loss_and_augment(config, NUM_CLASSES, torch.device("cpu"))
 
 
 def smoothed_onehot(y: torch.Tensor, eps: float) -> torch.Tensor:

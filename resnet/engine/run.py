@@ -504,17 +504,15 @@ def _validate(
 
 def _check_val_unreadable(config: TrainConfig, result: Evaluation, epoch: int, saver: Checkpointer) -> None:
     """Over ``max_unreadable``, the val errors are another set's: stop before the epoch is saved. The
-    counts are summed over the processes already, so every one stops here, with the same line."""
-    limit = config.max_unreadable
-    read = result.n_images + result.skipped_images
-    share = unreadable_share(result.skipped_images, read, limit)
-    if share is None:
+    counts are summed over the processes already, so every one stops here, with the same line (rank 0's
+    examples: those of every rank)."""
+    if result.unreadable_stop(config.max_unreadable) is None:
         return
-    examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]  # every rank's
+    examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]
+    stop = replace(result, skipped_examples=examples).unreadable_stop(config.max_unreadable)
     raise AgreedFailure(
-        f"the validation after epoch {epoch + 1} could not read {result.skipped_images:,} of its {read:,} images "
-        f"({share}, more than max_unreadable={limit:g}), e.g. {'; '.join(examples[:2])}; "
-        f"{saver.kept}. Restore the val data and run again with resume=true, or pass a higher max_unreadable"
+        f"the validation after epoch {epoch + 1} {stop}; {saver.kept}. Restore the val data and run again "
+        "with resume=true, or pass a higher max_unreadable"
     )
 
 

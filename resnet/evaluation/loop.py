@@ -61,6 +61,19 @@ class Evaluation:
             "images_per_s": self.images_per_s,
         }
 
+    def unreadable_stop(self, limit: float) -> str | None:
+        """``could not read 32 of its 40 images (80%, more than max_unreadable=0.05), e.g. <two of this
+        process's>`` where more than ``limit`` of the images read could not be (the errors would be another
+        set's: validation and eval.py stop on it); else None."""
+        read = self.n_images + self.skipped_images
+        share = unreadable_share(self.skipped_images, read, limit)
+        if share is None:
+            return None
+        return (
+            f"could not read {self.skipped_images:,} of its {read:,} images ({share}, more than "
+            f"max_unreadable={limit:g}), e.g. {'; '.join(self.skipped_examples[:2])}"
+        )
+
 
 def unreadable_share(unreadable: int, read: int, limit: float) -> str | None:
     """The share of the ``read`` images (readable or not) that could not be read, as a stop says it

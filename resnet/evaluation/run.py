@@ -20,7 +20,7 @@ from ..runtime.distributed import DistEnv, shutdown
 from ..runtime.workers import data_workers
 from ..weights import WeightsSpec, check_has_ema
 from .loader import CROP_COUNTS, build_eval_loader, check_root
-from .loop import Evaluation, evaluate, unreadable_share
+from .loop import Evaluation, evaluate
 from .protocol import (
     check_fit,
     check_logger,
@@ -203,16 +203,12 @@ def _check_unreadable(cfg: DictConfig, result: Evaluation) -> None:
     """More than ``max_unreadable`` of the images could not be read (a mount gone, shards swapped): the
     errors would be another set's; one line, no row. The counts are summed over the processes: every
     one stops, rank 0 says so."""
-    limit = cfg.max_unreadable
-    read = result.n_images + result.skipped_images
-    share = unreadable_share(result.skipped_images, read, limit)
-    if share is None:
-        return
-    raise ConfigError(
-        f"could not read {result.skipped_images:,} of the {read:,} images of {cfg.data.name} ({share}, more than "
-        f"max_unreadable={limit:g}), e.g. {'; '.join(result.skipped_examples[:2])}; no row appended. Restore the "
-        "data, or pass a higher max_unreadable (1: never stop)"
-    )
+    stop = result.unreadable_stop(cfg.max_unreadable)
+    if stop is not None:
+        raise ConfigError(
+            f"{cfg.data.name} {stop}; no row appended. Restore the data, or pass a higher max_unreadable "
+            "(1: never stop)"
+        )
 
 
 def _report(row: dict, result: Evaluation, path: Path, split_size: int | None, limit: float) -> None:

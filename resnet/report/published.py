@@ -67,19 +67,6 @@ TENSORNETS_ZERO_POOL: dict[str, ReferenceResult] = {
     )
 }
 
-# torchvision's published single-crop top-1 *accuracy* in % (V1 weights, V2 weights);
-# None where a weight set does not exist.
-TORCHVISION_TOP1_ACC: dict[str, tuple[float | None, float]] = {
-    "resnet50": (76.130, 80.858),
-    "resnet101": (77.374, 81.886),
-    "resnet152": (78.312, 82.284),
-    "resnext50_32x4d": (77.618, 81.198),
-    "resnext101_32x8d": (79.312, 82.834),
-    "resnext101_64x4d": (None, 83.246),
-    "wide_resnet50_2": (78.468, 81.602),
-}
-
-
 def tensornets_reference(arch: str, padding_name: str | None = None) -> ReferenceResult | None:
     """TensorNets' numbers for ``arch`` (ours), native padding unless ``padding_name`` is
     another published variant ("keras" for the v2 zero-padded pool1); None if unpublished."""

@@ -1,5 +1,5 @@
 """The range of every training number is the schema's (resnet/schema.py), said in its one style:
-``<override>: expected ..., e.g. ...``; resnet/engine/checks.py keeps the checks of several keys."""
+``<override>: expected ..., e.g. ...``; resnet/engine/train_config.py keeps the checks of several keys."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def test_over_max_unreadable_eval_stops_in_one_line_and_appends_no_row(checkpoin
     with pytest.raises(ConfigError) as stopped:
         run_eval(*folder_overrides(root, checkpoint, results))
     line = str(stopped.value)
-    assert line.startswith("could not read 32 of the 40 images of imagefolder (80%, more than max_unreadable=0.05), ")
+    assert line.startswith("imagefolder could not read 32 of its 40 images (80%, more than max_unreadable=0.05), ")
     assert "e.g. " in line and line.endswith(
         "; no row appended. Restore the data, or pass a higher max_unreadable (1: never stop)"
     )

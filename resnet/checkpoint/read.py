@@ -14,8 +14,9 @@ from .errors import CheckpointError, CheckpointNotFound, before_reading, unreada
 from .format import _checked
 
 
-def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> object:
+def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu", mmap: bool = False) -> object:
     """``torch.load(path, weights_only=True)``; any failure is one :class:`CheckpointError` line.
+    ``mmap``: the tensors are mapped, not read, until used (a reader of the config alone reads kilobytes).
 
     ``weights_only=True`` refuses any pickled object instead of constructing it, so nothing
     in the file runs. A damaged file makes torch.load raise almost anything; each failure
@@ -27,12 +28,12 @@ def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = 
         message, missing = problem
         raise (CheckpointNotFound if missing else CheckpointError)(message)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as err:  # on corrupt input: RuntimeError, EOFError, UnpicklingError, KeyError, ...
         raise CheckpointError(unreadable(path, err)) from None
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict:
     """A checkpoint :func:`save_checkpoint` wrote, read without running pickled code.
 
     Checked before it is returned: a dict with a ``model`` state dict (tensors) and a
@@ -40,7 +41,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     raises :class:`CheckpointError` (one line naming the file). ``checkpoint["meta"]["arch"]``
     is the canonical architecture name, so it compares equal to a model's ``meta.arch``.
     """
-    return _checked(read_torch_file(path, map_location), path)
+    return _checked(read_torch_file(path, map_location, mmap), path)
 
 
 def recorded_grid(checkpoint: Mapping) -> tuple[list[str], str]:

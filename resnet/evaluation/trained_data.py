@@ -31,7 +31,7 @@ def recorded_data(weights: str) -> dict | None:
     if not Path(weights).is_file():
         return None
     try:
-        data = (load_checkpoint(weights).get("config") or {}).get("data")
+        data = (load_checkpoint(weights, mmap=True).get("config") or {}).get("data")  # the weights stay unread
     except CheckpointError:  # a .pth or .h5 of another framework: its loader says what it is
         return None
     return {"name": data.get("name"), "root": data.get("root")} if data and data.get("name") else None

@@ -67,6 +67,7 @@ TENSORNETS_ZERO_POOL: dict[str, ReferenceResult] = {
     )
 }
 
+
 def tensornets_reference(arch: str, padding_name: str | None = None) -> ReferenceResult | None:
     """TensorNets' numbers for ``arch`` (ours), native padding unless ``padding_name`` is
     another published variant ("keras" for the v2 zero-padded pool1); None if unpublished."""

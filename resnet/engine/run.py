@@ -14,8 +14,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 
-from data.config import DataConfig
-
 from ..archs import ARCHS, canonical_name
 from ..config import ConfigError, scheme_words
 from ..evaluation.loop import Evaluation, evaluate, unreadable_share
@@ -144,38 +142,31 @@ def start_line(config: TrainConfig, env: DistEnv, run_dir: Path) -> str:
     return line if advice is None else f"{line}\nnote: {advice}"
 
 
-def make_loaders(
-    data: DataConfig,
-    num_classes: int,
-    batch_size: int,
-    env: DistEnv,
-    seed: int,
-    cache_dir: Path | None = None,
-    val_images: int | None = None,
-):
-    """The run's loaders (:func:`data.build_loaders`), ``data.workers=auto`` counted for this node;
-    a dataset whose classes are not ``num_classes`` (``data.num_classes``) is one line."""
+def make_loaders(config: TrainConfig, env: DistEnv):
+    """The run's loaders (:func:`data.build_loaders`), ``data.workers=auto`` counted for this node; a
+    dataset whose classes are not ``data.num_classes`` is one line. Folder indexes are cached beside
+    the data, else in the run dir."""
     from data import build_loaders  # imported here so that composing configs stays fast
     from data.gpu_decode import check_decode
 
-    data = replace(data, workers=data_workers(data.workers, env.local_world_size))
+    data = replace(config.data, workers=data_workers(config.data.workers, env.local_world_size))
     try:  # a wrong folder layout (no val/, an empty class folder, val classes != train classes)
         check_decode(data.decode, env.device)  # decode=gpu needs a CUDA device to decode on
         loaders = build_loaders(
             data,
-            batch_size,
+            config.batch_size,
             rank=env.rank,
             world_size=env.world_size,
-            seed=seed,
-            cache_dir=cache_dir,  # folder indexes: beside the data, else in the run dir
-            val_images=val_images,
+            seed=config.seed,
+            cache_dir=Path(config.run_dir),
+            val_images=config.val_images,
             processes_per_node=env.local_world_size,
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
-    if loaders.num_classes != num_classes:
+    if loaders.num_classes != config.num_classes:
         raise ConfigError(
-            f"data.num_classes={num_classes} but {data.name} has {loaders.num_classes} classes; "
+            f"data.num_classes={config.num_classes} but {data.name} has {loaders.num_classes} classes; "
             f"pass data.num_classes={loaders.num_classes}"
         )
     return loaders
@@ -239,17 +230,7 @@ def build_training(config: TrainConfig, env: DistEnv, cleanup: contextlib.ExitSt
     model = build_run_model(config)
     grid = list(model.grid) if hasattr(model, "grid") else None
     meta = model.meta
-    loaders = cleanup.enter_context(
-        make_loaders(
-            config.data,
-            config.num_classes,
-            config.batch_size,
-            env,
-            config.seed,
-            Path(config.run_dir),
-            val_images=config.val_images,
-        )
-    )
+    loaders = cleanup.enter_context(make_loaders(config, env))
     model = runtime.place(model)
     if config.sync_bn and env.distributed:
         model = convert_sync_batchnorm(model, env)

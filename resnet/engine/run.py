@@ -164,6 +164,13 @@ def make_loaders(config: TrainConfig, env: DistEnv):
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
+    if len(loaders.train) == 0:  # the last short batch is dropped (a batch of one breaks BatchNorm)
+        share = len(loaders.train.sampler)
+        each = f", {share:,} per process" if env.world_size > 1 else ""
+        raise ConfigError(
+            f"{data.name} has {len(loaders.train.dataset):,} training images{each}: fewer than batch_size="
+            f"{config.batch_size}, so an epoch would train no step; pass batch_size={share} or less"
+        )
     if loaders.num_classes != config.num_classes:
         raise ConfigError(
             f"data.num_classes={config.num_classes} but {data.name} has {loaders.num_classes} classes; "

@@ -29,6 +29,7 @@ from data import (
 from data.decode import decode_resized_crop, decode_rgb, open_header
 from data.fashion_mnist import load_fashion_mnist
 from data.imagefolder import ImageFolder
+from data.registry import names
 from data.samplers import spread
 from resnet.config import data_config
 from tests.helpers.builtin_data import require_fashion_mnist
@@ -306,7 +307,7 @@ def test_layout_errors(tmp_path):
         build_loaders(data_config("imagenet", root=None, workers=0), 4)
     with pytest.raises(FileNotFoundError, match=r"train/<wnid>/\*.JPEG"):
         build_loaders(data_config("imagenet", root=str(tmp_path / "nowhere"), workers=0), 4)
-    with pytest.raises(ValueError, match="imagenet, imagefolder, imagenet_shards, fashion_mnist, synthetic"):
+    with pytest.raises(ValueError, match=f"unknown dataset 'cifar10'; choose one of {', '.join(names())}$"):
         build_loaders(replace(data_config("synthetic"), name="cifar10"), 4)
 
     make_folder(tmp_path / "train", {"a": 1, "b": 1, "c": 1})

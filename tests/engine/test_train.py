@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -108,6 +109,28 @@ def test_resume_is_exact_with_loader_workers_and_augmentation(tiny_folder, tmp_p
     a = load_checkpoint(tmp_path / "straight" / "last.pt")["model"]
     b = load_checkpoint(tmp_path / "split" / "last.pt")["model"]
     assert all(torch.equal(tensor, b[key]) for key, tensor in a.items())
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_batch_larger_than_a_process_share_of_the_set_is_one_line_not_an_epoch_of_no_steps(
+    tiny_folder, tmp_path, world_size
+):
+    from resnet.config import ConfigError
+    from resnet.engine.run import make_loaders
+    from resnet.engine.train_config import train_config
+    from resnet.runtime.distributed import DistEnv
+    from tests.helpers.compose import compose_config
+
+    images = sum(1 for path in (tiny_folder / "train").rglob("*") if path.is_file())
+    share = -(-images // world_size)  # the sampler pads the shares to the same length
+    each = f", {share} per process" if world_size > 1 else ""
+    says = (
+        f"imagefolder has {images} training images{each}: fewer than batch_size={images + 1}, so an epoch "
+        f"would train no step; pass batch_size={share} or less"
+    )
+    config = train_config(compose_config("train", *tiny_overrides(tiny_folder, tmp_path, f"batch_size={images + 1}")))
+    with pytest.raises(ConfigError, match=f"^{re.escape(says)}$"):
+        make_loaders(config, DistEnv(0, world_size, 0, torch.device("cpu")))
 
 
 def test_unreadable_images_are_skipped_and_reported(tiny_folder, tmp_path, capsys):

@@ -36,6 +36,18 @@ def test_the_readme_fits_on_about_200_lines():
     assert len((REPO / "README.md").read_text().splitlines()) < 220
 
 
+def test_the_readmes_pad_table_is_what_resnet_inspect_prints_for_every_preset():
+    """README's "Choosing the padding" table is ``resnet-inspect resnet50 --size 224`` over every preset
+    of PRESETS: a preset added, or a pad changed, shows there or this fails."""
+    from resnet.inspect import format_pad_tables
+    from resnet.padding import PRESETS
+
+    printed = format_pad_tables("resnet50", [224], list(PRESETS)).splitlines()[2:]  # the table, its title apart
+    readme = (REPO / "README.md").read_text().splitlines()
+    start = readme.index(printed[0])
+    assert readme[start : start + len(printed) + 1] == [*printed, ""]
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_every_relative_link_resolves_to_a_file_of_the_repo(doc):
     broken = []

@@ -30,7 +30,6 @@ from data.registry import find, in_memory
 from .archs import ARCHS, canonical_name
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
 from .runtime.cpus import affinity_cpus
-from .runtime.distributed import DEVICES
 from .runtime.workers import auto_workers
 from .schema import schema_problems
 
@@ -73,15 +72,9 @@ def scheme_words(name: str) -> str:
 
 
 def check_run_config(cfg: DictConfig) -> None:
-    """Every number and switch (:data:`resnet.schema.SCHEMA`), then the keys train.yaml and
-    eval.yaml share: device, amp, padding, data."""
-    problems = schema_problems(cfg)  # first: the checks below compare values that must be numbers
-    if problems:
-        raise ConfigError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    if cfg.device not in DEVICES:
-        raise ConfigError(f"unknown device {cfg.device!r}; choose one of {', '.join(DEVICES)}")
-    if cfg.amp not in AMP_DTYPES:
-        raise ConfigError(f"unknown amp {cfg.amp!r}; choose one of {', '.join(AMP_DTYPES)}")
+    """Every key :data:`resnet.schema.SCHEMA` declares (:func:`check_schema`), then the keys the
+    commands share: the architecture, the padding, the data."""
+    check_schema(cfg)  # first: the checks below compare values that must be numbers
     try:
         if cfg.get("model") is not None:
             canonical_name(cfg.model.arch)  # model.arch=<typo> fails here, listing the names
@@ -92,6 +85,14 @@ def check_run_config(cfg: DictConfig) -> None:
         raise ConfigError(str(err)) from None
     check_data_package()  # before check_data_config imports from it
     check_data_config(cfg.data)
+
+
+def check_schema(cfg: DictConfig) -> None:
+    """The first key of ``cfg`` that does not fit its declaration (:func:`resnet.schema.schema_problems`),
+    as one :class:`ConfigError` line: ``batch_size=-4: expected a whole number >= 1, e.g. batch_size=128``."""
+    problems = schema_problems(cfg)
+    if problems:
+        raise ConfigError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 
 
 def check_data_config(data_cfg: DictConfig) -> None:

@@ -34,6 +34,7 @@ from torch import nn
 from data.progress import Progress, image_pass
 
 from .model import with_padding
+from .schema import choices
 
 Normalize = Callable[[torch.Tensor], torch.Tensor]
 
@@ -218,7 +219,7 @@ def one_cycle(steps: int, warm_up: float = 0.15) -> Callable[[int], float]:
     return factor
 
 
-METHODS = ("bn", "distill")
+METHODS = choices("method")  # bn, distill
 
 
 def regrid(

@@ -9,9 +9,9 @@ any work (:func:`resnet.config.check_run_config` raises the first as a one-line
 :class:`resnet.config.ConfigError`), quoting the override as typed.
 
 Keys whose values are names (``device``, ``amp``, ``loss``, ``grid_bn``, ``on_nonfinite``,
-``data_changed``) declare their ``choices`` here; they are checked where they act
-(:mod:`resnet.config`, :mod:`resnet.engine.train_config`), each with its own one line, reading the
-choices from :func:`choices`; a padding preset and ``data.workers`` are checked in :mod:`resnet.config`.
+``data_changed``) declare their ``choices`` here, checked with the rest in the same words
+(``amp=fp8: expected one of none, bf16, fp16, e.g. amp=none``); the code that acts on them reads the
+names from :func:`choices`. A padding preset and ``data.workers`` are checked in :mod:`resnet.config`.
 
 From :data:`KEYS` come :data:`SCHEMA` (the checks), :data:`resnet.job.resume_rules.RULES` (what a
 resume may change) and the resume table of docs/training.md (:func:`resume_table`, written there
@@ -44,11 +44,18 @@ class Field:
     words: tuple[str, ...] = ()  # strings allowed besides the kind's values
     example: str = ""  # a value that works, for the message
     items: type | None = None  # a list's items: int, float or str
+    choices: tuple[str, ...] = ()  # a name: the names it may be
 
     def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` (``expected ...``), or None when it fits."""
         if value is None and self.nullable or isinstance(value, str) and value in self.words:
             return None
+        if self.choices:
+            return (
+                None
+                if isinstance(value, str) and value in self.choices
+                else f"expected one of {', '.join(self.choices)}"
+            )
         if self.kind is list:
             if not isinstance(value, (list, ListConfig)):
                 return f"expected {self._describe()}"
@@ -261,9 +268,15 @@ KEYS: dict[str, Key] = {
     "lr": Key(Field(float, low=0, open_low=True, example="lr=0.01")),
     "features": Key(Field(float, low=0, example="features=3.0")),
     "opset": Key(COUNT),
+    "tolerance": Key(Field(float, low=0, high=1, open_low=True, open_high=True, example="tolerance=1e-4")),
+    "method": Key(choices=("bn", "distill")),
 }
 
-SCHEMA: dict[str, Field] = {name: key.field for name, key in KEYS.items() if key.field is not None}
+SCHEMA: dict[str, Field] = {
+    name: key.field or Field(str, choices=key.choices, example=f"{name}={key.choices[0]}")
+    for name, key in KEYS.items()
+    if key.field is not None or key.choices
+}
 
 
 def choices(name: str) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from ..config import ConfigError, check_data_config, check_data_package
+from ..config import ConfigError, check_run_config
 from ..detect import DetectionReport, detect_padding
 from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, check_root
 from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
@@ -88,11 +88,7 @@ def _check_config(cfg: DictConfig) -> Path | None:
     """Every check that needs no weights and no images; returns the ``out`` path (or None)."""
     if cfg.get("padding") is not None:
         raise ConfigError("detection runs the weights under every preset itself: drop +padding=...")
-    for key in ("images", "batch_size"):
-        if not isinstance(cfg[key], int) or cfg[key] <= 0:
-            raise ConfigError(f"{key} must be a positive number, got {key}={cfg[key]} (e.g. {key}=500)")
-    check_data_package()
-    check_data_config(cfg.data)
+    check_run_config(cfg)  # every declared key's range, the architecture, the data
     try:
         check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
     except FileNotFoundError as err:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import ConfigError, padding_from_config
+from ..config import ConfigError, check_schema, padding_from_config
 from ..export import OnnxMismatch, export_checked, missing_export_tools
 from ..out_files import out_file
 from .hydra_app import hydra_command
@@ -32,10 +32,7 @@ def run(cfg: DictConfig) -> Path:
     if OmegaConf.is_missing(cfg, "out") or cfg.out is None:
         raise ConfigError("say where to write the file: out=model.onnx")
     out = out_file(cfg.out, ".onnx", "out=model.onnx")
-    if cfg.crop is not None and (not isinstance(cfg.crop, int) or cfg.crop <= 0):
-        raise ConfigError(f"crop must be a positive number of pixels, got crop={cfg.crop} (e.g. crop=224)")
-    if not 0 < cfg.tolerance < 1:
-        raise ConfigError(f"tolerance is relative to the largest |logit|: between 0 and 1, got {cfg.tolerance}")
+    check_schema(cfg)  # crop, opset, tolerance: their declarations
     try:
         resolve_padding(padding_from_config(cfg))  # an unknown site or scheme fails before the weights load
     except (ValueError, TypeError) as err:

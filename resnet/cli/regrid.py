@@ -9,25 +9,18 @@ Reads the weights and a sample of training images as ``eval.py`` reads them, re-
 
 from __future__ import annotations
 
-from ..regrid import METHODS, regrid
+from ..regrid import regrid
 from .hydra_app import hydra_command
 
 
 def check_settings(cfg) -> None:
-    """The command's own numbers and choices, each refused in one line saying what to pass."""
-    from ..config import ConfigError
+    """The command's settings, each refused in one line saying what to pass (their ranges and choices:
+    resnet/schema.py)."""
+    from ..config import ConfigError, check_run_config
 
     if cfg.get("padding") is None:
         raise ConfigError("say which grid to move the weights to: +padding=<preset>, e.g. +padding=symmetric")
-    if cfg.method not in METHODS:
-        raise ConfigError(f"method={cfg.method} is not one of {', '.join(METHODS)}: pass method=bn or method=distill")
-    for key in ("images", "batch_size", "epochs"):
-        if not isinstance(cfg[key], int) or cfg[key] <= 0:
-            raise ConfigError(f"{key} must be a positive number, got {key}={cfg[key]} (e.g. {key}=512)")
-    if not isinstance(cfg.lr, (int, float)) or cfg.lr <= 0:
-        raise ConfigError(f"lr must be a positive number, got lr={cfg.lr} (e.g. lr=0.01)")
-    if not isinstance(cfg.features, (int, float)) or cfg.features < 0:
-        raise ConfigError(f"features must be a number >= 0, got features={cfg.features} (features=0: the outputs only)")
+    check_run_config(cfg)  # method, images, batch_size, epochs, lr, features: their declarations; the data
 
 
 def target_padding(cfg, spec, loaded):
@@ -63,7 +56,7 @@ def run(cfg) -> dict:
     from data import Normalize
 
     from ..checkpoint import save_checkpoint
-    from ..config import ConfigError, check_data_config, check_data_package
+    from ..config import ConfigError
     from ..evaluation.loader import build_eval_loader
     from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
     from ..evaluation.sample import read_images
@@ -77,8 +70,6 @@ def run(cfg) -> dict:
     spec = weights_spec(cfg)
     check_settings(cfg)
     out = out_file(cfg.out, ".pt", "out=regridded.pt")
-    check_data_package()
-    check_data_config(cfg.data)
     try:
         device = pick_device(cfg.device)
     except (ValueError, RuntimeError) as err:

@@ -130,14 +130,14 @@ def test_verdicts_say_what_the_ranking_cannot_tell():
     [
         (["weights=nowhere:x"], "malformed weights='nowhere:x'"),
         ([], "say which weights: weights=/path/to/last.pt"),
-        (["images=0"], "images must be a positive number, got images=0 (e.g. images=500)"),
+        (["images=0"], "images=0: expected a whole number >= 1, e.g. images=512"),
         (["data=imagenet"], "data=imagenet needs data.root=/path/to/imagenet"),
         (["data=imagenet", "data.root={tmp}"], "needs data.root=/path/to/imagenet holding val/<wnid>/*.JPEG"),
         (["out={tmp}/ranking.txt"], "must name a .json file, e.g. out=ranking.json"),
         (["out={tmp}/a_file/ranking.json"], "a_file is a file, not a folder"),
         (["out=/proc/ranking.json"], "cannot write in /proc"),  # not even root can
         (["+padding=asymmetric"], "drop +padding"),
-        (["device=tpu"], "unknown device 'tpu'; choose one of auto, cpu, cuda"),
+        (["device=tpu"], "device=tpu: expected one of auto, cpu, cuda, e.g. device=auto"),
     ],
 )
 def test_detect_bad_input_is_one_line(tiny, tmp_path, capsys, overrides, says):
@@ -203,7 +203,8 @@ def test_export_that_onnxruntime_disagrees_with_fails_and_leaves_nothing(tiny, e
         (["out={tmp}"], "must name a .onnx file"),
         (["out={tmp}/a_file/model.onnx"], "a_file is a file, not a folder; choose another path, e.g. out=model.onnx"),
         (["out=/proc/new/model.onnx"], "out=/proc/new/model.onnx: cannot write in /proc ("),
-        (["out={tmp}/m.onnx", "crop=0"], "crop must be a positive number of pixels, got crop=0 (e.g. crop=224)"),
+        (["out={tmp}/m.onnx", "crop=0"], "crop=0: expected a whole number >= 1 (or null)"),
+        (["out={tmp}/m.onnx", "tolerance=2"], "tolerance=2: expected a number in (0, 1), e.g. tolerance=1e-4"),
         (["out={tmp}/m.onnx", "+padding.stem_conv=sideways"], "unknown stem_conv scheme 'sideways'; choose one of"),
         (["out={tmp}/m.onnx", "weights={tmp}/none.pt"], "no checkpoint at"),
     ],

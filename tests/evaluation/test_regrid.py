@@ -210,9 +210,10 @@ def test_the_command_regrids_timm_weights(torchvision_file, tmp_path):
     [
         ((), "say which grid to move the weights to: +padding=<preset>"),
         (("+padding=symmetric",), "is already under symmetric: pass the grid to move to, e.g. +padding=asymmetric or"),
-        (("+padding=asymmetric", "method=finetune"), "method=finetune is not one of bn, distill"),
-        (("+padding=asymmetric", "images=0"), "images must be a positive number"),
-        (("+padding=asymmetric", "lr=-1"), "lr must be a positive number"),
+        (("+padding=asymmetric", "method=finetune"), "method=finetune: expected one of bn, distill, e.g. method=bn"),
+        (("+padding=asymmetric", "images=0"), "images=0: expected a whole number >= 1, e.g. images=512"),
+        (("+padding=asymmetric", "lr=-1"), "lr=-1: expected a number > 0, e.g. lr=0.01"),
+        (("+padding=asymmetric", "features=-1"), "features=-1: expected a number >= 0, e.g. features=3.0"),
     ],
 )
 def test_bad_command_values_are_one_line(torchvision_file, tmp_path, extra, message):

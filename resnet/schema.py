@@ -44,15 +44,18 @@ class Field:
     words: tuple[str, ...] = ()  # strings allowed besides the kind's values
     example: str = ""  # a value that works, for the message
     items: type | None = None  # a list's items: int, float or str
-    choices: tuple = ()  # the values it may take (of its kind): names, or counts
+    choices: tuple[str, ...] = ()  # a name: the names it may be
 
     def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` (``expected ...``), or None when it fits."""
         if value is None and self.nullable or isinstance(value, str) and value in self.words:
             return None
         if self.choices:
-            fits = self._is_kind(value) and value in self.choices
-            return None if fits else f"expected one of {', '.join(map(str, self.choices))}"
+            return (
+                None
+                if isinstance(value, str) and value in self.choices
+                else f"expected one of {', '.join(self.choices)}"
+            )
         if self.kind is list:
             if not isinstance(value, (list, ListConfig)):
                 return f"expected {self._describe()}"
@@ -258,7 +261,6 @@ KEYS: dict[str, Key] = {
     "ema": Key(SWITCH),
     "download": Key(SWITCH),
     "crop": Key(SIDE),
-    "crops": Key(Field(int, choices=(1, 2, 10), example="crops=10")),  # centre; and its flip; corners, centre, flips
     "resize": Key(SIDE),
     "crop_pct": Key(Field(float, low=0, high=1, open_low=True, nullable=True, example="crop_pct=0.875")),
     # regrid.yaml, detect.yaml, export.yaml
@@ -277,10 +279,9 @@ SCHEMA: dict[str, Field] = {
 }
 
 
-def choices(name: str) -> tuple:
-    """The values key ``name`` takes (``choices("device")``, ``choices("crops")``): the one list its check
-    and its code read."""
-    return KEYS[name].choices or KEYS[name].field.choices
+def choices(name: str) -> tuple[str, ...]:
+    """The names key ``name`` takes (``choices("device")``): the one list its check and its code read."""
+    return KEYS[name].choices
 
 
 def schema_problems(cfg: DictConfig) -> list[str]:

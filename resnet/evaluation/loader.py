@@ -31,9 +31,7 @@ from data.files import MAX_FILE_BYTES
 from data.registry import Folders, InMemory, OnDisk, Shards, find, names
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
-from ..schema import choices
-
-CROP_COUNTS = choices("crops")  # the crops= protocols: centre; centre and its flip; corners + centre and flips
+CROP_COUNTS = (1, 2, 10)  # the crops= protocols: centre; centre and its flip; corners + centre and flips
 
 
 @dataclass(frozen=True)

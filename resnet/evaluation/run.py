@@ -19,7 +19,7 @@ from ..runtime.device import choose_kernels, join_job, runtime_for
 from ..runtime.distributed import DistEnv, shutdown
 from ..runtime.workers import data_workers
 from ..weights import WeightsSpec, check_has_ema
-from .loader import build_eval_loader, check_root
+from .loader import CROP_COUNTS, build_eval_loader, check_root
 from .loop import Evaluation, evaluate
 from .protocol import (
     check_fit,
@@ -50,7 +50,12 @@ def evaluate_weights(cfg: DictConfig, trained_data: bool = False) -> dict:
 
 
 def _check_config(cfg: DictConfig) -> None:
-    check_run_config(cfg)  # crops=, device=, amp= ...: their declarations
+    if cfg.crops not in CROP_COUNTS:
+        raise ConfigError(
+            f"crops must be 1 (centre crop), 2 (centre and its flip) or 10 (corners + centre and "
+            f"flips), got {cfg.crops}"
+        )
+    check_run_config(cfg)
     check_logger(cfg)
     writable_file(results_path(cfg.results_file), f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
     try:

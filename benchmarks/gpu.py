@@ -210,6 +210,7 @@ def loop_contender(args, device) -> Callable[[], int]:
         ema=ModelEmaV3(model, decay=0.9999**32),
         ema_every=32,
         log_every=50,
+        on_nonfinite="stop",
         progress=False,
     )
     epochs = iter(range(1_000_000))

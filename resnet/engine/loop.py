@@ -42,12 +42,12 @@ class StepContext:
     augment: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy
     scaler: torch.amp.GradScaler | None = None  # fp16 only
-    grad_clip: float = 0.0
-    on_nonfinite: str = "stop"  # stop | skip
+    grad_clip: float = 0.0  # 0: off
+    on_nonfinite: str = field(kw_only=True)  # stop | skip (train.yaml's on_nonfinite; no value of the loop's own)
     ema: nn.Module | None = None  # timm ModelEmaV3
     ema_every: int = 1  # optimizer steps between EMA updates (its decay is per update: ema_decay ** ema_every)
     freeze_bn: bool = False  # BN layers stay in eval mode: running statistics used, not updated
-    log_every: int = 50
+    log_every: int = field(kw_only=True)  # train.yaml's log_every
     max_steps: int | None = None  # cap on the loader batches of an epoch (smoke tests)
     checkpoint_every: int = 0  # batches between mid-epoch checkpoints (0: epoch ends only)
     # whether a mid-epoch checkpoint is due by the clock (checkpoint_minutes), asked on rank 0 before each step

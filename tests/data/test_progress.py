@@ -171,7 +171,9 @@ def test_an_epoch_whose_last_batch_is_empty_ends_with_a_line_of_its_own(capsys, 
     batches.append((torch.zeros(0, 3, 32, 32, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    ctx = StepContext(runtime=runtime, normalize=Normalize("torch"), loss_fn=nn.CrossEntropyLoss(), log_every=2)
+    ctx = StepContext(
+        runtime=runtime, normalize=Normalize("torch"), loss_fn=nn.CrossEntropyLoss(), log_every=2, on_nonfinite="stop"
+    )
     stats = train_one_epoch(model, batches, optimizer, scheduler, ctx, epoch=0, global_step=0)
     assert stats.steps == 4 and stats.empty_steps == 1
     captured = capsys.readouterr()

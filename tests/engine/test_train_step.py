@@ -35,6 +35,7 @@ def sgd(model: nn.Module) -> tuple[torch.optim.Optimizer, torch.optim.lr_schedul
 
 def context(**options) -> StepContext:
     options = {"loss_fn": nn.CrossEntropyLoss(), **options}
+    options = {"on_nonfinite": "stop", "log_every": 50, **options}
     return StepContext(runtime=Runtime.local(), normalize=Normalize("torch"), progress=False, **options)
 
 

@@ -56,7 +56,14 @@ def epoch(batches: list[Batch], check) -> int:
     model = build_model("resnet_tiny", num_classes=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    ctx = StepContext(runtime=Runtime.local(), normalize=Normalize("torch"), progress=False, check_unreadable=check)
+    ctx = StepContext(
+        runtime=Runtime.local(),
+        normalize=Normalize("torch"),
+        progress=False,
+        check_unreadable=check,
+        on_nonfinite="stop",
+        log_every=50,
+    )
     with contextlib.suppress(RunFailed):
         train_one_epoch(model, batches, optimizer, scheduler, ctx, epoch=2, global_step=0)
     return scheduler.last_epoch

@@ -61,7 +61,7 @@ def one_epoch(model: nn.Module, batches: list, runtime: Runtime | None = None, *
         loss_fn=nn.CrossEntropyLoss(),
         log_every=1,
         progress=False,
-        **ctx_options,
+        **{"on_nonfinite": "stop", **ctx_options},
     )
     return train_one_epoch(model, batches, optimizer, scheduler, ctx, epoch=0, global_step=0)
 

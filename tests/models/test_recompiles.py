@@ -78,6 +78,7 @@ def train_compiled(model: nn.Module, epochs: list[list[tuple[torch.Tensor, torch
         normalize=Normalize("torch"),
         loss_fn=nn.CrossEntropyLoss(),
         log_every=50,
+        on_nonfinite="stop",
         progress=False,
         before_step=lambda step: set_grid(model, draw(0, step, len(model.grid))),
     )

@@ -22,6 +22,12 @@ def pyplot():
     return plt
 
 
+def save_figure(fig, path: Path) -> None:
+    """``fig`` written to ``path`` (120 dpi), then closed."""
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+
+
 VALUE = "{:.2f}"  # every error (%) a chart writes, and its deltas (signed): the cross matrix's format
 BAR_METRICS = ("top1_err", "top5_err")  # tensornets.png's panels, each with its Δ
 NOTE = {"fontsize": 8, "color": "0.3"}  # what a chart cannot show, said under it
@@ -55,10 +61,7 @@ def chart_rows(table: SchemeTable) -> tuple[list[tuple[str, ModelRow]], str]:
 
 def plot_scheme_table(table: SchemeTable, path: Path) -> None:
     """:func:`scheme_figure`, saved to ``path``."""
-    plt = pyplot()
-    fig = scheme_figure(table)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(scheme_figure(table), path)
 
 
 def scheme_figure(table: SchemeTable):
@@ -190,10 +193,7 @@ def _scheme_notes(table: SchemeTable, recorded: Sequence[str], deltas: Sequence[
 
 def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
     """:func:`cross_figure`, saved to ``path``."""
-    plt = pyplot()
-    fig = cross_figure(matrices)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(cross_figure(matrices), path)
 
 
 def cross_figure(matrices: Sequence[CrossMatrix]):
@@ -307,10 +307,7 @@ def readable_on(background: Sequence[float]) -> str:
 
 def plot_regrid(table: Sequence[dict], path: Path) -> None:
     """:func:`regrid_figure`, saved to ``path``."""
-    plt = pyplot()
-    fig = regrid_figure(table)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(regrid_figure(table), path)
 
 
 def regrid_figure(table: Sequence[dict]):

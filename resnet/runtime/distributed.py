@@ -35,10 +35,6 @@ from datetime import datetime, timedelta
 import torch
 import torch.distributed as dist
 
-from ..schema import choices
-
-DEVICES = choices("device")  # the values of a run config's `device` (auto, cpu, cuda)
-LAUNCHERS = ("single", "torchrun", "submitit", "srun")
 NCCL_MARGIN = 60.0  # seconds NCCL's watchdog waits beyond the gloo groups' timeout
 JOIN_TIMEOUT = 300.0  # seconds the rendezvous waits for every process to start (at least)
 
@@ -51,7 +47,7 @@ class LaunchError(RuntimeError):
 class Launch:
     """This process's place in the job, as its launcher describes it."""
 
-    launcher: str  # one of LAUNCHERS
+    launcher: str  # single, torchrun, submitit or srun
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
@@ -224,8 +220,7 @@ def tasks_per_node(spec: str, node: int, default: int) -> int:
 
 
 def pick_device(preference: str = "auto", local_rank: int = 0, local_world_size: int = 1) -> torch.device:
-    if preference not in DEVICES:
-        raise ValueError(f"unknown device {preference!r}; choose one of {', '.join(DEVICES)}")
+    """``preference``: a run config's ``device`` (auto, cpu, cuda), which its schema has checked."""
     if preference == "cuda" and not torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
@@ -255,12 +250,10 @@ def cuda_index(local_rank: int, local_world_size: int, visible: int) -> int:
     )
 
 
-def init_distributed(
-    device: str = "auto", environ: Mapping[str, str] | None = None, timeout: float | None = None
-) -> DistEnv:
+def init_distributed(device: str = "auto", timeout: float | None = None) -> DistEnv:
     """Join the job's process group (or run alone when launched by plain python); ``timeout``:
     the seconds a collective waits for the others (None: torch's default)."""
-    launch = detect_launch(environ)
+    launch = detect_launch()
     dev = pick_device(device, launch.local_rank, launch.local_world_size)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)

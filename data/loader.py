@@ -118,6 +118,7 @@ def build_loaders(
 ) -> Loaders:
     """Train and val loaders of ``data`` for process ``rank`` of ``world_size``."""
     dataset = _check(data)
+    val_batch_size = val_batch_size or batch_size
     if isinstance(dataset, Shards):
         return _shard_loaders(
             data,
@@ -126,7 +127,7 @@ def build_loaders(
             rank,
             world_size,
             seed,
-            val_batch_size or batch_size,
+            val_batch_size,
             val_images,
             processes_per_node,
         )
@@ -145,13 +146,9 @@ def build_loaders(
         in_chans, image_size, workers, collate_fn = 3, data.image_size, data.workers, collate
 
     check_room(
-        workers,
-        largest_batch(data, batch_size, val_batch_size or batch_size, image_size, in_chans),
-        processes=processes_per_node,
+        workers, largest_batch(data, batch_size, val_batch_size, image_size, in_chans), processes=processes_per_node
     )
-    common = dict(
-        num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0
-    )
+    common = _loader_options(workers, collate_fn)
     train = DataLoader(
         train_set,
         batch_size=batch_size,
@@ -161,7 +158,7 @@ def build_loaders(
         **(common | {"collate_fn": collate_encoded} if data.decode == "gpu" else common),
     )
     val_sampler = ShardSampler(len(val_set), rank, world_size, take=val_images)
-    val = DataLoader(val_set, batch_size=val_batch_size or batch_size, sampler=val_sampler, **common)
+    val = DataLoader(val_set, batch_size=val_batch_size, sampler=val_sampler, **common)
     return Loaders(
         train=train,
         val=val,
@@ -236,8 +233,8 @@ def _shard_loaders(
     world_size: int,
     seed: int,
     val_batch_size: int,
-    val_images: int | None = None,
-    processes_per_node: int = 1,
+    val_images: int | None,
+    processes_per_node: int,
 ) -> Loaders:
     """Loaders over ``root/train`` and ``root/val`` shards (:class:`data.shards.ShardBatches`);
     ``val_images``: the first that many val images (the conversion shuffled them)."""
@@ -269,16 +266,10 @@ def _shard_loaders(
     check_room(
         data.workers, largest_batch(data, batch_size, val_batch_size, data.image_size), processes=processes_per_node
     )
-    common = dict(
-        batch_size=None,
-        num_workers=data.workers,
-        collate_fn=pass_batch,
-        pin_memory=torch.cuda.is_available(),
-        persistent_workers=data.workers > 0,
-    )
+    common = _loader_options(data.workers, pass_batch)
     return Loaders(
-        train=DataLoader(train_set, **common),
-        val=DataLoader(val_set, **common),
+        train=DataLoader(train_set, batch_size=None, **common),
+        val=DataLoader(val_set, batch_size=None, **common),
         num_classes=len(train_set.classes),
         class_names=list(train_set.classes),
         in_chans=3,
@@ -291,6 +282,13 @@ def _shard_loaders(
     )
 
 
+def _loader_options(workers: int, collate_fn: Callable) -> dict:
+    """The DataLoader keywords both loaders of a dataset share."""
+    return dict(
+        num_workers=workers, collate_fn=collate_fn, pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0
+    )
+
+
 def largest_batch(data: DataConfig, batch_size: int, val_batch_size: int, image_size: int, channels: int = 3) -> int:
     """The bytes of the larger of a training and a validation batch as a worker hands it over."""
     return max(
@@ -299,7 +297,7 @@ def largest_batch(data: DataConfig, batch_size: int, val_batch_size: int, image_
     )
 
 
-def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, repeated_aug: int = 0) -> Sampler:
+def _train_sampler(train_set: Dataset, rank: int, world_size: int, seed: int, repeated_aug: int) -> Sampler:
     """Shuffled shares reseeded per epoch; for image folders also a seed per sample (exact resume).
     ``repeated_aug`` > 1: timm's RepeatAugSampler (each image that many times per epoch, the copies on
     different ranks where there are several; Hoffer et al. 2020, the torchvision V2 recipe)."""

@@ -121,8 +121,6 @@ def load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv,
     checkpoint's EMA weights (files only: nothing to download)."""
     if ema or not (env.distributed and download and spec.published):
         return load_weights(spec, arch, download, ema=ema)
-    if not (env.distributed and download and spec.published):
-        return load_weights(spec, arch, download)
     loaded, error = None, [None]
     if env.is_main:
         try:

@@ -59,7 +59,7 @@ def model_from_checkpoint(
             f"{where} records a {recorded['arch']} this version cannot build ({error_line(err)}); "
             "upgrade this package if a newer version wrote it, or pass another checkpoint"
         ) from None
-    problems = key_problems(_shapes(model.state_dict()), _shapes(state))
+    problems = key_problems(shapes(model), shapes(state))
     if problems:  # the file's own meta and weights disagree: no model= or load_model fixes that
         raise CheckpointError(
             f"{where} is corrupt or was edited: its weights do not fit the {recorded['arch']} its meta records "
@@ -87,7 +87,7 @@ def load_weights(
     """
     target = _unwrap(model)
     _check_state_dict(state_dict, where)
-    want, got = _shapes(target.state_dict()), _shapes(state_dict)
+    want, got = shapes(target), shapes(state_dict)
     problems = key_problems(want, got)
     meta = getattr(target, "meta", None)
     recorded = _canonical_or_none(arch) or arch
@@ -106,8 +106,10 @@ def load_weights(
     return model
 
 
-def _shapes(state_dict: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
-    return {key: tuple(value.shape) for key, value in state_dict.items()}
+def shapes(source: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    """Key -> shape of a state dict, or of a module's."""
+    tensors = source.state_dict() if isinstance(source, nn.Module) else source
+    return {key: tuple(value.shape) for key, value in tensors.items()}
 
 
 def _mismatch(model: nn.Module, problems: str, want: dict, got: dict, where: object) -> str:

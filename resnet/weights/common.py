@@ -16,11 +16,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
-from torch import nn
 
 from ..archs import canonical_name
 from ..checkpoint import CheckpointError, read_torch_file
 from ..checkpoint.errors import describe, error_line
+from ..checkpoint.load import shapes
 from ..model import ResNet, build_model
 from ..padding import init_blur_filters
 
@@ -173,11 +173,6 @@ def pick_arch(arch: str, valid: tuple[str, ...], caller: str, source_names: Iter
         also = f" (or the source's names: {', '.join(names)})" if names else ""
         raise ValueError(f"{caller} cannot import {arch!r}; choose one of {', '.join(valid)}{also}")
     return name
-
-
-def shapes(source: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
-    tensors = source.state_dict() if isinstance(source, nn.Module) else source
-    return {k: tuple(v.shape) for k, v in tensors.items()}
 
 
 def arch_by_shapes(state_dict: Mapping[str, torch.Tensor], candidates: Iterable[str]) -> str | None:

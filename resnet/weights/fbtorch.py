@@ -42,6 +42,7 @@ import torch
 
 from ..checkpoint import CheckpointError, read_torch_file
 from ..checkpoint.errors import describe, printable
+from ..checkpoint.load import shapes
 from ..model import ResNet, build_model
 from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable, assign, pick_arch
 
@@ -137,7 +138,7 @@ def torch7_slots(arch: str, num_classes: int = 1000) -> tuple[tuple[str, str, st
     model folds it away). Cached: building ResNet-200, even on the meta device, takes a while."""
     with torch.device("meta"):
         model = build_model(arch, num_classes, conv_bias="unnormed")
-    ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    ours = shapes(model)
     modules = [("0", "conv1", "conv"), ("1", "bn1", "bn")]
     for s in range(model.num_stages):
         for j, unit in enumerate(getattr(model, f"layer{s + 1}")):

@@ -50,7 +50,7 @@ from ..archs import canonical_name
 from ..checkpoint import CheckpointError
 from ..checkpoint.errors import error_line
 from ..model import ResNet, build_model
-from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable, assign
+from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable, assign, shapes
 from .fbtorch import fold_conv_biases
 
 # TensorNets' model (its variable scope) -> ours and its published file (pretrained.py).
@@ -149,9 +149,9 @@ def from_tensornets(names: list[str], values: list[np.ndarray], arch: str, where
 def tf_variables(model: ResNet) -> list[tuple[str, str, str, tuple[int, ...]]]:
     """(layer kind, TF variable role, our key, TF shape) of every variable of ``model``'s
     TensorNets twin, in creation order; a BN's four in the order of TensorNets' files."""
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    ours = shapes(model)
     return [
-        (kind, role, *_target(kind, module, role, shapes)) for kind, module in tf_layers(model) for role in ROLES[kind]
+        (kind, role, *_target(kind, module, role, ours)) for kind, module in tf_layers(model) for role in ROLES[kind]
     ]
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-CONFIG_ERROR_STATUS = 2  # docs/faults.md: a config error exits with status 2
+# docs/faults.md: a config error exits with status 2, under every launcher. (torchrun then adds its own
+# report of a failed worker below the one line; a status of 0 would spare it, and tell a script
+# or a scheduler that a run which never started had succeeded.)
+CONFIG_ERROR_STATUS = 2
 
 
 def launched_rank() -> int:
@@ -22,16 +25,9 @@ def launched_rank() -> int:
         return 0
 
 
-def config_error_status() -> int:
-    """The exit status of a config error: 2, under every launcher. (torchrun then adds its own
-    report of a failed worker below the one line; a status of 0 would spare it, and tell a script
-    or a scheduler that a run which never started had succeeded.)"""
-    return CONFIG_ERROR_STATUS
-
-
 def exit_config_error(message: str) -> NoReturn:
     """Print ``error: <message>`` on rank 0 only (every rank sees the same config) and exit with
-    :func:`config_error_status`."""
+    :data:`CONFIG_ERROR_STATUS`."""
     if launched_rank() == 0:
         print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-    raise SystemExit(config_error_status())
+    raise SystemExit(CONFIG_ERROR_STATUS)

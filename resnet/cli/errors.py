@@ -32,9 +32,9 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
     try:
         yield
     except ConfigError as err:  # every rank sees the same config: the line is printed once, by rank 0
-        from .config_exit import config_error_status, launched_rank
+        from .config_exit import CONFIG_ERROR_STATUS, launched_rank
 
-        leave(f"error: {err}", config_error_status(), show=launched_rank() == 0)
+        leave(f"error: {err}", CONFIG_ERROR_STATUS, show=launched_rank() == 0)
     except WeightsError as err:
         leave(f"{program}: {err}", 1)
     except RuntimeError as err:
@@ -69,17 +69,14 @@ def _training_error(err: RuntimeError) -> None:
     from ..engine.loop import NonFiniteLoss
     from ..engine.run import RunFailed
     from ..engine.runlog import ending_line  # the same words as the run's train.log ends with
+    from ..job.checkpointer import AgreedFailure
     from ..job.preempt import Stopped
+    from .config_exit import launched_rank
 
     if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed (a peer lost: 75)
-        from ..job.checkpointer import AgreedFailure
-        from .config_exit import launched_rank
-
         agreed = isinstance(err, AgreedFailure)  # every rank has it: rank 0 says it
         leave(ending_line(err), getattr(err, "status", 1), show=not agreed or launched_rank() == 0)
     if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130, 129 or 3
-        from .config_exit import launched_rank
-
         leave(ending_line(err), err.status, show=launched_rank() == 0)  # every rank stopped at one step: one line
 
 

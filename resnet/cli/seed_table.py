@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..config import ConfigError, compose, padding_overrides
 from ..padding import PRESETS, resolve_padding
+from .config_exit import launched_rank
 from .hydra_app import hydra_command
 
 
@@ -141,7 +142,7 @@ def run(cfg: DictConfig) -> dict:
             }
         )
         print(f"  missing: {fill}", flush=True)
-    if not _is_main():
+    if launched_rank() != 0:
         return {"rows": rows, "missing": missing, "markdown": None}
     path = results_path(cfg.results_file)
     if not rows:
@@ -159,12 +160,6 @@ def run(cfg: DictConfig) -> dict:
     if cfg.logger.get("wandb"):
         _log_to_wandb(cfg, rows, read_rows(path), missing)
     return {"rows": rows, "missing": missing, "markdown": markdown}
-
-
-def _is_main() -> bool:
-    from ..runtime.distributed import detect_launch
-
-    return detect_launch().rank == 0
 
 
 def _log_to_wandb(cfg: DictConfig, rows: list[dict], all_rows: list[dict], missing: list[dict]) -> None:

@@ -128,12 +128,7 @@ class FolderScan:
 
     def special_line(self) -> str | None:
         """One line counting and naming the entries skipped as not regular files; None when none were."""
-        return special_line(self.root, self.special)
-
-
-def special_line(root: Path, special: list[str]) -> str | None:
-    """One line counting and naming the image-named entries under ``root`` that are not regular files."""
-    return _skipped_line(root, special, "image-named entries that are not regular files")
+        return _skipped_line(self.root, self.special, "image-named entries that are not regular files")
 
 
 def links_line(root: Path, links: list[str]) -> str | None:

@@ -41,10 +41,10 @@ NOT_REQUEUED_STATUS = {sig: 128 + sig for sig in (signal.SIGTERM, signal.SIGINT,
 class Stopped(RuntimeError):
     """Training stopped early on a signal, after saving; ``requeued``: the job will go on."""
 
-    def __init__(self, message: str, requeued: bool, status: int | None = None):
+    def __init__(self, message: str, requeued: bool, status: int):
         super().__init__(message)
         self.requeued = requeued
-        self.status = 0 if requeued else (3 if status is None else status)
+        self.status = 0 if requeued else status  # status: StopRequest.status, the stop's own
 
 
 @dataclass(frozen=True)

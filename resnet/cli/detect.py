@@ -24,14 +24,13 @@ from torch import nn
 from ..config import ConfigError, check_run_config
 from ..detect import DetectionReport, detect_padding
 from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, check_root
-from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
+from ..evaluation.protocol import check_fit, load_once, single_crop_protocol, weights_spec
 from ..evaluation.sample import read_images
 from ..model import ModelMeta
 from ..out_files import out_file, write_json
 from ..report.rows import weights_label
 from ..runtime.distributed import pick_device
 from ..runtime.workers import data_workers
-from ..weights import load_weights
 from .hydra_app import hydra_command
 
 
@@ -54,7 +53,7 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
         device = pick_device(cfg.device)
     except (ValueError, RuntimeError) as err:  # device=cuda without a GPU
         raise ConfigError(str(err)) from None
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
+    loaded = load_once(cfg, spec)
     meta = loaded.model.meta
     protocol = single_crop_protocol(cfg, meta, loaded.origin)
     try:

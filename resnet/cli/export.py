@@ -21,9 +21,8 @@ from .hydra_app import hydra_command
 
 def run(cfg: DictConfig) -> Path:
     """Export ``cfg.weights`` to ``cfg.out`` as ``configs/export.yaml`` says, checked against onnxruntime."""
-    from ..evaluation.protocol import padded_as_configured, weights_spec
+    from ..evaluation.protocol import load_once, padded_as_configured, weights_spec
     from ..padding import resolve_padding
-    from ..weights import load_weights
 
     missing = missing_export_tools()
     if missing is not None:
@@ -38,7 +37,7 @@ def run(cfg: DictConfig) -> Path:
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
 
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
+    loaded = load_once(cfg, spec)
     model = padded_as_configured(cfg, loaded.model, loaded.preset_norms)
     size = cfg.crop or loaded.origin.crop or model.meta.eval_size  # eval.py's crop (resolve_protocol)
     try:

@@ -58,14 +58,13 @@ def run(cfg) -> dict:
     from ..checkpoint import save_checkpoint
     from ..config import ConfigError
     from ..evaluation.loader import build_eval_loader
-    from ..evaluation.protocol import check_fit, single_crop_protocol, weights_spec
+    from ..evaluation.protocol import check_fit, load_once, single_crop_protocol, weights_spec
     from ..evaluation.sample import read_images
     from ..out_files import out_file
     from ..report.console import format_table
     from ..report.rows import weights_label
     from ..runtime.distributed import pick_device
     from ..runtime.workers import data_workers
-    from ..weights import load_weights
 
     spec = weights_spec(cfg)
     check_settings(cfg)
@@ -74,7 +73,7 @@ def run(cfg) -> dict:
         device = pick_device(cfg.device)
     except (ValueError, RuntimeError) as err:
         raise ConfigError(str(err)) from None
-    loaded = load_weights(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, ema=cfg.ema)
+    loaded = load_once(cfg, spec)
     source = loaded.model
     target = target_padding(cfg, spec, loaded)
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)

@@ -115,12 +115,14 @@ def check_logger(cfg: DictConfig) -> None:
             raise ConfigError(str(err)) from None
 
 
-def load_once(spec: WeightsSpec, arch: str | None, download: bool, env: DistEnv, ema: bool = False) -> LoadedWeights:
-    """Every process loads the weights; a download happens once, on rank 0, the others then
-    read its cached copy (or raise rank 0's error instead of waiting forever). ``ema``: a
-    checkpoint's EMA weights (files only: nothing to download)."""
-    if ema or not (env.distributed and download and spec.published):
-        return load_weights(spec, arch, download, ema=ema)
+def load_once(cfg: DictConfig, spec: WeightsSpec, env: DistEnv | None = None) -> LoadedWeights:
+    """``spec`` loaded as ``cfg`` says (``model.arch`` when given, ``download``, ``ema``: a
+    checkpoint's EMA weights, files only: nothing to download). In a job (``env``) every process
+    loads the weights; a download happens once, on rank 0, the others then read its cached copy
+    (or raise rank 0's error instead of waiting forever)."""
+    arch, download = cfg.model.arch if cfg.get("model") else None, cfg.download
+    if env is None or cfg.ema or not (env.distributed and download and spec.published):
+        return load_weights(spec, arch, download, ema=cfg.ema)
     loaded, error = None, [None]
     if env.is_main:
         try:

@@ -67,7 +67,7 @@ def _check_config(cfg: DictConfig) -> None:
 def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bool) -> dict:
     from data import Normalize  # imported here so that composing configs stays fast
 
-    loaded = load_once(spec, cfg.model.arch if cfg.get("model") else None, cfg.download, env, cfg.ema)
+    loaded = load_once(cfg, spec, env)
     model, trained_padding = loaded.model, loaded.trained_for or loaded.model.meta.padding_name
     model = padded_as_configured(cfg, model, loaded.preset_norms)
     meta = model.meta

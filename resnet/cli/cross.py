@@ -20,8 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..command_lines import override
-from ..config import ConfigError, compose, padding_overrides
+from ..config import ConfigError
 from ..evaluation.trained_data import data_overrides
 from ..out_files import writable_folder
 from ..padding import resolve_padding
@@ -100,8 +99,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(paths: list[str], overrides: list[str], schemes: list[str] | None, out: Path) -> None:
     """Evaluate every model under every scheme into ``out/eval.jsonl``, then write the tables."""
-    from ..evaluation.run import evaluate_weights
     from ..report.table_files import write_tables
+    from .demo import evaluate_under
 
     if not paths:
         raise ConfigError("no models: pass run folders, checkpoint files or hub weights, e.g. resnet-cross "
@@ -117,16 +116,7 @@ def run(paths: list[str], overrides: list[str], schemes: list[str] | None, out: 
     print(f"{len(models)} model(s) x {len(schemes)} scheme(s) ({', '.join(schemes)}): {total} evaluations", flush=True)
     for i, (model, scheme) in enumerate(((m, s) for m in models for s in schemes), 1):
         print(f"\n=== [{i}/{total}] {model} under {scheme} ===", flush=True)
-        evaluate_weights(
-            compose(
-                "eval",
-                override("weights", model),
-                *data,
-                *overrides,
-                *padding_overrides(scheme),
-                override("results_file", results.resolve()),
-            )
-        )
+        evaluate_under(model, scheme, results, [*data, *overrides])
     print()
     print(write_tables(results, out, schemes, cross_sources=None))
     print(f"tables and charts ({time.perf_counter() - start:.0f} s): {', '.join(map(str, written_files(out)))}")

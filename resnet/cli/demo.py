@@ -94,14 +94,16 @@ def eval_overrides(overrides: list[str]) -> list[str]:
     return data_overrides(overrides) + [o for o in overrides if o.lstrip("+").partition("=")[0] == "val_images"]
 
 
-def evaluate_under(checkpoint: Path, scheme: str, results_file: Path, data: list[str]) -> dict:
+def evaluate_under(weights: Path | str, scheme: str, results_file: Path, overrides: list[str]) -> dict:
+    """One ``eval.py`` run of ``weights`` under ``scheme`` (with eval.py ``overrides``: the data, ...),
+    its row appended to ``results_file`` (the demo's and ``resnet-cross``'s evaluations)."""
     from ..evaluation.run import evaluate_weights
 
     return evaluate_weights(
         compose(
             "eval",
-            override("weights", checkpoint),
-            *data,
+            override("weights", weights),
+            *overrides,
             *padding_overrides(scheme),
             override("results_file", results_file.resolve()),
         )

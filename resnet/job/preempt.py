@@ -71,7 +71,8 @@ class StopRequest:
 
     @property
     def name(self) -> str:
-        return signals.name(self.signum)
+        """The signal's name (``SIGTERM``), once one is :attr:`requested`."""
+        return signal.Signals(self.signum).name
 
     @property
     def status(self) -> int:

@@ -102,10 +102,6 @@ def previous_handler(signum: int) -> Callable | int | None:
     return _record.previous.get(signum)
 
 
-def name(signum: int | None) -> str:
-    return signal.Signals(signum).name if signum is not None else "none"
-
-
 def _ignore_from_now_on() -> None:
     """At exit (atexit runs before the interpreter's last steps): ignore the caught signals. Python
     puts back the default action of every signal it handles as it finalises, and a stop that came

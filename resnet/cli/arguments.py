@@ -22,7 +22,7 @@ def scheme_name(name: str) -> str:
         raise argparse.ArgumentTypeError(str(err).split(" (e.g.")[0] + hint) from None
 
 
-def help_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
+def help_parser(doc: str) -> argparse.ArgumentParser:
     """A parser whose ``--help`` is a command module's docstring, as a terminal shows it: its first
     paragraph the description (without the leading ``` ``resnet-<name>``: ```), the rest the
     epilog, examples kept as written, reST's double backquotes and roles left out."""
@@ -30,6 +30,4 @@ def help_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
     first, _, rest = text.strip().partition("\n\n")
     first = re.sub(r"^[\w-]+: ", "", first)  # the command names itself on the usage line already
     first = first[:1].upper() + first[1:]
-    return argparse.ArgumentParser(
-        description=first, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
-    )
+    return argparse.ArgumentParser(description=first, epilog=rest, formatter_class=argparse.RawDescriptionHelpFormatter)

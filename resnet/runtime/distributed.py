@@ -24,6 +24,7 @@ sets). The GPU path is not tested here: it needs two GPUs. Nothing here mutates 
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import os
 import re
@@ -272,9 +273,10 @@ def init_distributed(device: str = "auto", timeout: float | None = None) -> Dist
             kwargs.update(wait)
         store = job_store(launch, timeout)
         dist.init_process_group(backend=backend, store=store, rank=launch.rank, world_size=launch.world_size, **kwargs)
+        kept_to_the_end(dist.group.WORLD)
     host_group = None
     if dist.get_backend() == "nccl":
-        host_group = dist.new_group(backend="gloo", **wait)  # collective: every rank creates it, in the same order
+        host_group = kept_to_the_end(dist.new_group(backend="gloo", **wait))  # collective: every rank, same order
     peers: list = [None] * launch.world_size
     dist.all_gather_object(peers, (socket.gethostname(), os.getpid()), group=host_group)
     return DistEnv(
@@ -358,6 +360,16 @@ def gather_objects(obj: object, env: DistEnv) -> list:
     everyone: list = [None] * env.world_size
     dist.all_gather_object(everyone, obj)
     return everyone
+
+
+def kept_to_the_end(group: dist.ProcessGroup) -> dist.ProcessGroup:
+    """``group``, never freed: the process's end releases it, not Python's. A gloo group's destructor
+    joins its worker threads while holding the GIL, and a worker still freeing the tensors of a
+    collective that just ended waits for the GIL (torch 2.12): a process ending right after one (every
+    rank stopping on the same line) could hang there until torchrun killed it (exit -9). A group of a
+    lost peer can hang in its destructor too. :func:`shutdown` still leaves the group."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(group))
+    return group
 
 
 def shutdown(env: DistEnv) -> None:

@@ -16,7 +16,7 @@ from torch import nn
 
 from ..archs import ARCHS, canonical_name
 from ..config import ConfigError, scheme_words
-from ..evaluation.loop import Evaluation, evaluate, unreadable_share
+from ..evaluation.loop import Evaluation, evaluate, unreadable_share, unreadable_stop
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_name, make_grid, set_grid
 from ..job import peers
@@ -430,17 +430,18 @@ def unreadable_limit(config: TrainConfig, saver: Checkpointer) -> Callable[[int,
     def check(epoch: int, files: ImagesRead) -> None:
         if files.unreadable <= limit * files.read or (not files.ended and files.read < after):
             return
-        share = unreadable_share(files.unreadable, files.read, limit)
-        over = f"more than max_unreadable={limit:g}"
         if files.ended:  # its examples are every process's already
-            what, examples = f"of its {files.read:,} images ({share}, {over})", files.examples
+            stop = unreadable_stop(files.unreadable, files.read, limit, files.examples)
         else:  # every process is here, at the same step: the same line on each
-            what = f"of the first {files.read:,} images it read ({share} so far, {over}; checked from "
-            what += f"max_unreadable_after={after:,} images on)"
             examples = [path for paths in gather_objects(files.examples, saver.env) for path in paths]
+            stop = (
+                f"could not read {files.unreadable:,} of the first {files.read:,} images it read "
+                f"({unreadable_share(files.unreadable, files.read, limit)} so far, more than max_unreadable="
+                f"{limit:g}; checked from max_unreadable_after={after:,} images on), e.g. {'; '.join(examples[:2])}"
+            )
         raise AgreedFailure(
-            f"epoch {epoch + 1} could not read {files.unreadable:,} {what}, e.g. {'; '.join(examples[:2])}; "
-            f"{saver.kept}. Restore the data and run again with resume=true, or pass a higher max_unreadable"
+            f"epoch {epoch + 1} {stop}; {saver.kept}. Restore the data and run again with resume=true, or pass "
+            "a higher max_unreadable"
         )
 
     return check
@@ -497,7 +498,7 @@ def _check_val_unreadable(config: TrainConfig, result: Evaluation, epoch: int, s
     if result.unreadable_stop(config.max_unreadable) is None:
         return
     examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]
-    stop = replace(result, skipped_examples=examples).unreadable_stop(config.max_unreadable)
+    stop = result.unreadable_stop(config.max_unreadable, examples)
     raise AgreedFailure(
         f"the validation after epoch {epoch + 1} {stop}; {saver.kept}. Restore the val data and run again "
         "with resume=true, or pass a higher max_unreadable"

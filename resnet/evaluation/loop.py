@@ -61,18 +61,26 @@ class Evaluation:
             "images_per_s": self.images_per_s,
         }
 
-    def unreadable_stop(self, limit: float) -> str | None:
-        """``could not read 32 of its 40 images (80%, more than max_unreadable=0.05), e.g. <two of this
-        process's>`` where more than ``limit`` of the images read could not be (the errors would be another
-        set's: validation and eval.py stop on it); else None."""
+    def unreadable_stop(self, limit: float, examples: list[str] | None = None) -> str | None:
+        """:func:`unreadable_stop` of these images (the errors would be another set's: validation and
+        eval.py stop on it); ``examples``: every process's, where gathered (else this process's)."""
         read = self.n_images + self.skipped_images
-        share = unreadable_share(self.skipped_images, read, limit)
-        if share is None:
-            return None
-        return (
-            f"could not read {self.skipped_images:,} of its {read:,} images ({share}, more than "
-            f"max_unreadable={limit:g}), e.g. {'; '.join(self.skipped_examples[:2])}"
+        return unreadable_stop(
+            self.skipped_images, read, limit, self.skipped_examples if examples is None else examples
         )
+
+
+def unreadable_stop(unreadable: int, read: int, limit: float, examples: list[str]) -> str | None:
+    """``could not read 32 of its 40 images (80%, more than max_unreadable=0.05), e.g. <two examples>``
+    where more than ``limit`` of the ``read`` images could not be; else None. A validation, eval.py and a
+    training epoch's end all stop in these words."""
+    share = unreadable_share(unreadable, read, limit)
+    if share is None:
+        return None
+    return (
+        f"could not read {unreadable:,} of its {read:,} images ({share}, more than max_unreadable={limit:g}), "
+        f"e.g. {'; '.join(examples[:2])}"
+    )
 
 
 def unreadable_share(unreadable: int, read: int, limit: float) -> str | None:

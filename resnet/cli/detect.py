@@ -21,6 +21,8 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from data.files import mib_bytes
+
 from ..config import ConfigError, check_run_config
 from ..detect import DetectionReport, detect_padding
 from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, check_root
@@ -65,6 +67,7 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
             data_workers(cfg.data.workers),
             val_labels=cfg.data.get("val_labels"),
             devkit=cfg.data.get("devkit"),
+            max_file_bytes=mib_bytes(cfg.data.max_file_mb),
         )
     except (FileNotFoundError, ValueError) as err:  # an empty class folder, a wnid that is none
         raise ConfigError(str(err)) from None

@@ -54,6 +54,7 @@ def run(cfg) -> dict:
     import time
 
     from data import Normalize
+    from data.files import mib_bytes
 
     from ..checkpoint import save_checkpoint
     from ..config import ConfigError
@@ -79,7 +80,8 @@ def run(cfg) -> dict:
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
     try:
         data = build_eval_loader(cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size,
-                                 data_workers(cfg.data.workers), split="train")  # fmt: skip
+                                 data_workers(cfg.data.workers), split="train",
+                                 max_file_bytes=mib_bytes(cfg.data.max_file_mb))  # fmt: skip
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
     check_fit(source.meta, data)

@@ -140,7 +140,7 @@ def build_eval_loader(
     real_labels: str | None = None,
     split: str = "val",
     take: int | None = None,
-    max_file_bytes: int | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> EvalData:
     """The evaluation split of dataset ``name``, this process's shard of it.
 
@@ -150,9 +150,8 @@ def build_eval_loader(
     through the evaluation transform instead (re-gridding's sample, :mod:`resnet.regrid`).
     ``take``: score that many of the split's images, spread over it (shards: the first that
     many); None: all. ``max_file_bytes``: ``data.max_file_mb`` in bytes, a larger file is skipped
-    unread and counted (None: the datasets' default)."""
+    unread and counted."""
     entry = _entry(name, split)
-    max_file_bytes = MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes
     if isinstance(entry, InMemory):
         dataset = entry.open(split, root=root)
         native = dataset.images.shape[-1]

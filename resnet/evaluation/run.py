@@ -66,6 +66,7 @@ def _check_config(cfg: DictConfig) -> None:
 
 def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bool) -> dict:
     from data import Normalize  # imported here so that composing configs stays fast
+    from data.files import mib_bytes
 
     loaded = load_once(cfg, spec, env)
     model, trained_padding = loaded.model, loaded.trained_for or loaded.model.meta.padding_name
@@ -88,7 +89,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
             devkit=cfg.data.get("devkit"),
             real_labels=cfg.data.get("real_labels"),
             take=cfg.get("val_images"),
-            max_file_bytes=max_file_bytes(cfg.data),
+            max_file_bytes=mib_bytes(cfg.data.max_file_mb),
         )
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(str(err)) from None
@@ -161,14 +162,6 @@ def _append(path: Path, row: dict) -> Path:
             f"cannot append the results row to {path} ({err.strerror or err}); it is kept in {kept}: once there is "
             f"room, cat {kept} >> {path}"
         ) from None
-
-
-def max_file_bytes(data_cfg: DictConfig) -> int | None:
-    """``data.max_file_mb`` in bytes; None where the dataset has no such key (in memory)."""
-    from data.files import mib_bytes
-
-    limit = data_cfg.get("max_file_mb")
-    return None if limit is None else mib_bytes(limit)
 
 
 def start_line(spec: WeightsSpec, meta: ModelMeta, trained: str, dataset: str, trained_data: bool) -> str:

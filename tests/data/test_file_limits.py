@@ -192,8 +192,11 @@ def test_the_shard_reader_skips_a_member_over_the_limit_unread(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("layout", ["folders", "shards"])
-def test_the_key_reaches_training_and_eval_py(tmp_path, layout):
-    """``data.max_file_mb=`` on the command line is the limit the loaders of train.py and eval.py use."""
+def test_the_key_reaches_training_eval_detect_and_regrid(tmp_path, layout, capsys):
+    """``data.max_file_mb=`` on the command line is the limit the loaders of train.py, eval.py,
+    resnet-detect and resnet-regrid use."""
+    from resnet.cli.detect import read_inputs
+    from resnet.cli.regrid import run as regrid_run
     from resnet.engine.run import train
     from resnet.evaluation.run import evaluate_weights
     from tests.helpers.shards import to_shards
@@ -216,3 +219,11 @@ def test_the_key_reaches_training_and_eval_py(tmp_path, layout):
     row = evaluate_weights(compose_config("eval", f"weights={tmp_path / 'run' / 'last.pt'}", *common,
                                           "max_unreadable=0.5", f"results_file={tmp_path / 'eval.jsonl'}"))  # fmt: skip
     assert (row["n_images"], row["skipped_images"]) == (4, 1)
+    # resnet-detect reads the val split, resnet-regrid the training split: the same limit
+    weights = f"weights={tmp_path / 'run' / 'last.pt'}"
+    detected = read_inputs(compose_config("detect", weights, *common, "images=8", "batch_size=4", "device=cpu"))
+    assert sum(len(labels) for _, labels in detected.batches) == 4  # of the 5 val images, the big one skipped
+    assert "skipped 1 unreadable image(s)" in capsys.readouterr().out
+    regridded = regrid_run(compose_config("regrid", weights, *common, "+padding=asymmetric", "images=16",
+                                          "batch_size=4", "device=cpu", f"out={tmp_path / 'regridded.pt'}"))  # fmt: skip
+    assert regridded["skipped_images"] == 1

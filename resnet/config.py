@@ -30,7 +30,7 @@ from data.registry import find, in_memory
 from .archs import ARCHS, canonical_name
 from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
 from .runtime.cpus import affinity_cpus
-from .runtime.workers import auto_workers
+from .runtime.workers import auto_workers, data_workers
 from .schema import schema_problems
 
 # amp=: autocast dtype (resnet.runtime.device), one per name of schema.choices("amp") (tests/cli/test_configs.py)
@@ -249,9 +249,7 @@ def data_config(name: str, **changes):
     from data.config import DataConfig
 
     node = {**_composed_data(name), **changes}
-    if str(node["workers"]) == "auto":
-        node["workers"] = auto_workers()
-    return DataConfig.from_config(node)
+    return DataConfig.from_config({**node, "workers": data_workers(node["workers"])})
 
 
 @functools.cache

@@ -101,6 +101,12 @@ FRACTION = Field(float, low=0, high=1)
 POSITIVE = Field(float, low=0, open_low=True)
 SIDE = Field(int, low=1, nullable=True)  # a side in pixels; null: the weights' or dataset's own
 
+
+def names(*taken: str) -> Field:
+    """A key whose value is one of ``taken`` (the first: the example its refusal gives)."""
+    return Field(str, choices=taken)
+
+
 FIXED, CHANGES = "fixed", "may change"  # a key's resume rule (resnet.job.resume_rules)
 NOT_IN_TRAIN_YAML = object()  # the default of a key train.yaml does not set (a group's, eval.yaml's)
 
@@ -108,16 +114,15 @@ NOT_IN_TRAIN_YAML = object()  # the default of a key train.yaml does not set (a 
 @dataclass(frozen=True)
 class Key:
     """Everything about one key, stated once: what it may hold (``field``, checked by
-    :func:`schema_problems`; or ``choices``, names checked where they act, see the module's
-    docstring), its ``default`` in ``configs/train.yaml`` (which a test holds the YAML to), its
-    resume ``rule`` (:data:`FIXED` or :data:`CHANGES`; None: its longest prefix's, or no training
-    key) and the one line ``doc`` that the resume table of docs/training.md shows."""
+    :func:`schema_problems`; a name's lists the names it takes: :func:`names`), its ``default`` in
+    ``configs/train.yaml`` (which a test holds the YAML to), its resume ``rule`` (:data:`FIXED` or
+    :data:`CHANGES`; None: its longest prefix's, or no training key) and the one line ``doc`` that
+    the resume table of docs/training.md shows."""
 
     field: Field | None = None
     default: object = NOT_IN_TRAIN_YAML
     rule: str | None = None
     doc: str = ""
-    choices: tuple[str, ...] = ()  # a key whose value is a name: the names it takes
     absence_matters: bool = False  # a resume: present or absent is part of what is trained (absent: not set)
     quiet: bool = False  # a resume: differs on every resume by nature; applied, not reported
 
@@ -141,15 +146,15 @@ KEYS: dict[str, Key] = {
     ),
     "world_size": Key(rule=FIXED, doc="the global batch: batch_size x processes"),  # the launch's, not a key
     "seed": Key(WHOLE, 0, FIXED, "every random draw"),
-    "device": Key(None, "auto", CHANGES, "where it runs", choices=("auto", "cpu", "cuda")),
-    "amp": Key(None, "none", FIXED, "the arithmetic of every step", choices=("none", "bf16", "fp16")),
+    "device": Key(names("auto", "cpu", "cuda"), "auto", CHANGES, "where it runs"),
+    "amp": Key(names("none", "bf16", "fp16"), "none", FIXED, "the arithmetic of every step"),
     "channels_last": Key(Field(bool, words=("auto",)), True, CHANGES, "how fast"),  # eval.py: auto (on for CUDA)
     "compile": Key(SWITCH, False, CHANGES, "how fast"),
     "sync_bn": Key(SWITCH, False, FIXED, "the batch statistics"),
     "freeze_bn": Key(SWITCH, False, FIXED, "the batch statistics"),
     "deterministic": Key(SWITCH, False, CHANGES, "how reproducible the kernels are"),
     "eval_flip": Key(SWITCH, False, FIXED, "what the val errors measure"),
-    "loss": Key(None, "ce", FIXED, "the loss", choices=("ce", "bce")),
+    "loss": Key(names("ce", "bce"), "ce", FIXED, "the loss"),
     "bce_target_threshold": Key(Field(float, low=0, high=1, nullable=True), None, FIXED, "the loss"),
     "label_smoothing": Key(
         Field(float, low=0, high=1, open_high=True, example="label_smoothing=0.1"), 0.1, FIXED, "the loss"
@@ -162,11 +167,9 @@ KEYS: dict[str, Key] = {
     ),
     "ema_every": Key(Field(int, low=1, example="ema_every=32"), 1, FIXED, "the EMA weights"),
     "grad_clip": Key(Field(float, low=0, example="grad_clip=1.0"), 0.0, FIXED, "the update"),
-    "on_nonfinite": Key(None, "stop", CHANGES, "what a non-finite loss does", choices=("stop", "skip")),
+    "on_nonfinite": Key(names("stop", "skip"), "stop", CHANGES, "what a non-finite loss does"),
     "resume": Key(None, False, CHANGES, "where to resume from", quiet=True),
-    "data_changed": Key(
-        None, "refuse", CHANGES, "what a resume on another training set does", choices=("refuse", "rescale")
-    ),
+    "data_changed": Key(names("refuse", "rescale"), "refuse", CHANGES, "what a resume on another training set does"),
     "init": Key(None, None, CHANGES, "the weights a fine-tune starts from (read only when there is nothing to resume)"),
     "checkpoint_every": Key(  # optimizer steps between saves; 0: at epoch ends only
         Field(int, low=0, example="checkpoint_every=1000"), 0, CHANGES, "how often last.pt is saved"
@@ -211,7 +214,7 @@ KEYS: dict[str, Key] = {
         absence_matters=True,
     ),
     "grid_bn": Key(
-        None, "statistics", FIXED, "what each BatchNorm keeps per preset", choices=("statistics", "affine", "shared")
+        names("statistics", "affine", "shared"), "statistics", FIXED, "what each BatchNorm keeps per preset"
     ),
     "run_dir": Key(None, "${hydra:runtime.output_dir}", CHANGES, "where the run is written", quiet=True),
     # the groups (their defaults: configs/<group>/<option>.yaml); a key under one has its group's rule
@@ -269,19 +272,16 @@ KEYS: dict[str, Key] = {
     "features": Key(Field(float, low=0, example="features=3.0")),
     "opset": Key(COUNT),
     "tolerance": Key(Field(float, low=0, high=1, open_low=True, open_high=True, example="tolerance=1e-4")),
-    "method": Key(choices=("bn", "distill")),
+    "method": Key(names("bn", "distill")),
 }
 
-SCHEMA: dict[str, Field] = {
-    name: key.field or Field(str, choices=key.choices, example=f"{name}={key.choices[0]}")
-    for name, key in KEYS.items()
-    if key.field is not None or key.choices
-}
+SCHEMA: dict[str, Field] = {name: key.field for name, key in KEYS.items() if key.field is not None}
 
 
 def choices(name: str) -> tuple[str, ...]:
     """The names key ``name`` takes (``choices("device")``): the one list its check and its code read."""
-    return KEYS[name].choices
+    field = KEYS[name].field
+    return field.choices if field is not None else ()
 
 
 def schema_problems(cfg: DictConfig) -> list[str]:
@@ -294,7 +294,8 @@ def schema_problems(cfg: DictConfig) -> list[str]:
             continue
         problem = field.problem(value)
         if problem is not None:
-            example = f", e.g. {field.example}" if field.example else ""
+            example = field.example or (f"{key}={field.choices[0]}" if field.choices else "")
+            example = f", e.g. {example}" if example else ""
             problems.append(f"{key}={typed_value(key, value)}: {problem}{example}")
     return problems
 

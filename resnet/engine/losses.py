@@ -8,17 +8,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..schema import choices
-
-LOSSES = choices("loss")  # ce, bce
-
 
 @dataclass(frozen=True)
 class LossConfig:
     """The keys of train.yaml that choose the loss and the batch augmentation on the device
     (their defaults and ranges: :data:`resnet.schema.KEYS`)."""
 
-    loss: str  # a name of LOSSES
+    loss: str  # ce or bce (resnet.schema.KEYS)
     label_smoothing: float
     bce_target_threshold: float | None  # bce: binarise targets at this value; None keeps them soft
     mixup: float  # a Beta alpha; 0: off

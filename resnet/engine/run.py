@@ -33,7 +33,7 @@ from ..report.console import format_table
 from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
 from ..runtime.container import volume_advice
-from ..runtime.device import Runtime, choose_kernels, join_job, runtime_for
+from ..runtime.device import Runtime, join_job, runtime_for
 from ..runtime.distributed import DistEnv, gather_objects, shutdown
 from ..runtime.workers import data_workers
 from .loop import EpochStats, ImagesRead, NonFiniteLoss, StepContext, train_one_epoch
@@ -232,8 +232,7 @@ class Training:
 
 
 def build_training(config: TrainConfig, env: DistEnv, cleanup: contextlib.ExitStack) -> Training:
-    choose_kernels(env, config.deterministic)
-    runtime = runtime_for(env, config.amp, config.channels_last)
+    runtime = runtime_for(env, config.amp, config.channels_last, config.deterministic)
     model = build_run_model(config)
     grid = list(model.grid) if hasattr(model, "grid") else None
     meta = model.meta

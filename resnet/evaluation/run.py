@@ -15,7 +15,7 @@ from ..model import ModelMeta
 from ..out_files import writable_file
 from ..report.console import images_cell, summary
 from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
-from ..runtime.device import choose_kernels, join_job, runtime_for
+from ..runtime.device import join_job, runtime_for
 from ..runtime.distributed import DistEnv, shutdown
 from ..runtime.workers import data_workers
 from ..weights import WeightsSpec, check_has_ema
@@ -99,8 +99,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
         if data.note:
             print(f"note: {data.note}", flush=True)
 
-    choose_kernels(env, deterministic=False)  # cuDNN's fastest: evaluation's sizes are fixed
-    runtime = runtime_for(env, cfg.amp, cfg.channels_last)
+    runtime = runtime_for(env, cfg.amp, cfg.channels_last)  # cuDNN's fastest kernels: the sizes are fixed
     result = evaluate(
         runtime.place(model),
         data.loader,

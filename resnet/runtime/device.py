@@ -54,33 +54,30 @@ class Runtime:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
 
-def join_job(device: str, workers: int | str | None, timeout: float | None = None) -> DistEnv:
+def join_job(device: str, workers: int | str, timeout: float | None = None) -> DistEnv:
     """This process's place in the job (:func:`resnet.runtime.distributed.init_distributed`) on
     ``device`` (``auto``, ``cpu``, ``cuda``), a collective waiting ``timeout`` seconds at most (None:
     torch's), and its share of the CPUs (:func:`resnet.runtime.workers.share_cpus`: intra-op threads
-    beside ``workers`` loader workers, ``data.workers`` as configured; None: no data). A launch that
+    beside ``workers`` loader workers, ``data.workers`` as configured). A launch that
     cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
     try:
         env = init_distributed(device, timeout=timeout)
     except LaunchError as err:
         raise ConfigError(str(err)) from None
-    said = None if workers is None else share_cpus(data_workers(workers, env.local_world_size), env.local_world_size)
+    said = share_cpus(data_workers(workers, env.local_world_size), env.local_world_size)
     if said and env.is_main:
         print(said)
     return env
 
 
-def runtime_for(env: DistEnv, amp: str, channels_last: bool | str) -> Runtime:
-    """The :class:`Runtime` of ``amp`` and ``channels_last`` (``auto``: on for CUDA) on ``env``'s device."""
-    channels_last = env.device.type == "cuda" if channels_last == "auto" else bool(channels_last)
-    return Runtime(env, AMP_DTYPES[amp], channels_last)
-
-
-def choose_kernels(env: DistEnv, deterministic: bool) -> None:
-    """``deterministic``: torch's deterministic algorithms, no cuDNN autotuning; else on CUDA let
-    cuDNN pick its fastest kernels (the input sizes are fixed)."""
+def runtime_for(env: DistEnv, amp: str, channels_last: bool | str, deterministic: bool = False) -> Runtime:
+    """The :class:`Runtime` of ``amp`` and ``channels_last`` (``auto``: on for CUDA) on ``env``'s device,
+    its kernels chosen: ``deterministic``, torch's deterministic algorithms and no cuDNN autotuning;
+    else on CUDA cuDNN picks its fastest (the input sizes are fixed)."""
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.benchmark = False
     elif env.device.type == "cuda":
         torch.backends.cudnn.benchmark = True
+    channels_last = env.device.type == "cuda" if channels_last == "auto" else bool(channels_last)
+    return Runtime(env, AMP_DTYPES[amp], channels_last)

@@ -50,8 +50,8 @@ def test_train_yaml_holds_the_declared_default_of_every_key():
     written = {k: v for k, v in written.items() if k not in ("defaults", "hydra")}
     declared = {name: key.default for name, key in KEYS.items() if key.default is not NOT_IN_TRAIN_YAML}
     assert {k: (type(v), v) for k, v in written.items()} == {k: (type(v), v) for k, v in declared.items()}
-    named = {name: key for name, key in KEYS.items() if key.choices and key.default is not NOT_IN_TRAIN_YAML}
-    assert all(key.default in key.choices for key in named.values()), named
+    named = {name: key for name, key in KEYS.items() if choices(name) and key.default is not NOT_IN_TRAIN_YAML}
+    assert all(key.default in choices(name) for name, key in named.items()), named
     assert tuple(AMP_DTYPES) == choices("amp")  # the autocast dtype of each name amp= takes
 
 

@@ -224,6 +224,7 @@ def test_the_key_reaches_training_eval_detect_and_regrid(tmp_path, layout, capsy
     detected = read_inputs(compose_config("detect", weights, *common, "images=8", "batch_size=4", "device=cpu"))
     assert sum(len(labels) for _, labels in detected.batches) == 4  # of the 5 val images, the big one skipped
     assert "skipped 1 unreadable image(s)" in capsys.readouterr().out
+    out = f"out={tmp_path / 'regridded.pt'}"
     regridded = regrid_run(compose_config("regrid", weights, *common, "+padding=asymmetric", "images=16",
-                                          "batch_size=4", "device=cpu", f"out={tmp_path / 'regridded.pt'}"))  # fmt: skip
+                                          "batch_size=4", "device=cpu", out))  # fmt: skip
     assert regridded["skipped_images"] == 1

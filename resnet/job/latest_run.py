@@ -131,10 +131,12 @@ def _recorded_config(folder: Path) -> dict | None:
     """The config the run in ``folder`` was started with: :func:`hydra_record` (read without the
     run dir, which only Hydra resolves), else its ``last.pt``'s; None where unreadable."""
     try:
-        config = OmegaConf.to_container(hydra_record(folder), resolve=False)  # None (no record): raises
-        config.pop("run_dir", None)  # ${hydra:runtime.output_dir}: this process's, not that run's
-        return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
-    except Exception:  # noqa: BLE001 (absent, or a YAML another version wrote: the checkpoint then)
+        record = hydra_record(folder)
+        if record is not None:
+            config = OmegaConf.to_container(record, resolve=False)
+            config.pop("run_dir", None)  # ${hydra:runtime.output_dir}: this process's, not that run's
+            return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
+    except Exception:  # noqa: BLE001 (a YAML another version wrote: the checkpoint then)
         pass
     from ..checkpoint.training_state import TrainingState
 

@@ -193,14 +193,13 @@ def recorded_seed(checkpoint: Path) -> int | None:
     """The ``seed`` the train.py run that wrote ``checkpoint`` was started with: from Hydra's
     record beside it (``.hydra/config.yaml``), else from the checkpoint's own ``config`` (read
     without running pickled code, its tensors left on disk); None where neither says."""
-    import torch
-
+    from ..checkpoint.read import read_torch_file
     from ..job.latest_run import hydra_record
 
     try:
         seed = (hydra_record(checkpoint.parent) or {}).get("seed")
         if seed is None and checkpoint.is_file():
-            saved = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+            saved = read_torch_file(checkpoint, mmap=True)
             seed = ((saved.get("config") if isinstance(saved, dict) else None) or {}).get("seed")
     except Exception:  # noqa: BLE001 (not a checkpoint of ours, an unreadable record: no seed to name it by)
         return None

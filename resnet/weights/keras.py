@@ -23,6 +23,7 @@ from torch import nn
 
 from ..checkpoint import CheckpointError
 from ..checkpoint.errors import error_line
+from ..checkpoint.load import shapes
 from ..model import ResNet, build_model
 from .common import (
     LoadedWeights,
@@ -38,7 +39,6 @@ from .common import (
     few,
     join,
     pick_arch,
-    shapes,
 )
 
 # keras.applications names -> ours. v1 strides on the first 1x1; v2 is TF-slim's layout.

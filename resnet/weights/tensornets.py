@@ -49,8 +49,9 @@ from ..archs import ARCHS as ARCH_TABLE
 from ..archs import canonical_name
 from ..checkpoint import CheckpointError
 from ..checkpoint.errors import error_line
+from ..checkpoint.load import shapes
 from ..model import ResNet, build_model
-from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable, assign, shapes
+from .common import LoadedWeights, OriginProtocol, WeightsError, WeightsSpec, WeightsUnavailable, assign
 from .fbtorch import fold_conv_biases
 
 # TensorNets' model (its variable scope) -> ours and its published file (pretrained.py).
@@ -316,16 +317,16 @@ def _role(name: str) -> str:
     return name.rsplit("/", 1)[-1].split(":")[0]
 
 
-def _target(kind: str, module: str, role: str, shapes: dict) -> tuple[str, tuple[int, ...]]:
+def _target(kind: str, module: str, role: str, ours: dict) -> tuple[str, tuple[int, ...]]:
     """(our key, the TF shape expected) for variable ``role`` of layer ``module``."""
     if kind == "bn":
         key = f"{module}.{_BN_KEYS[role]}"
-        return key, shapes[key]
+        return key, ours[key]
     if role == "biases":
         key = f"{module}.bias"
-        return key, (shapes[f"{module}.weight"][0],)
+        return key, (ours[f"{module}.weight"][0],)
     key = f"{module}.weight"
-    out_ch, in_ch, kh, kw = (*shapes[key], 1, 1)[:4]
+    out_ch, in_ch, kh, kw = (*ours[key], 1, 1)[:4]
     if kind == "fc":
         return key, (in_ch, out_ch)
     if kind == "depthwise":  # (3, 3, width, width / groups): one filter per input channel and output

@@ -18,14 +18,13 @@ from data import DataConfig, build_loaders
 from data.dataloader import DataLoader
 from data.decode import decode_rgb
 from data.gpu_decode import EncodedBatch, EncodedRandomResizedCropFlip
-from data.imagefolder import find_classes, find_images
-from data.shards import convert, file_samples
 from data.transforms import RandomResizedCropFlip, ResizeCenterCrop
 from resnet.cli.errors import one_line_errors
 from resnet.config import data_config
 from resnet.engine.run import LoaderWorkerDied
 from resnet.evaluation.loader import EvalProtocol, build_eval_loader
 from tests.helpers.imagegen import jpeg_bytes
+from tests.helpers.shards import to_shards
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -150,10 +149,7 @@ def test_every_mode_evaluates_with_nothing_skipped(every_mode, crops):
 
 
 def test_every_mode_reads_from_shards_with_nothing_skipped(every_mode, tmp_path):
-    for split in ("train", "val"):
-        classes = find_classes(every_mode / split)
-        samples = file_samples(every_mode / split, find_images(every_mode / split, classes))
-        convert(samples, classes, tmp_path / split, split, shard_size=5, progress=False)
+    to_shards(every_mode, tmp_path, shard_size=5)
     assert_every_mode_read(data_config("imagenet_shards", root=str(tmp_path), workers=0, image_size=16))
 
 

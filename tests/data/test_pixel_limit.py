@@ -17,12 +17,11 @@ from data import build_loaders
 from data import decode as decode_module
 from data.decode import decode_rgb
 from data.gpu_decode import EncodedRandomResizedCropFlip
-from data.imagefolder import find_classes, find_images
-from data.shards import convert, file_samples
 from data.transforms import RandomResizedCropFlip, ResizeCenterCrop
 from resnet.config import data_config
 from resnet.evaluation.loader import EvalProtocol, ResizeCrop, ResizeShorter, build_eval_loader
 from tests.helpers.imagegen import jpeg_bytes, smooth_image
+from tests.helpers.shards import to_shards
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -114,10 +113,7 @@ def test_eval_skips_and_counts_an_image_over_the_limit(folder, small_limit, crop
 
 
 def test_shards_skip_and_count_an_image_over_the_limit(folder, small_limit, tmp_path):
-    for split in ("train", "val"):
-        classes = find_classes(folder / split)
-        samples = file_samples(folder / split, find_images(folder / split, classes))
-        convert(samples, classes, tmp_path / split, split, shard_size=2, progress=False)
+    to_shards(folder, tmp_path, shard_size=2)
     with build_loaders(
         data_config("imagenet_shards", root=str(tmp_path), workers=0, image_size=16), batch_size=5
     ) as loaders:

@@ -15,10 +15,9 @@ import torch
 
 from data import RandomResizedCropFlip, ResizeCenterCrop, SkipLog, build_loaders
 from data.decode import DECODE_ERRORS, decode_rgb, image_size
-from data.imagefolder import find_classes, find_images
-from data.shards import convert, file_samples
 from resnet.config import data_config
 from tests.helpers.imagegen import jpeg_bytes, make_folder, smooth_image
+from tests.helpers.shards import to_shards
 
 KINDS = {
     "baseline": lambda im: jpeg_bytes(im, quality=90),
@@ -136,11 +135,7 @@ def test_every_file_cut_short_is_counted_once_every_epoch_and_nothing_reaches_st
 
 def test_shards_count_every_file_cut_short_once_every_epoch(tmp_path, capfd):
     _cut_folder(tmp_path / "folder", CUT)
-    for split in ("train", "val"):
-        folder = tmp_path / "folder" / split
-        classes = find_classes(folder)
-        samples = file_samples(folder, find_images(folder, classes))  # copied as they are: the loader finds them
-        convert(samples, classes, tmp_path / "shards" / split, split, shard_size=4, progress=False)
+    to_shards(tmp_path / "folder", tmp_path / "shards", shard_size=4)  # copied as they are: the loader finds them
     config = data_config("imagenet_shards", root=str(tmp_path / "shards"), workers=2, image_size=32)
     with build_loaders(config, batch_size=2) as loaders:
         counts = _epoch_counts(loaders)

@@ -30,12 +30,12 @@ from .padding import (
     CONV_PAD_MODES,
     AppliedPad,
     Padding,
+    conv_like,
     conv_with_pads,
     layer_pad,
     make_conv,
     make_max_pool,
     pad_at_any_size,
-    pad_mode,
     resolve_padding,
 )
 from .schema import choices
@@ -47,22 +47,20 @@ class GridConv2d(nn.Conv2d):
     Each scheme's conv is built once by :func:`resnet.padding.make_conv`, on the meta device, and
     asked for its pad (amounts and mode): once, here, where it is fixed (:func:`resnet.padding.pad_at_any_size`),
     else at each input (:func:`resnet.padding.layer_pad`, SAME). Those layers are never run and hold
-    no state (not submodules: no state-dict key). A scheme whose
-    layer pads with a mode a conv cannot run on (not one of
-    :data:`resnet.padding.CONV_PAD_MODES`) is refused here."""
+    no state (not submodules: no state-dict key). A scheme whose layer pads with a mode a conv
+    cannot run on (not one of :data:`resnet.padding.CONV_PAD_MODES`) is refused here."""
 
     def __init__(self, *args, schemes: Sequence[str], **kwargs) -> None:
         super().__init__(*args, padding=0, **kwargs)
         self.schemes = tuple(schemes)
         self.active = 0
-        (k, kw), (s, sw), (d, dw) = self.kernel_size, self.stride, self.dilation
-        if (k, s, d) != (kw, sw, dw):
-            raise ValueError(f"a grid conv is square, as make_conv builds it: not {self.kernel_size}/{self.stride}")
+        (k, _), (s, _), (d, _) = self.kernel_size, self.stride, self.dilation  # square: make_conv built it
         with torch.device("meta"):
             self.layers = tuple(make_conv(scheme, self.in_channels, self.out_channels, k, s, self.groups,
                                           dilation=d) for scheme in self.schemes)  # fmt: skip
         self.fixed = tuple(map(pad_at_any_size, self.layers))  # None: the pad follows the input's size
-        for scheme, mode in zip(self.schemes, map(pad_mode, self.layers)):
+        for scheme, layer in zip(self.schemes, self.layers):
+            mode = layer_pad(layer, (1, 1)).mode  # the mode never depends on the input size
             if mode not in CONV_PAD_MODES:
                 raise ValueError(
                     f"a grid conv cannot hold the {scheme!r} scheme: its layer pads with {mode!r}, "
@@ -72,19 +70,7 @@ class GridConv2d(nn.Conv2d):
     @classmethod
     def like(cls, conv: nn.Conv2d, schemes: Sequence[str]) -> GridConv2d:
         """A GridConv2d holding ``conv``'s own parameters (the same tensors)."""
-        with torch.device("meta"):
-            grid = cls(
-                conv.in_channels,
-                conv.out_channels,
-                conv.kernel_size,
-                stride=conv.stride,
-                dilation=conv.dilation,
-                groups=conv.groups,
-                bias=conv.bias is not None,
-                schemes=schemes,
-            )
-        grid.weight, grid.bias = conv.weight, conv.bias
-        return grid
+        return conv_like(cls, conv, schemes=schemes)
 
     def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
         """The active preset's pad for an ``input_hw`` input: what its own layer applies."""
@@ -254,14 +240,11 @@ def make_grid(model: nn.Module, presets: Sequence[str], bn: str = "shared") -> n
     if len(set(sites["block_conv"])) > 1:
         for name, module in list(model.named_modules()):
             if name.startswith("layer") and _strided(module):
-                parent, _, child = name.rpartition(".")
-                setattr(model.get_submodule(parent), child, GridConv2d.like(module, sites["block_conv"]))
+                model.set_submodule(name, GridConv2d.like(module, sites["block_conv"]))
     if bn != "shared":
         for name, module in list(model.named_modules()):
             if type(module) is nn.BatchNorm2d:
-                parent, _, child = name.rpartition(".")
-                owner = model.get_submodule(parent) if parent else model
-                setattr(owner, child, GridBatchNorm2d.like(module, len(paddings), affine_per_preset=bn == "affine"))
+                model.set_submodule(name, GridBatchNorm2d.like(module, len(paddings), affine_per_preset=bn == "affine"))
     model.grid = tuple(presets)
     # the switchable sites, found once here: set_grid runs before every training step
     model.grid_sites = tuple(m for m in model.modules() if isinstance(m, (GridConv2d, GridMaxPool2d, GridBatchNorm2d)))

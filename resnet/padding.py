@@ -1,10 +1,8 @@
 """Padding schemes per site, decided when a layer is built.
 
-The domain is described in docs/padding.md. A :class:`Padding` names one scheme per *site*:
-the stem conv, the stem max pool (and the value it pads with) and every stride-2
-conv with kernel > 1 inside a residual block; and, per strided site, whether a BlurPool
-does its downsampling instead (docs/padding.md, "Anti-aliased downsampling (BlurPool)").
-:func:`make_conv` and :func:`make_max_pool` turn a scheme into a layer once, at build time:
+The domain is docs/padding.md. A :class:`Padding` names one scheme per *site* (and, per
+strided site, whether a BlurPool downsamples instead). :func:`make_conv` and
+:func:`make_max_pool` turn a scheme into a layer once, at build time:
 
 * a scheme whose pad is the same symmetric pad for every input size becomes a
   plain ``nn.Conv2d`` / ``nn.MaxPool2d`` with that ``padding``;
@@ -17,25 +15,22 @@ does its downsampling instead (docs/padding.md, "Anti-aliased downsampling (Blur
   its blocks hold it, as ``stem_aa`` / ``aa``), right after the stem pool
   (:class:`BlurMaxPool2d`). Its filter is a non-persistent buffer: no state-dict key appears.
 
-What a built layer pads is asked of the layer, in one place: :func:`layer_pad` gives its
-:class:`AppliedPad` (the pad per side and the :data:`PAD_MODES` entry the padded cells
-hold) for an input size. Each layer class here answers for itself (``applied_pad``); the
-plain torch modules the builder makes (``nn.Conv2d``, ``nn.MaxPool2d``) and timm's
-``BlurPool2d`` are answered by :func:`layer_pad` itself. ``resnet.inspect``, ``resnet.grid``,
-``resnet.detect`` and ``resnet.figures`` ask it, so a new scheme is a layer here that answers.
+What a built layer pads is asked of it in one place, :func:`layer_pad`, which every other
+module asks: a new scheme is a layer here that answers (``applied_pad``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
+from torch.nn.modules.utils import _pair
 
 CONV_SCHEMES = ("symmetric", "same", "fixed", "valid")
 POOL_SCHEMES = ("symmetric", "same", "ceil", "valid")
@@ -246,15 +241,11 @@ def fixed_pad(k: int, s: int = 2, d: int = 1) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def symmetric_pad(k: int, d: int = 1) -> tuple[int, int]:
-    p = effective_kernel(k, d) // 2
-    return p, p
-
-
 def conv_pad(scheme: str, n: int | None, k: int, s: int, d: int = 1) -> tuple[int, int]:
     """(before, after) of a conv scheme along one axis; ``n`` is needed only for 'same'."""
     if scheme == "symmetric":
-        return symmetric_pad(k, d)
+        p = effective_kernel(k, d) // 2
+        return p, p
     if scheme == "fixed":
         return fixed_pad(k, s, d)
     if scheme == "valid":
@@ -264,25 +255,6 @@ def conv_pad(scheme: str, n: int | None, k: int, s: int, d: int = 1) -> tuple[in
             raise ValueError("'same' padding needs the input size")
         return same_pad(n, k, s, d)
     raise ValueError(f"unknown conv scheme {scheme!r}; choose one of {', '.join(CONV_SCHEMES)}")
-
-
-def same_depends_on_size(k: int, s: int, d: int = 1) -> bool:
-    """SAME's total pad is k_eff - s + ((-n) mod s)-ish: constant only at s = 1 or k_eff = 1."""
-    return s > 1 and effective_kernel(k, d) > 1
-
-
-def pool_out_size(scheme: str, n: int, k: int = 3, s: int = 2) -> int:
-    """Output length of the stem pool under each scheme (Caffe's ceil mode included)."""
-    if scheme == "symmetric":
-        return (n + 2 * (k // 2) - k) // s + 1
-    if scheme == "same":
-        return -(-n // s)
-    if scheme == "valid":
-        return (n - k) // s + 1
-    if scheme == "ceil":  # Caffe: ceil, minus one if the last window starts past the image
-        out = math.ceil((n - k) / s) + 1
-        return out - 1 if (out - 1) * s >= n else out
-    raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
 
 
 # --- what a built layer pads ------------------------------------------------------
@@ -351,8 +323,8 @@ def layer_pad(module: nn.Module, input_hw: tuple[int, int]) -> AppliedPad:
         (ph, pw), mode = module.padding, "zero" if module.padding_mode == "zeros" else module.padding_mode
         return AppliedPad(ph, ph, pw, pw, mode)
     if isinstance(module, nn.MaxPool2d):  # torch pads a max pool with -inf; ceil mode reads past the image
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
-            _two(v) for v in (module.kernel_size, module.stride, module.padding, module.dilation)
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(
+            _pair, (module.kernel_size, module.stride, module.padding, module.dilation)
         )
         if not module.ceil_mode:
             return AppliedPad(ph, ph, pw, pw, "-inf")
@@ -372,15 +344,6 @@ def pad_at_any_size(module: nn.Module) -> AppliedPad | None:
     if getattr(module, "pads_by_size", False) or (isinstance(module, nn.MaxPool2d) and module.ceil_mode):
         return None
     return layer_pad(module, (1, 1))
-
-
-def pad_mode(module: nn.Module) -> str:
-    """What ``module``'s padded cells hold. The mode never depends on the input size, so any size tells it."""
-    return layer_pad(module, (1, 1)).mode
-
-
-def _two(value: int | tuple[int, int]) -> tuple[int, int]:
-    return tuple(value) if isinstance(value, tuple | list) else (value, value)
 
 
 def _ceil_mode_after(n: int, k: int, s: int, p: int) -> int:
@@ -453,10 +416,6 @@ class SameConv2d(nn.Conv2d):
 def conv_with_pads(conv: nn.Conv2d, x: torch.Tensor, pad: AppliedPad) -> torch.Tensor:
     """``conv``'s weights applied to ``x`` padded as ``pad`` says: where the pad is symmetric
     zeros the conv pads itself, so no copy of the input is made."""
-    if pad.mode not in CONV_PAD_MODES:
-        raise ValueError(
-            f"a conv cannot run on cells padded with {pad.mode!r}; it pads with one of {', '.join(CONV_PAD_MODES)}"
-        )
     if pad.mode == "zero" and pad.symmetric:
         return F.conv2d(x, conv.weight, conv.bias, conv.stride, (pad.top, pad.left), conv.dilation, conv.groups)
     return F.conv2d(pad_input(x, pad), conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
@@ -591,7 +550,7 @@ def init_blur_filters(model: nn.Module) -> nn.Module:
     return model
 
 
-def _static_conv(pad: AppliedPad, *args, **kwargs) -> nn.Conv2d:
+def _static_conv(*args, pad: AppliedPad, **kwargs) -> nn.Conv2d:
     if pad.symmetric:
         return nn.Conv2d(*args, padding=(pad.top, pad.left), **kwargs)
     return PadConv2d(*args, pad=pad.f_pad, **kwargs)
@@ -610,13 +569,11 @@ def make_conv(
     """Build a conv whose padding follows ``scheme``; the decision is made here, once."""
     args = (in_ch, out_ch, kernel_size)
     kwargs = dict(stride=stride, groups=groups, bias=bias, dilation=dilation)
-    if scheme == "same" and same_depends_on_size(kernel_size, stride, dilation):
+    # SAME's total pad is k_eff - s + ((-n) mod s)-ish: at stride 1 or for a 1x1, k_eff - 1 whatever n is (fixed)
+    if scheme == "same" and stride > 1 and effective_kernel(kernel_size, dilation) > 1:
         return SameConv2d(*args, **kwargs)
-    if scheme == "same":  # at stride 1 (or for a 1x1) SAME pads k_eff - 1 whatever n is: as fixed
-        pad = fixed_pad(kernel_size, stride, dilation)
-    else:
-        pad = conv_pad(scheme, None, kernel_size, stride, dilation)
-    return _static_conv(AppliedPad.of(pad, pad), *args, **kwargs)
+    pad = conv_pad("fixed" if scheme == "same" else scheme, None, kernel_size, stride, dilation)
+    return _static_conv(*args, pad=AppliedPad.of(pad, pad), **kwargs)
 
 
 def pad_value(name: str) -> float:
@@ -639,22 +596,18 @@ def make_max_pool(
     k // 2 each side with ``value`` (``scheme`` places no grid there), then a BlurPool2d
     over ``channels`` (None: as many as it is given) at ``stride``."""
     fill = pad_value(value)
+    if scheme not in POOL_SCHEMES:
+        raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
     if blur and stride > 1:
-        if scheme not in POOL_SCHEMES:
-            raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
         return BlurMaxPool2d(kernel_size, kernel_size // 2, fill, channels, stride)
     if scheme == "same":
         return SameMaxPool2d(kernel_size, stride, fill)
-    if scheme == "ceil":  # Caffe: pad 0, ceil mode, windows clipped to the image
-        return nn.MaxPool2d(kernel_size, stride, padding=0, ceil_mode=True)
-    if scheme == "valid":
-        return nn.MaxPool2d(kernel_size, stride, padding=0)
-    if scheme == "symmetric":
-        p = kernel_size // 2
-        if fill == -math.inf:  # torch's pool padding is implicitly -inf
-            return nn.MaxPool2d(kernel_size, stride, padding=p)
-        return PadMaxPool2d(kernel_size, stride, (p, p, p, p), fill)
-    raise ValueError(f"unknown pool scheme {scheme!r}; choose one of {', '.join(POOL_SCHEMES)}")
+    if scheme in ("ceil", "valid"):  # ceil: Caffe's pad 0, ceil mode, windows clipped to the image
+        return nn.MaxPool2d(kernel_size, stride, padding=0, ceil_mode=scheme == "ceil")
+    p = kernel_size // 2
+    if fill == -math.inf:  # torch's pool padding is implicitly -inf
+        return nn.MaxPool2d(kernel_size, stride, padding=p)
+    return PadMaxPool2d(kernel_size, stride, (p, p, p, p), fill)
 
 
 def freeze_padding(model: nn.Module, input_size: int | tuple[int, int], explicit: bool = False) -> nn.Module:
@@ -671,7 +624,7 @@ def freeze_padding(model: nn.Module, input_size: int | tuple[int, int], explicit
     dynamic = {name: m for name, m in model.named_modules() if isinstance(m, (SameConv2d, SameMaxPool2d))}
     sizes = input_sizes(model, dynamic, input_size)
     for name, layer in dynamic.items():
-        _set_submodule(model, name, _frozen(layer, *sizes[name], explicit))
+        model.set_submodule(name, _frozen(layer, *sizes[name], explicit))
     return model
 
 
@@ -708,23 +661,28 @@ def input_sizes(
     return sizes
 
 
+def conv_like(make: Callable[..., nn.Conv2d], conv: nn.Conv2d, **kwargs) -> nn.Conv2d:
+    """``make``'s conv (a conv class, or a builder taking its arguments) of ``conv``'s shape, holding
+    ``conv``'s parameters (the same tensors); ``kwargs`` go to ``make`` (its padding)."""
+    with torch.device("meta"):  # nothing allocated: the tensors are assigned below
+        new = make(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            stride=conv.stride,
+            dilation=conv.dilation,
+            groups=conv.groups,
+            bias=conv.bias is not None,
+            **kwargs,
+        )
+    new.weight, new.bias = conv.weight, conv.bias
+    return new
+
+
 def _frozen(layer: nn.Module, h: int, w: int, explicit: bool) -> nn.Module:
     pad = layer.applied_pad((h, w))
     if isinstance(layer, SameConv2d):
-        static = _static_conv(
-            pad,
-            layer.in_channels,
-            layer.out_channels,
-            layer.kernel_size,
-            stride=layer.stride,
-            groups=layer.groups,
-            bias=layer.bias is not None,
-            dilation=layer.dilation,
-            device="meta",
-        )
-        static.weight = layer.weight
-        static.bias = layer.bias
-        return static
+        return conv_like(_static_conv, layer, pad=pad)
     k, s = layer.kernel_size, layer.stride
     if pad.mode == "-inf":
         if pad.top == pad.bottom == pad.left == pad.right:
@@ -733,9 +691,3 @@ def _frozen(layer: nn.Module, h: int, w: int, explicit: bool) -> nn.Module:
         if args is not None and not explicit:
             return nn.MaxPool2d(k, s, padding=args[0], ceil_mode=args[1])
     return PadMaxPool2d(k, s, pad.f_pad, layer.value)
-
-
-def _set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)

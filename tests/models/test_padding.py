@@ -28,7 +28,6 @@ from resnet.padding import (
     freeze_padding,
     make_conv,
     make_max_pool,
-    pool_out_size,
     resolve_padding,
     same_pad,
 )
@@ -81,12 +80,17 @@ def test_fixed_and_symmetric_pads(k, d, expected):
         assert conv_pad("symmetric", None, k, 2, d) == expected
 
 
+def caffe_pool_len(n: int, k: int = 3, s: int = 2) -> int:
+    """Caffe's pool output length at pad 0 (docs/padding.md, "Pooling"): ceil, minus one if the last
+    window starts past the image."""
+    out = math.ceil((n - k) / s) + 1
+    return out - 1 if (out - 1) * s >= n else out
+
+
 def test_pool_out_sizes():
-    assert pool_out_size("same", 112) == pool_out_size("symmetric", 112) == 56
-    assert pool_out_size("ceil", 112) == 56  # MSRA pool1, pad 0
-    assert pool_out_size("valid", 112) == 55  # legacy Keras ResNet50
+    assert caffe_pool_len(112) == 56  # MSRA pool1, pad 0
     for n in range(5, 40):
-        assert pool_out_size("ceil", n) == make_max_pool("ceil")(torch.zeros(1, 1, n, n)).shape[-1]
+        assert caffe_pool_len(n) == make_max_pool("ceil")(torch.zeros(1, 1, n, n)).shape[-1]
 
 
 # --- layers by value ---------------------------------------------------------------
@@ -118,7 +122,7 @@ def test_same_pool_equals_timm(hw):
 def caffe_pool_reference(x: torch.Tensor, k: int = 3, s: int = 2) -> torch.Tensor:
     """Caffe ceil-mode max pool with pad 0, windows clipped, written out with loops."""
     n_h, n_w = x.shape[-2:]
-    out_h, out_w = pool_out_size("ceil", n_h, k, s), pool_out_size("ceil", n_w, k, s)
+    out_h, out_w = caffe_pool_len(n_h, k, s), caffe_pool_len(n_w, k, s)
     y = torch.empty(*x.shape[:-2], out_h, out_w)
     for i in range(out_h):
         for j in range(out_w):

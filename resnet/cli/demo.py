@@ -46,25 +46,19 @@ REGRID = {
     "bn": ("method=bn", "images=5000"),
     "distill": ("method=distill", "images=15000", "epochs=2", "lr=0.05", "features=3"),
 }
+REGRID_COLUMNS = ("weights", "evaluated with", "method", "images", "seconds", "top-1 err %", "top-5 err %")
 
 
-def train_demo(padding: list[str], run_dir: Path, overrides: list[str]) -> dict:
-    """One of the demo's models: ``padding`` are the overrides choosing its scheme (``+padding=...``)
-    or its grid (``grid=[...]``)."""
+def train_demo(title: str, padding: list[str], run_dir: Path, overrides: list[str]) -> Path:
+    """One of the demo's models, its checkpoint: ``padding`` are the overrides choosing its scheme
+    (``+padding=...``) or its grid (``grid=[...]``)."""
     from ..engine.run import train
 
+    print(f"\n=== {title} ===", flush=True)
     # resume=true: a demo run again goes on where a stop left a model, and keeps the models it finished
-    return train(
-        compose(
-            "train",
-            "+experiment=demo",
-            *native_bf16(overrides),
-            *padding,
-            "resume=true",
-            override("run_dir", run_dir),
-            *overrides,
-        )
-    )
+    resumed = ["resume=true", override("run_dir", run_dir)]
+    train(compose("train", "+experiment=demo", *native_bf16(overrides), *padding, *resumed, *overrides))
+    return run_dir / "last.pt"
 
 
 def native_bf16(overrides: list[str]) -> list[str]:
@@ -99,35 +93,14 @@ def evaluate_under(weights: Path | str, scheme: str, results_file: Path, overrid
     its row appended to ``results_file`` (the demo's and ``resnet-cross``'s evaluations)."""
     from ..evaluation.run import evaluate_weights
 
-    return evaluate_weights(
-        compose(
-            "eval",
-            override("weights", weights),
-            *overrides,
-            *padding_overrides(scheme),
-            override("results_file", results_file.resolve()),
-        )
-    )
-
-
-def regrid_to(checkpoint: Path, scheme: str, out: Path, method: list[str], data: list[str]) -> dict:
-    from .regrid import run
-
-    return run(
-        compose(
-            "regrid", override("weights", checkpoint), *padding_overrides(scheme), override("out", out), *data, *method
-        )
-    )
+    scheme_overrides = [*overrides, *padding_overrides(scheme), override("results_file", results_file.resolve())]
+    return evaluate_weights(compose("eval", override("weights", weights), *scheme_overrides))
 
 
 def merged(overrides: tuple[str, ...], extra: list[str]) -> list[str]:
     """``overrides`` with each key that ``extra`` sets replaced by ``extra``'s value."""
     keys = {o.partition("=")[0] for o in extra}
     return [o for o in overrides if o.partition("=")[0] not in keys] + extra
-
-
-def _dir_name(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")  # no ( ) [ ] in a path
 
 
 def latest(rows: list[dict], trained: str, evaluated: str) -> dict | None:
@@ -152,36 +125,21 @@ def matrix_rows(rows: list[dict], trained: list[str], evaluated: list[str]) -> l
 def regrid_table(rows: list[dict], source: str, target: str, runs: dict[str, dict]) -> list[dict]:
     """The source-trained weights under ``target``: as they are, then after each method; the
     native error (under ``source``) on top for comparison."""
-    native, moved = latest(rows, source, source), latest(rows, source, target)
+
+    def line(weights: str, evaluated: str, method: str, images: int, seconds: float, row: dict) -> dict:
+        values = (weights, evaluated, method, images, seconds, row["top1_err"], row["top5_err"])
+        return dict(zip(REGRID_COLUMNS, values))
+
+    trained = f"trained under {source}"
     table = [
-        {
-            "weights": f"trained under {source}",
-            "evaluated with": source,
-            "method": "none (native grid)",
-            "images": 0,
-            "seconds": 0.0,
-            "top-1 err %": native["top1_err"],
-            "top-5 err %": native["top5_err"],
-        },
-        {
-            "weights": f"trained under {source}",
-            "evaluated with": target,
-            "method": "none",
-            "images": 0,
-            "seconds": 0.0,
-            "top-1 err %": moved["top1_err"],
-            "top-5 err %": moved["top5_err"],
-        },
+        line(trained, source, "none (native grid)", 0, 0.0, latest(rows, source, source)),
+        line(trained, target, "none", 0, 0.0, latest(rows, source, target)),
     ]
     for method, run in runs.items():
         passes = run["distill_images"] // max(run["images"], 1)
-        table.append({
-            "weights": f"re-gridded to {target}", "evaluated with": target,
-            "method": method + (" + features" if run.get("features") else "")
-            + (f", {passes} pass{'es' if passes > 1 else ''}" if passes else ""),
-            "images": run["images"],
-            "seconds": run["seconds"], "top-1 err %": run["eval"]["top1_err"], "top-5 err %": run["eval"]["top5_err"],
-        })  # fmt: skip
+        named = method + (" + features" if run.get("features") else "")
+        named += f", {passes} pass{'es' if passes > 1 else ''}" if passes else ""
+        table.append(line(f"re-gridded to {target}", target, named, run["images"], run["seconds"], run["eval"]))
     return table
 
 
@@ -262,6 +220,7 @@ def _interrupt(signum: int, frame) -> None:
 
 def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     """Train, evaluate, re-grid and write the tables (:func:`main` has checked the arguments)."""
+    from .regrid import run as regrid
 
     start = time.perf_counter()
     writable_folder(args.out, f"--out {args.out}", "--out results/demo")  # before the first run
@@ -271,16 +230,13 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     checkpoints = {}
     data, scored = data_overrides(args.overrides), eval_overrides(args.overrides)
     for scheme in args.schemes:
-        print(f"\n=== training under {scheme} ===", flush=True)
-        run_dir = args.out / f"train_{_dir_name(scheme)}"
-        train_demo(padding_overrides(scheme), run_dir, args.overrides)
-        checkpoints[scheme] = run_dir / "last.pt"
+        run_dir = args.out / f"train_{re.sub(r'[^A-Za-z0-9_.-]+', '_', scheme).strip('_')}"  # no ( ) [ ] in a path
+        checkpoints[scheme] = train_demo(f"training under {scheme}", padding_overrides(scheme), run_dir, args.overrides)
     if with_grid:
         label = grid_name(args.schemes)
-        print(f"\n=== training on the grid {label} (each step under one of them, drawn per step) ===", flush=True)
-        run_dir = args.out / "train_grid"
-        train_demo([f"grid=[{','.join(args.schemes)}]"], run_dir, args.overrides)
-        checkpoints[label] = run_dir / "last.pt"
+        title = f"training on the grid {label} (each step under one of them, drawn per step)"
+        grid = [f"grid=[{','.join(args.schemes)}]"]
+        checkpoints[label] = train_demo(title, grid, args.out / "train_grid", args.overrides)
     for trained, checkpoint in checkpoints.items():
         for evaluated in args.schemes:
             print(f"\n=== trained with {trained}, evaluated with {evaluated} ===", flush=True)
@@ -292,7 +248,8 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
         for method, overrides in REGRID.items():
             print(f"\n=== re-gridding the {source}-trained model to {target}: {method} ===", flush=True)
             out = args.out / f"regrid_{method}.pt"
-            run = regrid_to(checkpoints[source], target, out, merged(overrides, args.regrid_set), data)
+            moved = [override("weights", checkpoints[source]), *padding_overrides(target), override("out", out), *data]
+            run = regrid(compose("regrid", *moved, *merged(overrides, args.regrid_set)))
             run["eval"] = evaluate_under(out, target, args.out / "regrid_eval.jsonl", scored)
             regrid_runs[method] = run
 
@@ -306,9 +263,8 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
     files = "cross.md, cross.png, tensornets.md, tensornets.png"
     if regrid_runs:
         table = regrid_table(rows, source, target, regrid_runs)
-        columns = list(table[0])
-        (args.out / "regrid.md").write_text(to_markdown(columns, table) + "\n")
-        write_csv(args.out / "regrid.csv", columns, table)
+        (args.out / "regrid.md").write_text(to_markdown(REGRID_COLUMNS, table) + "\n")
+        write_csv(args.out / "regrid.csv", REGRID_COLUMNS, table)
         plot_regrid(table, args.out / "regrid.png")
         print(
             f"\nThe {source}-trained model under {target}, re-gridded on training images (seconds: the method "

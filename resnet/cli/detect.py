@@ -28,7 +28,6 @@ from ..detect import DetectionReport, detect_padding
 from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, check_root
 from ..evaluation.protocol import check_fit, load_once, single_crop_protocol, weights_spec
 from ..evaluation.sample import read_images
-from ..model import ModelMeta
 from ..out_files import out_file, write_json
 from ..report.rows import weights_label
 from ..runtime.distributed import pick_device
@@ -58,20 +57,13 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
     loaded = load_once(cfg, spec)
     meta = loaded.model.meta
     protocol = single_crop_protocol(cfg, meta, loaded.origin)
-    try:
-        data = build_eval_loader(
-            cfg.data.name,
-            cfg.data.get("root"),
-            protocol,
-            cfg.batch_size,
-            data_workers(cfg.data.workers),
-            val_labels=cfg.data.get("val_labels"),
-            devkit=cfg.data.get("devkit"),
-            max_file_bytes=mib_bytes(cfg.data.max_file_mb),
+    data = sample_loader(cfg, protocol, val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"))
+    if data.labels is not None:  # ImageNet-R/A score a subset of the logits, ReaL sets of labels
+        raise ConfigError(
+            f"data={cfg.data.name} is not scored one class per image over the weights' classes; "
+            "use data=imagenet, imagenet_v2 or imagenet_sketch"
         )
-    except (FileNotFoundError, ValueError) as err:  # an empty class folder, a wnid that is none
-        raise ConfigError(str(err)) from None
-    _check_fit(meta, data, cfg.data.name)
+    check_fit(meta, data)
 
     label = weights_label({"weights": spec.text, "ema": cfg.ema})
     print(
@@ -98,13 +90,16 @@ def _check_config(cfg: DictConfig) -> Path | None:
     return None if cfg.out is None else out_file(cfg.out, ".json", "out=ranking.json")
 
 
-def _check_fit(meta: ModelMeta, data: EvalData, dataset: str) -> None:
-    if data.labels is not None:  # ImageNet-R/A score a subset of the logits, ReaL sets of labels
-        raise ConfigError(
-            f"data={dataset} is not scored one class per image over the weights' classes; "
-            "use data=imagenet, imagenet_v2 or imagenet_sketch"
+def sample_loader(cfg: DictConfig, protocol: EvalProtocol, **split) -> EvalData:
+    """``cfg.data`` through ``protocol`` (``split``: which split, its label files), a folder that
+    cannot be read a :class:`ConfigError` (resnet-detect's and resnet-regrid's sample)."""
+    workers, limit = data_workers(cfg.data.workers), mib_bytes(cfg.data.max_file_mb)
+    try:
+        return build_eval_loader(
+            cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size, workers, max_file_bytes=limit, **split
         )
-    check_fit(meta, data)
+    except (FileNotFoundError, ValueError) as err:  # an empty class folder, a wnid that is none
+        raise ConfigError(str(err)) from None
 
 
 def run(cfg: DictConfig) -> DetectionReport:

@@ -13,16 +13,6 @@ from ..regrid import regrid
 from .hydra_app import hydra_command
 
 
-def check_settings(cfg) -> None:
-    """The command's settings, each refused in one line saying what to pass (their ranges and choices:
-    resnet/schema.py)."""
-    from ..config import ConfigError, check_run_config
-
-    if cfg.get("padding") is None:
-        raise ConfigError("say which grid to move the weights to: +padding=<preset>, e.g. +padding=symmetric")
-    check_run_config(cfg)  # method, images, batch_size, epochs, lr, features: their declarations; the data
-
-
 def target_padding(cfg, spec, loaded):
     """The padding to move the weights to: ``+padding=``'s, refused where the weights are under it
     already or hold its BatchNorm (a grid model: eval.py runs it as it is)."""
@@ -54,21 +44,21 @@ def run(cfg) -> dict:
     import time
 
     from data import Normalize
-    from data.files import mib_bytes
 
     from ..checkpoint import save_checkpoint
-    from ..config import ConfigError
-    from ..evaluation.loader import build_eval_loader
+    from ..config import ConfigError, check_run_config
     from ..evaluation.protocol import check_fit, load_once, single_crop_protocol, weights_spec
     from ..evaluation.sample import read_images
     from ..out_files import out_file
     from ..report.console import format_table
     from ..report.rows import weights_label
     from ..runtime.distributed import pick_device
-    from ..runtime.workers import data_workers
+    from .detect import sample_loader
 
     spec = weights_spec(cfg)
-    check_settings(cfg)
+    if cfg.get("padding") is None:
+        raise ConfigError("say which grid to move the weights to: +padding=<preset>, e.g. +padding=symmetric")
+    check_run_config(cfg)  # method, images, batch_size, epochs, lr, features: their declarations; the data
     out = out_file(cfg.out, ".pt", "out=regridded.pt")
     try:
         device = pick_device(cfg.device)
@@ -78,12 +68,7 @@ def run(cfg) -> dict:
     source = loaded.model
     target = target_padding(cfg, spec, loaded)
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
-    try:
-        data = build_eval_loader(cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size,
-                                 data_workers(cfg.data.workers), split="train",
-                                 max_file_bytes=mib_bytes(cfg.data.max_file_mb))  # fmt: skip
-    except (FileNotFoundError, ValueError) as err:
-        raise ConfigError(str(err)) from None
+    data = sample_loader(cfg, protocol, split="train")
     check_fit(source.meta, data)
     trained = loaded.trained_for or source.meta.padding_name  # grid[a,b]: trained under each of those
     label = weights_label({"weights": spec.text, "ema": cfg.ema})

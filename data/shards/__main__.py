@@ -121,34 +121,13 @@ def cmd_folder(args: argparse.Namespace) -> None:
     if args.classes_from:
         check_same_classes(read_index(args.classes_from).classes, classes)
     files, not_images = listed_images(args.src, classes)
-    samples = file_samples(args.src, files)
-    split = args.split or args.src.resolve().name
-    convert(
-        samples,
-        classes,
-        args.out,
-        split,
-        args.shard_size,
-        args.seed,
-        f"folder {args.src.resolve()}",
-        not_images=not_images,
-        max_file_bytes=args.max_file_bytes,
-    )
+    samples, source = file_samples(args.src, files), f"folder {args.src.resolve()}"
+    write_split(args, samples, classes, args.out, args.split or args.src.resolve().name, source, not_images)
 
 
 def cmd_ilsvrc_train(args: argparse.Namespace) -> None:
     classes, samples, not_images = train_samples(args.src)
-    convert(
-        samples,
-        classes,
-        args.out,
-        args.split,
-        args.shard_size,
-        args.seed,
-        f"ilsvrc-train {args.src.resolve()}",
-        not_images=not_images,
-        max_file_bytes=args.max_file_bytes,
-    )
+    write_split(args, samples, classes, args.out, args.split, f"ilsvrc-train {args.src.resolve()}", not_images)
 
 
 def cmd_ilsvrc_val(args: argparse.Namespace) -> None:
@@ -156,10 +135,7 @@ def cmd_ilsvrc_val(args: argparse.Namespace) -> None:
     if args.classes_from:
         check_same_classes(read_index(args.classes_from).classes, classes)
     source = f"ilsvrc-val {args.val_dir.resolve()} --labels {args.labels.resolve()}"
-    samples = file_samples(args.val_dir, files)
-    convert(
-        samples, classes, args.out, args.split, args.shard_size, args.seed, source, max_file_bytes=args.max_file_bytes
-    )
+    write_split(args, file_samples(args.val_dir, files), classes, args.out, args.split, source)
 
 
 def cmd_imagenet(args: argparse.Namespace) -> None:
@@ -183,27 +159,18 @@ def cmd_imagenet(args: argparse.Namespace) -> None:
     classes, train_list, not_images = train_samples(train)
     check_same_classes(classes, val_classes)
     val_list = file_samples(val, val_files)
+    train_source = f"ilsvrc-train {train.resolve()}"
+    write_split(args, train_list, classes, args.out_root / "train", "train", train_source, not_images)
+    write_split(args, val_list, classes, args.out_root / "val", "val", val_source, val_not_images)
+
+
+def write_split(
+    args: argparse.Namespace, samples: list, classes: list[str], out: Path, split: str, source: str, not_images=()
+) -> None:
+    """:func:`convert` with the command line's shard size, seed and file limit."""
+    limit = args.max_file_bytes
     convert(
-        train_list,
-        classes,
-        args.out_root / "train",
-        "train",
-        args.shard_size,
-        args.seed,
-        f"ilsvrc-train {train.resolve()}",
-        not_images=not_images,
-        max_file_bytes=args.max_file_bytes,
-    )
-    convert(
-        val_list,
-        classes,
-        args.out_root / "val",
-        "val",
-        args.shard_size,
-        args.seed,
-        val_source,
-        not_images=val_not_images,
-        max_file_bytes=args.max_file_bytes,
+        samples, classes, out, split, args.shard_size, args.seed, source, not_images=not_images, max_file_bytes=limit
     )
 
 

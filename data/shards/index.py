@@ -27,7 +27,7 @@ import string
 import tarfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -44,8 +44,7 @@ CONVERT_HINT = "python -m data.shards folder|ilsvrc-train|ilsvrc-val|imagenet ..
 
 
 class ShardError(ValueError):
-    """A shard folder that is missing, incomplete or not in this format; the message names
-    the file and the fix."""
+    """A shard folder that is missing, incomplete or not in this format; the message names the file and the fix."""
 
 
 CHECKSUM_DIGITS = 8  # hex digits of one sample's checksum (a CRC-32)
@@ -56,9 +55,8 @@ class ShardInfo:
     name: str  # file name, relative to the index's folder
     count: int  # images
     bytes: int  # file size
-    # One sample_checksum per sample, in tar order, joined: 8 hex digits each (one string a shard:
-    # ImageNet's 1.28 million would be as many Python objects in every loader process). None: an
-    # index written before checksums were recorded.
+    # One sample_checksum per sample, in tar order, joined (one string a shard: ImageNet's 1.28 million
+    # would be as many Python objects in every loader process). None: an index without checksums.
     crc32: str | None = None
 
     def checksums(self) -> list[str] | None:
@@ -148,8 +146,7 @@ def read_index(root: str | Path) -> ShardIndex:
 
 def index_checksum(meta: dict) -> str:
     """The SHA-256 of an index's entries but its own ``checksum``, as canonical JSON: the class
-    list, the counts and the samples' checksums, so that none changes unseen. (An index written
-    before it has none and still reads.)"""
+    list, the counts and the samples' checksums, so that none changes unseen."""
     body = {key: value for key, value in meta.items() if key != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -172,7 +169,7 @@ def write_index(index: ShardIndex) -> None:
         "version": VERSION,
         "split": index.split,
         "classes": index.classes,
-        "shards": [_shard_entry(s) for s in index.shards],
+        "shards": [{k: v for k, v in asdict(s).items() if v is not None} for s in index.shards],  # crc32: if any
         "count": index.count,
         "source": index.source,
         "shard_size": index.shard_size,
@@ -184,11 +181,6 @@ def write_index(index: ShardIndex) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1) + "\n")
     os.replace(tmp, path)
-
-
-def _shard_entry(shard: ShardInfo) -> dict:
-    entry = {"name": shard.name, "count": shard.count, "bytes": shard.bytes}
-    return entry if shard.crc32 is None else {**entry, "crc32": shard.crc32}
 
 
 def check_shards(index: ShardIndex) -> None:
@@ -274,9 +266,7 @@ def _members(fileobj: BinaryIO, name: str) -> Iterator[tuple[str, int, int, byte
 
 
 def _parse_header(header: bytes) -> tuple[str, int, bytes]:
-    """(name, size, type flag) of a ustar or GNU tar header; ValueError if it is not one.
-
-    Only the three fields a shard needs: faster than ``tarfile.TarInfo.frombuf``, which parses them all."""
+    """(name, size, type flag) of a ustar or GNU tar header; ValueError if it is not one."""
     size = int(header[124:136].strip(b" \0") or b"0", 8)
     checksum = int(header[148:156].strip(b" \0"), 8)
     if checksum != sum(header[:148]) + 8 * ord(" ") + sum(header[156:]):  # summed with the field as spaces

@@ -146,14 +146,6 @@ class ShardBatches(IterableDataset):
     def __len__(self) -> int:
         return self.steps - int(self._position[1]) if self.train else self.steps
 
-    def _order(self, epoch: int) -> tuple[list[int], Callable[[int], list[int]]]:
-        """(shard order, shard -> order of its samples) of an epoch."""
-        n = len(self.counts)
-        if not self.train:
-            return list(range(n)), lambda shard: list(range(int(self.counts[shard])))
-        shard_order = _permutation(n, self.seed, epoch)
-        return shard_order, lambda shard: _permutation(int(self.counts[shard]), self.seed, epoch, shard)
-
     def worker_batches(self, worker: int, workers: int, start_step: int = 0) -> range:
         """The batch numbers (of this rank's epoch) that loader worker ``worker`` produces.
 
@@ -190,8 +182,9 @@ class ShardBatches(IterableDataset):
                 samples = []
 
     def _samples(self, epoch: int, lo: int, hi: int) -> Iterator[tuple[int, tuple | BadImage]]:
-        """(position, sample) for the positions [lo, hi) of the epoch's sequence."""
-        shard_order, sample_order = self._order(epoch)
+        """(position, sample) for the positions [lo, hi) of the epoch's sequence (shuffled in training)."""
+        n = len(self.counts)
+        shard_order = _permutation(n, self.seed, epoch) if self.train else list(range(n))
         start = 0  # position of the current shard's first sample
         for shard in shard_order:
             count = int(self.counts[shard])
@@ -200,8 +193,9 @@ class ShardBatches(IterableDataset):
                 continue
             if start >= hi:
                 return
-            take = sample_order(shard)[max(lo - start, 0) : min(hi - start, count)]
-            first = start + max(lo - start, 0)
+            order = _permutation(count, self.seed, epoch, shard) if self.train else list(range(count))
+            first = max(lo, start)
+            take = order[first - start : min(hi - start, count)]
             yield from zip(range(first, first + len(take)), self._read(shard, take, epoch, first))
             start += count
 

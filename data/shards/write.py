@@ -120,10 +120,6 @@ def file_samples(root: Path, files: Sequence[tuple[str, int]]) -> list[Sample]:
     return [Sample(key, label, path) for key, (path, label) in zip(keys, files)]
 
 
-def shard_name(split: str, index: int) -> str:
-    return f"{split}-{index:06d}.tar"
-
-
 def plan_shards(samples: Sequence[Sample], shard_size: int, seed: int) -> list[list[Sample]]:
     """The samples of each shard: the key-sorted samples, shuffled with ``seed``, cut in order."""
     order = sorted(samples, key=lambda s: s.key)
@@ -164,14 +160,6 @@ def kept_checksums(path: Path, planned: Sequence[Sample], recorded: list[str] | 
     return checksums if recorded in (None, checksums) else None
 
 
-def held_index(out_dir: Path) -> ShardIndex | None:
-    """The index a previous conversion wrote into ``out_dir``; None if there is no readable one."""
-    try:
-        return read_index(out_dir)
-    except ShardError:
-        return None
-
-
 def convert(
     samples: Sequence[Sample],
     classes: list[str],
@@ -197,7 +185,10 @@ def convert(
     if not samples:
         raise ValueError(f"no images to convert into {out_dir}")
     out_dir = Path(out_dir)
-    previous = held_index(out_dir)
+    try:  # the index a previous conversion wrote, if a readable one
+        previous = read_index(out_dir)
+    except ShardError:
+        previous = None
     if previous is not None and previous.split != split:
         raise ValueError(
             f"{out_dir} holds the split {previous.split!r}; give each split its own folder, "
@@ -208,17 +199,14 @@ def convert(
     # Until this conversion finishes the folder is not a valid split: no stale index may describe it.
     (out_dir / INDEX_NAME).unlink(missing_ok=True)
     plan = plan_shards(samples, shard_size, seed)
-    names = [shard_name(split, i) for i in range(len(plan))]
+    names = [f"{split}-{i:06d}.tar" for i in range(len(plan))]
 
     failed: dict[str, str] = {}  # key -> "path (reason)"
     checksums: dict[str, list[str]] = {}  # shard name -> each sample's, in tar order
     resumed = 0
-    with (
-        Progress(
-            len(samples), f"{split} shards", unit="img", every=max(len(samples) // 100, 1), enabled=progress, leave=True
-        ) as bar,  # lines: every 1%
-        ThreadPoolExecutor(READ_THREADS) as pool,
-    ):
+    every = max(len(samples) // 100, 1)  # in a log, a line every 1%
+    bar = Progress(len(samples), f"{split} shards", unit="img", every=every, enabled=progress, leave=True)
+    with bar, ThreadPoolExecutor(READ_THREADS) as pool:
         for name, planned in zip(names, plan):
             kept = kept_checksums(out_dir / name, planned, recorded.get(name))
             if kept is not None:
@@ -275,8 +263,7 @@ def read_or_error(sample: Sample, limit: int = MAX_FILE_BYTES) -> bytes | OSErro
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    """Add a file with fixed metadata: TarInfo's defaults are mtime 0, uid/gid 0 and no
-    user or group names; the mode says the shards are not to be edited."""
+    """Add a file with the fixed metadata of every member (module docstring): TarInfo's defaults, mode 0444."""
     info = tarfile.TarInfo(name)
     info.size = len(data)
     info.mode = 0o444

@@ -152,57 +152,42 @@ def build_eval_loader(
     many); None: all. ``max_file_bytes``: ``data.max_file_mb`` in bytes, a larger file is skipped
     unread and counted."""
     entry = _entry(name, split)
-    if isinstance(entry, InMemory):
-        dataset = entry.open(split, root=root)
-        native = dataset.images.shape[-1]
-        return _shared(
-            dataset,
-            len(entry.classes),
-            entry.in_chans,
-            batch_size,
-            0,
-            rank,
-            world_size,
-            take,
-            pass_batch,
-            device_resize=None if protocol.resize == native else protocol.resize,
-        )
+    labels, note, device_resize, in_chans = None, None, None, 3
     if protocol.crops in (1, 2):  # the centre crop (and its flip, made on the device)
         transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
     else:
         transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
-    if isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards
+    if isinstance(entry, InMemory):  # no transform: resized (where needed) on the device
+        dataset = entry.open(split, root=root)
+        num_classes, in_chans, workers, collate_fn = len(entry.classes), entry.in_chans, 0, pass_batch
+        device_resize = None if protocol.resize == dataset.images.shape[-1] else protocol.resize
+    elif isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards, each batch whole from its shard
         shards = entry.open(root, split, transform, batch_size, rank, world_size, train=False, collate_fn=collate_fn,
                             limit=take, max_file_bytes=max_file_bytes,
                             purpose=" evaluation" if split == "val" else "")  # fmt: skip
-        return _shard_data(shards, workers)
-    if entry is None:  # a test set: scored with ImageNet's 1,000 logits (R and A score 200 of them)
-        found = open_test_set(name, root, transform, real_labels, max_file_bytes)
-        return _shared(
-            found.dataset,
-            len(imagenet_wnids()),
-            3,
-            batch_size,
-            workers,
-            rank,
-            world_size,
-            take,
-            collate_fn,
-            labels=found.labels,
-            note=found.note,
+        loader = DataLoader(
+            shards, batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available()
         )
-    dataset, note = entry.open_eval(root, split, transform, val_labels, devkit, max_file_bytes)
-    return _shared(dataset, len(dataset.classes), 3, batch_size, workers, rank, world_size, take, collate_fn, note=note)
-
-
-def _shard_data(shards, workers: int) -> EvalData:
-    """Shards read by ``workers`` loader workers, each batch whole from its shard."""
-    loader = DataLoader(
-        shards, batch_size=None, num_workers=workers, collate_fn=pass_batch, pin_memory=torch.cuda.is_available()
+        whole = int(shards.counts.sum())
+        part = whole if shards.total < whole else None
+        return EvalData(loader, len(shards.classes), 3, shards.total, None, split_size=part)
+    elif entry is None:  # a test set: scored with ImageNet's 1,000 logits (R and A score 200 of them)
+        found = open_test_set(name, root, transform, real_labels, max_file_bytes)
+        dataset, num_classes, labels, note = found.dataset, len(imagenet_wnids()), found.labels, found.note
+    else:
+        dataset, note = entry.open_eval(root, split, transform, val_labels, devkit, max_file_bytes)
+        num_classes = len(dataset.classes)
+    loader = DataLoader(  # each image read by exactly one process; take: that many, spread
+        dataset,
+        batch_size=batch_size,
+        sampler=ShardSampler(len(dataset), rank, world_size, take=take),
+        num_workers=workers,
+        collate_fn=collate_fn,
+        pin_memory=torch.cuda.is_available(),
     )
-    whole = int(shards.counts.sum())
-    part = whole if shards.total < whole else None
-    return EvalData(loader, len(shards.classes), 3, shards.total, None, split_size=part)
+    size = min(len(dataset), take or len(dataset))
+    split_size = len(dataset) if size < len(dataset) else None
+    return EvalData(loader, num_classes, in_chans, size, device_resize, labels, note, split_size)
 
 
 def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:
@@ -216,42 +201,6 @@ def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:
             "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)"
         )
     return entry
-
-
-def _shared(
-    dataset,
-    num_classes: int,
-    in_chans: int,
-    batch_size: int,
-    workers: int,
-    rank: int,
-    world_size: int,
-    take: int | None,
-    collate_fn,
-    device_resize: int | None = None,
-    labels: LabelSpace | None = None,
-    note: str | None = None,
-) -> EvalData:
-    """``dataset`` shared over the processes, each image read by exactly one; ``take``: that many, spread."""
-    loader = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=ShardSampler(len(dataset), rank, world_size, take=take),
-        num_workers=workers,
-        collate_fn=collate_fn,
-        pin_memory=torch.cuda.is_available(),
-    )
-    size = min(len(dataset), take or len(dataset))
-    return EvalData(
-        loader,
-        num_classes,
-        in_chans,
-        size,
-        device_resize,
-        labels,
-        note,
-        split_size=len(dataset) if size < len(dataset) else None,
-    )
 
 
 def check_root(name: str, root: str | None) -> None:

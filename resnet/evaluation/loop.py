@@ -52,14 +52,8 @@ class Evaluation:
 
     def metrics(self) -> dict[str, float | int]:
         """The numbers a run logs (``val_*`` columns of metrics.csv)."""
-        return {
-            "top1_err": self.top1_err,
-            "top5_err": self.top5_err,
-            "loss": self.loss,
-            "n_images": self.n_images,
-            "skipped_images": self.skipped_images,
-            "images_per_s": self.images_per_s,
-        }
+        keys = ("top1_err", "top5_err", "loss", "n_images", "skipped_images", "images_per_s")
+        return {key: getattr(self, key) for key in keys}
 
     def unreadable_stop(self, limit: float, examples: list[str] | None = None) -> str | None:
         """:func:`unreadable_stop` of these images (the errors would be another set's: validation and
@@ -107,35 +101,12 @@ def topk_correct(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...]
     return torch.stack([hits[:, : min(k, k_max)].any(dim=1).sum() for k in ks])
 
 
-def score_labels(scores: torch.Tensor, labels: torch.Tensor, space: LabelSpace | None):
-    """A test set's (scores, labels) as :func:`topk_correct` takes them (:mod:`data.testsets`):
-    ImageNet-R/A keep the logits of their 200 classes; ImageNet-ReaL's label is a row of sets.
-    ``space`` is on the scores' device already (:func:`evaluate` moves it once)."""
-    if space is None:
-        return scores, labels
-    if space.logits is not None:
-        scores = scores[:, space.logits]
-    if space.label_sets is not None:
-        labels = space.label_sets[labels]
-    return scores, labels
-
-
 def reduce_outputs(logits: torch.Tensor, crops: int, num_classes: int | None) -> torch.Tensor:
     """[N * crops, K] logits, each image's crops adjacent -> [N, num_classes] scores to rank."""
     scores = average_crops(logits.float(), crops)
     if num_classes is not None and scores.shape[1] == num_classes + 1:  # TF-slim: background first
         scores = scores[:, 1:]
     return scores
-
-
-def summed_loss(scores: torch.Tensor, labels: torch.Tensor, crops: int) -> torch.Tensor:
-    """Cross-entropy summed over the batch: of the logits (one crop) or of the mean probabilities;
-    NaN for sets of labels (ReaL), which have no one class to score."""
-    if labels.dim() > 1:
-        return torch.full((), math.nan, dtype=torch.float64, device=scores.device)
-    if crops == 1:
-        return F.cross_entropy(scores, labels, reduction="sum")
-    return F.nll_loss(scores.clamp_min(1e-12).log(), labels, reduction="sum")
 
 
 @torch.no_grad()
@@ -158,7 +129,7 @@ def evaluate(
 
     ``view`` makes the network input from a batch on the device (``crops`` inputs per image);
     ``num_classes``: the data's classes, to drop a background class; ``labels_as``: how a test
-    set's labels meet the logits (:func:`score_labels`); ``keep_scores``: keep
+    set's labels meet the logits (:mod:`data.testsets`); ``keep_scores``: keep
     this process's scores in the result (detection compares them between schemes); ``progress``:
     a bar on rank 0, or a plain line every ``log_every`` batches (:mod:`data.progress`).
     """
@@ -185,9 +156,18 @@ def evaluate(
         x = normalize(runtime.memory_format(x))  # convert the uint8 input: a quarter of the bytes
         with runtime.autocast():
             logits = model(x)
-        scores, labels = score_labels(reduce_outputs(logits, crops, num_classes), labels, labels_as)
+        scores = reduce_outputs(logits, crops, num_classes)
+        if labels_as is not None and labels_as.logits is not None:  # ImageNet-R/A: the logits of their 200 classes
+            scores = scores[:, labels_as.logits]
+        if labels_as is not None and labels_as.label_sets is not None:  # ImageNet-ReaL: a row of valid classes
+            labels = labels_as.label_sets[labels]
         sums[:2] += topk_correct(scores, labels)
-        sums[2] += summed_loss(scores, labels, crops)
+        if labels.dim() > 1:  # sets of labels (ReaL) have no one class to score
+            sums[2] += math.nan
+        elif crops == 1:  # the cross-entropy of the logits, else of the mean probabilities
+            sums[2] += F.cross_entropy(scores, labels, reduction="sum")
+        else:
+            sums[2] += F.nll_loss(scores.clamp_min(1e-12).log(), labels, reduction="sum")
         sums[3] += labels.shape[0]
         if keep_scores:
             kept.append(scores.cpu())

@@ -1,11 +1,5 @@
-"""The evaluation protocol as ``eval.py`` reads it from a config, for every command that reads weights
-as it does (``eval.py``, detection, re-gridding, export, the seed table):
-
-* :func:`weights_spec`: ``weights=`` parsed; :func:`load_once`: loaded, downloaded once per job;
-* :func:`resolve_protocol`: crop, resize, interpolation and preprocessing, from the config, else
-  the weights' origin, else the defaults; :func:`single_crop_protocol`: the same, one centre crop;
-* :func:`padded_as_configured`: the model under ``+padding=`` when given;
-* :func:`check_fit`, :func:`check_logger`: checks before any work; :func:`results_path`: ``results_file``.
+"""The evaluation protocol as ``eval.py`` reads it from a config (weights, crop and resize, padding, checks),
+shared with every command that reads weights as it does (detection, re-gridding, export, the seed table).
 
 Every bad value is a :class:`resnet.config.ConfigError`, one line.
 """

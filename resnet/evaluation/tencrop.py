@@ -16,9 +16,6 @@ import torch
 
 from .loader import EvalProtocol, resize_shorter
 
-# The order of :func:`crop_boxes` and of the first five crops of :func:`ten_crop`.
-CROP_NAMES = ("top_left", "top_right", "bottom_left", "bottom_right", "centre")
-
 
 def centre_offset(length: int | torch.Tensor, crop: int) -> int | torch.Tensor:
     """Top (or left) of the central crop: torchvision's ``center_crop`` rounding, so the
@@ -29,8 +26,8 @@ def centre_offset(length: int | torch.Tensor, crop: int) -> int | torch.Tensor:
 
 
 def crop_boxes(sizes: torch.Tensor, crop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tops and lefts [N, 5] of the five crops (:data:`CROP_NAMES`) of images of ``sizes``
-    [N, 2] (height, width). Every image must be at least ``crop`` on both sides."""
+    """Tops and lefts [N, 5] of the five crops (top left, top right, bottom left, bottom right, centre)
+    of images of ``sizes`` [N, 2] (height, width). Every image must be at least ``crop`` on both sides."""
     heights, widths = sizes[:, 0:1].long(), sizes[:, 1:2].long()
     if bool((heights < crop).any() or (widths < crop).any()):
         raise ValueError(f"an image of size {sizes.min(0).values.tolist()} is smaller than the {crop} px crop")
@@ -41,7 +38,7 @@ def crop_boxes(sizes: torch.Tensor, crop: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def ten_crop(images: torch.Tensor, crop: int, sizes: torch.Tensor | None = None) -> torch.Tensor:
-    """[N, C, H, W] -> [N, 10, C, crop, crop]: the five crops of :data:`CROP_NAMES`, then
+    """[N, C, H, W] -> [N, 10, C, crop, crop]: the five crops of :func:`crop_boxes`, then
     the same five flipped horizontally.
 
     ``sizes`` [N, 2]: each image's true (height, width) when the batch is zero-padded

@@ -62,14 +62,19 @@ def with_trained_data(cfg: DictConfig, typed: Sequence[str]) -> tuple[DictConfig
     Weights that record none keep ``data=imagenet``, and without its ``data.root`` say, in one
     line, to pass it or another ``data=``."""
     from ..config import compose
+    from ..weights import WeightsError, parse_weights
 
     if chose_data(typed) or OmegaConf.is_missing(cfg, "weights"):
         return cfg, False
     data = recorded_data(str(cfg.weights))
     if data is not None:
         return compose("eval", *typed, *data_overrides(typed, [data])), True
-    if not _readable(str(cfg.weights)):
-        return cfg, False  # a malformed value or no such file: the weights' own line says so, in its turn
+    try:
+        spec = parse_weights(str(cfg.weights))
+    except WeightsError:
+        return cfg, False  # a malformed value: the weights' own line says so, in its turn
+    if spec.path is not None and not spec.path.is_file():
+        return cfg, False  # no such file: the same
     if schema_problems(cfg):
         return cfg, False  # a wrong value is said first, as for any other evaluation
     if OmegaConf.is_missing(cfg.data, "root"):  # eval.yaml's default dataset, ImageNet, needs its folder
@@ -79,14 +84,3 @@ def with_trained_data(cfg: DictConfig, typed: Sequence[str]) -> tuple[DictConfig
             "data=fashion_mnist or data=imagefolder data.root=/path/to/folders"
         )
     return cfg, False
-
-
-def _readable(weights: str) -> bool:
-    """Whether ``weights`` is a well-formed value whose file, if it names one, is there."""
-    from ..weights import WeightsError, parse_weights
-
-    try:
-        spec = parse_weights(weights)
-    except WeightsError:
-        return False
-    return spec.path is None or spec.path.is_file()

@@ -13,17 +13,8 @@ pickled code, a newer format, malformed meta, another architecture's weights) ra
 State-dict keys never depend on the padding (``resnet.blocks``), so weights trained
 under one scheme run under another: ``resnet.with_padding(load_model(path), "symmetric")``.
 
-What lives where (the names above are imported here from them):
-
-* :mod:`.format`: :data:`FORMAT`, the meta's entries and types, the checks of a dict read back;
-* :mod:`.save`: :func:`save_checkpoint`, the atomic write of plain data only;
-* :mod:`.read`: :func:`read_torch_file`, :func:`load_checkpoint`, :func:`recorded_grid`;
-* :mod:`.load`: :func:`load_model`, :func:`model_from_checkpoint`, :func:`load_weights` (into a model);
-* :mod:`.errors`: :class:`CheckpointError` and the one-line messages that say why a file cannot be
-  used (its, and the weights loaders');
-* :mod:`.training_state`: what a train.py checkpoint holds beyond the weights
-  (:class:`~.training_state.TrainingState`), and :func:`~.training_state.find_resume`, the
-  ``last.pt`` a ``resume=`` names.
+The names below are imported from :mod:`.format`, :mod:`.save`, :mod:`.read`, :mod:`.load` and
+:mod:`.errors`; :mod:`.training_state` holds what a train.py checkpoint has beyond the weights.
 """
 
 from .errors import CheckpointError, CheckpointNotFound

@@ -9,9 +9,7 @@ and the error, and appends torch's own first line, cut short, for the record.
 ``model.load_state_dict`` lists every differing key on a line of its own;
 :func:`key_problems` counts them and names a few.
 
-The two exceptions are here (:class:`CheckpointError`, :class:`CheckpointNotFound`); otherwise
-only strings: :mod:`resnet.checkpoint` raises them as ``CheckpointError``, the weights loaders
-(:mod:`resnet.weights`) and training (:mod:`resnet.engine`) use them too.
+The two exceptions are here too; the weights loaders (:mod:`resnet.weights`) use these messages as well.
 """
 
 from __future__ import annotations
@@ -46,17 +44,15 @@ class CheckpointNotFound(CheckpointError, FileNotFoundError):
     """No file at the path given; a FileNotFoundError too, as torch.load's own was."""
 
 
-def before_reading(path: str | os.PathLike) -> tuple[str, bool] | None:
-    """(message, is_missing) when ``path`` cannot be a checkpoint before it is even opened:
-    missing, a directory, or empty. None when it is worth handing to ``torch.load``."""
+def check_before_reading(path: str | os.PathLike) -> None:
+    """Raise when ``path`` cannot be a checkpoint before it is even opened: missing, a directory, or empty."""
     path = Path(path)
     if not path.exists():
-        return f"no checkpoint at {path}; check the path (train.py writes <run dir>/last.pt)", True
+        raise CheckpointNotFound(f"no checkpoint at {path}; check the path (train.py writes <run dir>/last.pt)")
     if path.is_dir():
-        return f"{path} is a directory, not a checkpoint; pass the file in it, e.g. {path / 'last.pt'}", False
+        raise CheckpointError(f"{path} is a directory, not a checkpoint; pass the file in it, e.g. {path / 'last.pt'}")
     if path.stat().st_size == 0:
-        return f"{path} is empty (0 bytes): its save or copy did not finish; {AGAIN}", False
-    return None
+        raise CheckpointError(f"{path} is empty (0 bytes): its save or copy did not finish; {AGAIN}")
 
 
 def unreadable(path: object, err: BaseException) -> str:
@@ -64,7 +60,8 @@ def unreadable(path: object, err: BaseException) -> str:
     said = f"(torch.load: {error_line(err)})"
     if isinstance(err, (PermissionError, FileNotFoundError, IsADirectoryError)):  # not EINVAL: a seek past a cut end
         return f"cannot read {path} ({err.strerror or err}); check that it exists and that you may read it"
-    if is_refused_object(err):
+    refused = isinstance(err, pickle.UnpicklingError) and "Weights only load failed" in str(err)
+    if refused and "Unsupported operand" not in str(err):  # an object refused, not bytes that are no pickle at all
         return (
             f"refusing to load {path}: it contains pickled objects, not only tensors and plain data, and "
             "unpickling them could run arbitrary code; if you trust the file, load it with "
@@ -85,17 +82,6 @@ def unreadable(path: object, err: BaseException) -> str:
     if head.startswith(PICKLE_MAGIC) and not _is_legacy_torch(head):
         return f"{path} is not a PyTorch checkpoint: a plain pickle, not written by torch.save; {TORCH_FILE} {said}"
     return f"{path} is corrupt ({_size(path)}): torch cannot read it; {AGAIN} {said}"
-
-
-def is_refused_object(err: BaseException) -> bool:
-    """Did ``weights_only=True`` refuse a pickled object (a class, a function to call), as
-    opposed to choking on bytes that are no pickle at all ("Unsupported operand")?"""
-    text = str(err)
-    return (
-        isinstance(err, pickle.UnpicklingError)
-        and "Weights only load failed" in text
-        and ("Unsupported operand" not in text)
-    )
 
 
 def error_line(err: BaseException) -> str:

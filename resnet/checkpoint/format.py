@@ -1,10 +1,5 @@
-"""What every checkpoint holds, and the checks a dict passes before it is returned as one.
-
-:data:`FORMAT` is the layout version :func:`~resnet.checkpoint.save.save_checkpoint` writes and
-the newest this code reads; :func:`_checked` refuses, in one :class:`CheckpointError` line, a dict
-that is not a checkpoint, a newer format, a malformed meta (its entries and their types) or weights
-that are not a state dict. Read by :mod:`.read` and :mod:`.load`.
-"""
+"""What every checkpoint holds (:data:`FORMAT`, the meta's entries and types), and :func:`_checked`: the checks
+a dict passes, each failure one :class:`CheckpointError` line, before :mod:`.read` or :mod:`.load` returns it."""
 
 from __future__ import annotations
 
@@ -45,7 +40,17 @@ def _checked(checkpoint: object, where: object) -> dict:
             f"{where} holds {describe(checkpoint)}, not a checkpoint; pass a file written by "
             "resnet.checkpoint.save_checkpoint (train.py's <run dir>/last.pt)"
         )
-    _check_format(checkpoint, where)
+    version = checkpoint.get("format", 1)  # refuse a layout this code does not know: a newer one would be misread
+    if type(version) is not int or version < 1:
+        raise CheckpointError(
+            f"{where} records format {version!r}, not a layout version (an int from 1); the file is corrupt or "
+            "not a checkpoint of this project: pass another checkpoint"
+        )
+    if version > FORMAT:
+        raise CheckpointError(
+            f"{where} is checkpoint format {version}, newer than the format {FORMAT} this version reads; "
+            "upgrade this package (git pull, or pip install -U resnet-padding) to load it"
+        )
     if "meta" not in checkpoint and checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
         raise CheckpointError(
             f"{where} is a bare state dict ({len(checkpoint)} tensors, no meta naming its architecture), not a "
@@ -61,21 +66,6 @@ def _checked(checkpoint: object, where: object) -> dict:
         )
     _check_state_dict(checkpoint["model"], where)
     return {**checkpoint, "meta": _checked_meta(checkpoint["meta"], where)}  # a copy: the caller's stays as it was
-
-
-def _check_format(checkpoint: dict, where: object) -> None:
-    """Refuse a layout this code does not know: a newer one would be misread, not fail."""
-    version = checkpoint.get("format", 1)
-    if type(version) is not int or version < 1:
-        raise CheckpointError(
-            f"{where} records format {version!r}, not a layout version (an int from 1); the file is corrupt or "
-            "not a checkpoint of this project: pass another checkpoint"
-        )
-    if version > FORMAT:
-        raise CheckpointError(
-            f"{where} is checkpoint format {version}, newer than the format {FORMAT} this version reads; "
-            "upgrade this package (git pull, or pip install -U resnet-padding) to load it"
-        )
 
 
 def _checked_meta(meta: object, where: object) -> dict:

@@ -98,7 +98,14 @@ def load_weights(
             f"or load the file as it is with resnet.checkpoint.load_model('{where}')"
         )
     if problems:
-        raise CheckpointError(_mismatch(target, problems, want, got, where))
+        ours = meta.arch if meta is not None else type(target).__name__
+        classes = ""
+        if "fc.weight" in want and "fc.weight" in got and want["fc.weight"][:1] != got["fc.weight"][:1]:
+            classes = f"; it has {got['fc.weight'][0]} classes, the model {want['fc.weight'][0]}"
+        raise CheckpointError(
+            f"{where} does not fit this {ours} ({problems}){classes}; build the model it was saved from, "
+            f"as resnet.checkpoint.load_model('{where}') does"
+        )
     try:
         target.load_state_dict(state_dict)
     except RuntimeError as err:  # same keys and shapes: only an exotic tensor (sparse, quantised) gets here
@@ -110,20 +117,6 @@ def shapes(source: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, tuple[in
     """Key -> shape of a state dict, or of a module's."""
     tensors = source.state_dict() if isinstance(source, nn.Module) else source
     return {key: tuple(value.shape) for key, value in tensors.items()}
-
-
-def _mismatch(model: nn.Module, problems: str, want: dict, got: dict, where: object) -> str:
-    """The one line :func:`load_weights` raises when keys or shapes differ (and no other
-    architecture is recorded to blame): the counts, and the class counts if they differ."""
-    meta = getattr(model, "meta", None)
-    ours = meta.arch if meta is not None else type(model).__name__
-    classes = ""
-    if "fc.weight" in want and "fc.weight" in got and want["fc.weight"][:1] != got["fc.weight"][:1]:
-        classes = f"; it has {got['fc.weight'][0]} classes, the model {want['fc.weight'][0]}"
-    return (
-        f"{where} does not fit this {ours} ({problems}){classes}; build the model it was saved from, "
-        f"as resnet.checkpoint.load_model('{where}') does"
-    )
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

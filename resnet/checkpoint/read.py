@@ -10,23 +10,16 @@ from collections.abc import Mapping
 import torch
 
 from ..grid import grid_bn_of
-from .errors import CheckpointError, CheckpointNotFound, before_reading, unreadable
+from .errors import CheckpointError, check_before_reading, unreadable
 from .format import _checked
 
 
 def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu", mmap: bool = False) -> object:
-    """``torch.load(path, weights_only=True)``; any failure is one :class:`CheckpointError` line.
-    ``mmap``: the tensors are mapped, not read, until used (a reader of the config alone reads kilobytes).
-
-    ``weights_only=True`` refuses any pickled object instead of constructing it, so nothing
-    in the file runs. A damaged file makes torch.load raise almost anything; each failure
-    says what the file is (missing, empty, cut short, not a torch file, pickled code) and
-    what to do, with torch's own first line in parentheses (:mod:`resnet.checkpoint.errors`).
-    """
-    problem = before_reading(path) if isinstance(path, (str, os.PathLike)) else None
-    if problem is not None:
-        message, missing = problem
-        raise (CheckpointNotFound if missing else CheckpointError)(message)
+    """``torch.load(path, weights_only=True)``, so nothing in the file runs; any failure is one
+    :class:`CheckpointError` line saying what the file is and what to do (:mod:`resnet.checkpoint.errors`).
+    ``mmap``: the tensors are mapped, not read, until used (a reader of the config alone reads kilobytes)."""
+    if isinstance(path, (str, os.PathLike)):
+        check_before_reading(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as err:  # on corrupt input: RuntimeError, EOFError, UnpicklingError, KeyError, ...

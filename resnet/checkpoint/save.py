@@ -52,7 +52,12 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, **extra) -> Path:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)  # make the rename itself durable
+    if os.name == "posix":  # make the rename itself durable (Windows cannot open a directory for fsync)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return path
 
 
@@ -73,13 +78,3 @@ def _check_plain(obj: object, where: str) -> None:
             "tensors, numbers, strings and dicts/lists/tuples of them (save a state_dict(), "
             "a float(...) or a .tolist() instead)"
         )
-
-
-def _fsync_dir(directory: Path) -> None:
-    if os.name != "posix":  # Windows cannot open a directory for fsync
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,11 +1,7 @@
-"""What a train.py checkpoint (``last.pt``) holds beyond the weights and meta that every weights
-file of :mod:`resnet.checkpoint` has: one definition of its keys, written by
-:class:`~resnet.job.checkpointer.Checkpointer`, read back and checked once by
-:meth:`TrainingState.read`, and used as attributes by the resume, the finished-run check and the
-latest-run lookup. Evaluation reads the few keys it uses of a file that may hold weights only
-through :meth:`TrainingState.ema_of`, :meth:`TrainingState.validated_at` and
-:func:`resnet.checkpoint.recorded_grid`. Which ``last.pt`` a run resumes from (``resume=``):
-:func:`find_resume`."""
+"""What a train.py checkpoint (``last.pt``) holds beyond the weights and meta of every checkpoint: one
+definition of its keys, written by :class:`~resnet.job.checkpointer.Checkpointer` and checked once by
+:meth:`TrainingState.read`; the few keys evaluation reads of a file that may hold weights only; and
+which ``last.pt`` a ``resume=`` names (:func:`find_resume`)."""
 
 from __future__ import annotations
 

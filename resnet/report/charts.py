@@ -253,7 +253,7 @@ def _heatmap(ax, m: CrossMatrix, metric: str, cmap, np, plt) -> None:
     for (i, j), value in np.ndenumerate(grid):
         t, e = m.trained[i], m.evaluated[j]
         if np.isnan(value):
-            said = "not recorded" if m.evaluated_under(t, e) else "not run"
+            said = "not recorded" if (t, e) in m.cells else "not run"
             ax.text(j, i, said, ha="center", va="center", color="0.35", fontsize=8)
         else:
             ax.text(j, i, VALUE.format(value), ha="center", va="center", fontsize=9,

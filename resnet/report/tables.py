@@ -70,9 +70,6 @@ def own_grid(trained: str, scheme: str) -> bool:
     return trained == scheme or scheme in grid_members(trained)
 
 
-# --- the TensorNets-style table -----------------------------------------------------
-
-
 @dataclass
 class ModelRow:
     """One table row: one set of weights on one dataset under one protocol; errors[scheme][metric] in %."""
@@ -130,14 +127,8 @@ def scheme_table(
         scheme = scheme_label(r)
         if scheme not in schemes:
             continue
-        key = (
-            r["arch"],
-            weights_label(r),
-            r["weights_source"],
-            r["trained_padding"],
-            str(r["dataset"]),
-            protocol_label(r),
-        )
+        model = (r["arch"], weights_label(r), r["weights_source"], r["trained_padding"])
+        key = (*model, str(r["dataset"]), protocol_label(r))
         model_row = table.setdefault(key, ModelRow(*key))
         metrics = model_row.errors.setdefault(scheme, {})
         if r.get("skipped_images"):  # computed on fewer images than the set has: marked, never silent
@@ -171,9 +162,7 @@ def scheme_records(
 
     def published(arch: str) -> list:
         ref = tensornets_reference(arch)
-        return [getattr(ref, m) if ref else None for m in METRICS] + [
-            f"{ref.padding_name} @{ref.input_size}" if ref else None
-        ]
+        return [getattr(ref, m) for m in METRICS] + [f"{ref.padding_name} @{ref.input_size}"] if ref else [None] * 4
 
     records = []
     for row in table.rows:
@@ -189,14 +178,8 @@ def scheme_records(
             record[MARKED] = {f"{s} {METRIC_TITLES[m]}" for s in row.unreadable for m in METRICS}
         records.append(record)
     for m in missing:
-        record = {
-            "model": m["arch"],
-            "weights": weights_label(m),
-            "trained with": m["trained_padding"],
-            "dataset": m["dataset"],
-            "protocol": m.get("protocol"),
-            "missing": m["fix"],
-        }
+        values = (m["arch"], weights_label(m), m["trained_padding"], m["dataset"], m.get("protocol"))
+        record = dict(zip(MODEL_COLUMNS, values), missing=m["fix"])
         if reference:
             record.update(zip(columns[-5:-1], published(m["arch"])))
         records.append(record)
@@ -250,9 +233,6 @@ def write_csv(path: Path, columns: Sequence[str], records: Iterable[Mapping]) ->
         writer.writerows({c: ("" if r.get(c) is None else r[c]) for c in columns} for r in records)
 
 
-# --- the trained-with x evaluated-with matrix --------------------------------------
-
-
 CROSS_METRICS = ("top1_err", "top5_err")  # what the cross matrix shows, each as a matrix of its own
 
 
@@ -275,9 +255,6 @@ class CrossMatrix:
     def cell(self, trained: str, evaluated: str, metric: str = "top1_err") -> float | None:
         """The error, or None: not evaluated, or (older rows' top-5) not recorded."""
         return self.cells.get((trained, evaluated), {}).get(metric)
-
-    def evaluated_under(self, trained: str, evaluated: str) -> bool:
-        return (trained, evaluated) in self.cells
 
     def matched(self, trained: str, evaluated: str) -> bool:
         """Trained and evaluated with the same scheme (the diagonal), or with one of a grid's."""
@@ -334,21 +311,14 @@ def cross_records(matrices: Sequence[CrossMatrix]) -> tuple[list[str], list[dict
     recorded, is empty."""
     schemes = scheme_order(s for m in matrices for s in m.evaluated)
     metrics = [m for m in METRICS if any(m in matrix.metrics for matrix in matrices)] or list(CROSS_METRICS)
-    columns = [
-        "arch",
-        "dataset",
-        "protocol",
-        "trained with",
-        "weights",
-        *(f"{s} {METRIC_TITLES[k]}" for k in metrics for s in schemes),
-    ]
+    scores = {f"{s} {METRIC_TITLES[k]}": (s, k) for k in metrics for s in schemes}
     records = [
         {"arch": m.arch, "dataset": m.dataset, "protocol": m.protocol, "trained with": t, "weights": m.weights.get(t),
-         **{f"{s} {METRIC_TITLES[k]}": m.cell(t, s, k) for k in metrics for s in schemes}}
+         **{column: m.cell(t, s, k) for column, (s, k) in scores.items()}}
         for m in matrices
         for t in m.trained
     ]  # fmt: skip
-    return columns, records
+    return ["arch", "dataset", "protocol", "trained with", "weights", *scores], records
 
 
 def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
@@ -375,9 +345,6 @@ def cross_markdown(matrices: Sequence[CrossMatrix]) -> str:
     return "\n\n".join(parts)
 
 
-# --- W&B ------------------------------------------------------------------------
-
-
 def wandb_table(columns: Sequence[str], records: Sequence[Mapping]):
     """A ``wandb.Table`` of flat records (from :func:`scheme_records` or :func:`cross_records`)."""
     import wandb
@@ -390,9 +357,5 @@ def log_to_wandb(
 ) -> None:
     """Log both tables to a W&B run (``wandb.init(...)``), as ``padding/tensornets`` and ``padding/cross``
     (the cross matrix's top-1 and top-5 columns: :func:`cross_records`)."""
-    run.log(
-        {
-            "padding/tensornets": wandb_table(*scheme_records(table, reference, missing)),
-            "padding/cross": wandb_table(*cross_records(matrices)),
-        }
-    )
+    tensornets = wandb_table(*scheme_records(table, reference, missing))
+    run.log({"padding/tensornets": tensornets, "padding/cross": wandb_table(*cross_records(matrices))})

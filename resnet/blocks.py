@@ -7,17 +7,28 @@ state-dict keys never depend on the padding scheme or on the block type.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from .padding import blur_pool, make_conv
 
-class ConvFactory(Protocol):
-    """Builds a block's convs. ``shortcut``: the conv is a shortcut projection, not the main
-    path. Where the factory blurs (``resnet.model._Convs``), a strided main-path conv comes
-    back at stride 1, and :meth:`blur_pool` gives the BlurPool that subsamples in its place;
-    a shortcut projection stays strided."""
+
+@dataclass
+class ConvFactory:
+    """Builds a block's convs: the ``block_conv`` scheme applies to stride-2 convs with
+    kernel > 1; every other conv pads symmetrically, which is the same in every scheme.
+    ``bias``: the architecture's ``conv_bias``.
+
+    ``blur`` (``block_conv_blur``): each block's strided main-path conv (the 3x3, or v1's
+    1x1) runs at stride 1, padded symmetrically, and the block applies :meth:`blur_pool`
+    after its BN and ReLU; a ``shortcut`` projection stays strided, as in timm's
+    anti-aliased ResNets (``resnetblur50``)."""
+
+    block_scheme: str
+    bias: str
+    blur: bool = False
 
     def __call__(
         self,
@@ -28,20 +39,26 @@ class ConvFactory(Protocol):
         groups: int = 1,
         normed: bool = True,
         shortcut: bool = False,
-    ) -> nn.Conv2d: ...
+    ) -> nn.Conv2d:
+        if self.blur and not shortcut:
+            stride = 1  # the block's BlurPool subsamples instead
+        scheme = self.block_scheme if stride > 1 and kernel_size > 1 else "symmetric"
+        return make_conv(scheme, in_ch, out_ch, kernel_size, stride, groups, bias=self.has_bias(normed))
 
     def blur_pool(self, channels: int, stride: int) -> nn.Module | None:
         """The BlurPool that subsamples by ``stride`` after the strided conv's activation, or None."""
-        ...
+        return blur_pool(channels, stride) if self.blur and stride > 1 else None
+
+    def has_bias(self, normed: bool) -> bool:
+        return self.bias == "all" or (self.bias == "unnormed" and not normed)
 
 
 NormFactory = Callable[[int], nn.Module]
 
 
 class Block(nn.Module):
-    """The constructor every block type shares.
-
-    ``planes`` is the stage's base width; the block outputs ``planes * expansion``
+    """What every block type shares. Each takes ``(in_ch, planes, stride, downsample, *, conv,
+    norm, groups, base_width)``: ``planes`` is the stage's base width; the block outputs ``planes * expansion``
     channels. ``downsample`` maps the shortcut to the output shape (or is None).
     ``conv`` decides each conv's padding and bias; ``norm`` builds BatchNorm.
 
@@ -54,18 +71,7 @@ class Block(nn.Module):
     expansion = 1
     strided_conv = "conv1"
 
-    def __init__(
-        self,
-        in_ch: int,
-        planes: int,
-        stride: int = 1,
-        downsample: nn.Module | None = None,
-        *,
-        conv: ConvFactory,
-        norm: NormFactory,
-        groups: int = 1,
-        base_width: int = 64,
-    ) -> None:
+    def __init__(self, stride: int, downsample: nn.Module | None) -> None:
         super().__init__()
         self.downsample = downsample
         self.stride = stride
@@ -75,10 +81,8 @@ class Block(nn.Module):
 class BasicBlock(Block):
     """Two 3x3 convs (ResNet-18/34)."""
 
-    expansion = 1
-
     def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
-        super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
+        super().__init__(stride, downsample)
         if groups != 1 or base_width != 64:
             raise ValueError("BasicBlock supports only groups=1 and width_per_group=64")
         self.conv1 = conv(in_ch, planes, 3, stride)
@@ -109,7 +113,7 @@ class Bottleneck(Block):
     strided_conv = "conv2"
 
     def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
-        super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
+        super().__init__(stride, downsample)
         width = int(planes * (base_width / 64.0)) * groups
         s1, s3 = (1, stride) if self.stride_on_3x3 else (stride, 1)
         self.conv1 = conv(in_ch, width, 1, s1)
@@ -155,7 +159,7 @@ class PreActBottleneck(Block):
     strided_conv = "conv2"
 
     def __init__(self, in_ch, planes, stride=1, downsample=None, *, conv, norm, groups=1, base_width=64) -> None:
-        super().__init__(in_ch, planes, stride, downsample, conv=conv, norm=norm)
+        super().__init__(stride, downsample)
         width = int(planes * (base_width / 64.0)) * groups
         self.bn1 = norm(in_ch)
         self.conv1 = conv(in_ch, width, 1)

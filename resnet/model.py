@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .archs import ARCHS, Arch, arch_spec
-from .blocks import BLOCKS, BasicBlock, Block, Bottleneck
+from .blocks import BLOCKS, BasicBlock, Block, Bottleneck, ConvFactory
 from .padding import (
     Padding,
     blur_pool,
@@ -68,42 +68,6 @@ class ModelMeta:
         }
 
 
-@dataclass
-class _Convs:
-    """Conv factory for blocks: the ``block_conv`` scheme applies to stride-2 convs with
-    kernel > 1; every other conv pads symmetrically, which is the same in every scheme.
-
-    ``blur`` (``block_conv_blur``): each block's strided main-path conv (the 3x3, or v1's
-    1x1) runs at stride 1, padded symmetrically, and the block applies :meth:`blur_pool`
-    after its BN and ReLU; a ``shortcut`` projection stays strided, as in timm's
-    anti-aliased ResNets (``resnetblur50``)."""
-
-    block_scheme: str
-    bias: str
-    blur: bool = False
-
-    def __call__(
-        self,
-        in_ch: int,
-        out_ch: int,
-        kernel_size: int,
-        stride: int = 1,
-        groups: int = 1,
-        normed: bool = True,
-        shortcut: bool = False,
-    ) -> nn.Conv2d:
-        if self.blur and not shortcut:
-            stride = 1  # the block's BlurPool subsamples instead
-        scheme = self.block_scheme if stride > 1 and kernel_size > 1 else "symmetric"
-        return make_conv(scheme, in_ch, out_ch, kernel_size, stride, groups, bias=self.has_bias(normed))
-
-    def blur_pool(self, channels: int, stride: int) -> nn.Module | None:
-        return blur_pool(channels, stride) if self.blur and stride > 1 else None
-
-    def has_bias(self, normed: bool) -> bool:
-        return self.bias == "all" or (self.bias == "unnormed" and not normed)
-
-
 class ResNet(nn.Module):
     """Stem (conv, BN, ReLU, max pool), stages ``layer1..N``, optional final BN+ReLU, head.
 
@@ -120,7 +84,7 @@ class ResNet(nn.Module):
         if arch.block not in BLOCKS:
             raise ValueError(f"unknown block type {arch.block!r}; choose one of {', '.join(BLOCKS)}")
         block: type[Block] = BLOCKS[arch.block]
-        conv = _Convs(padding.block_conv, arch.conv_bias, padding.block_conv_blur)
+        conv = ConvFactory(padding.block_conv, arch.conv_bias, padding.block_conv_blur)
         norm = partial(nn.BatchNorm2d, eps=arch.bn_eps)
 
         # stem_conv_blur: the conv at stride 1 (padded symmetrically), and stem_aa subsamples after its ReLU
@@ -137,18 +101,26 @@ class ResNet(nn.Module):
         self.bn1 = norm(arch.stem_width) if arch.stem_norm else nn.Identity()
         self.relu = nn.ReLU(inplace=True) if arch.stem_norm else nn.Identity()
         self.stem_aa = blur_pool(arch.stem_width, arch.stem_stride) if stem_blur else None
-        self.maxpool = (
-            make_max_pool(
-                padding.stem_pool, padding.stem_pool_value, blur=padding.stem_pool_blur, channels=arch.stem_width
-            )
-            if arch.stem_pool
-            else nn.Identity()
-        )
+        pool = partial(make_max_pool, padding.stem_pool, padding.stem_pool_value, blur=padding.stem_pool_blur)
+        self.maxpool = pool(channels=arch.stem_width) if arch.stem_pool else nn.Identity()
 
         in_ch = arch.stem_width
+        factories = dict(conv=conv, norm=norm, groups=arch.groups, base_width=arch.width_per_group)
         for i, (depth, planes, stride) in enumerate(zip(arch.depths, arch.widths, arch.strides)):
-            stage, in_ch = self._make_stage(arch, block, in_ch, planes, depth, stride, conv, norm)
-            self.add_module(f"layer{i + 1}", stage)
+            out_ch = planes * block.expansion
+            strided_unit = 0 if arch.stride_unit == "first" else depth - 1
+            units = []
+            for u in range(depth):
+                s = stride if u == strided_unit else 1
+                downsample: nn.Module | None = None
+                if in_ch != out_ch or (s != 1 and arch.stride_unit == "first"):
+                    proj = [conv(in_ch, out_ch, 1, s, normed=arch.shortcut_norm, shortcut=True)]
+                    downsample = nn.Sequential(*proj, norm(out_ch)) if arch.shortcut_norm else nn.Sequential(*proj)
+                elif s != 1:  # TF-slim v2: a strided identity is a 1x1/s max pool (subsampling)
+                    downsample = nn.MaxPool2d(1, s)
+                units.append(block(in_ch, planes, s, downsample, **factories))
+                in_ch = out_ch
+            self.add_module(f"layer{i + 1}", nn.Sequential(*units))
         self.num_stages = len(arch.depths)
         self.num_features = in_ch
         self.final_bn = norm(in_ch) if arch.final_norm else nn.Identity()
@@ -160,34 +132,6 @@ class ResNet(nn.Module):
     @property
     def meta(self) -> ModelMeta:
         return self._meta
-
-    @staticmethod
-    def _make_stage(arch, block, in_ch, planes, depth, stride, conv, norm) -> tuple[nn.Sequential, int]:
-        out_ch = planes * block.expansion
-        units = []
-        for i in range(depth):
-            strided_unit = 0 if arch.stride_unit == "first" else depth - 1
-            s = stride if i == strided_unit else 1
-            downsample: nn.Module | None = None
-            if in_ch != out_ch or (s != 1 and arch.stride_unit == "first"):
-                proj = [conv(in_ch, out_ch, 1, s, normed=arch.shortcut_norm, shortcut=True)]
-                downsample = nn.Sequential(*proj, norm(out_ch)) if arch.shortcut_norm else nn.Sequential(*proj)
-            elif s != 1:  # TF-slim v2: a strided identity is a 1x1/s max pool (subsampling)
-                downsample = nn.MaxPool2d(1, s)
-            units.append(
-                block(
-                    in_ch,
-                    planes,
-                    s,
-                    downsample,
-                    conv=conv,
-                    norm=norm,
-                    groups=arch.groups,
-                    base_width=arch.width_per_group,
-                )
-            )
-            in_ch = out_ch
-        return nn.Sequential(*units), out_ch
 
     def _init_weights(self) -> None:
         # As torchvision: He init for convs, BN at identity. Not on the meta device (importers build
@@ -247,8 +191,7 @@ def build_model(
     ``eval_size``, ``widths``, ...); they are recorded in ``meta`` so the model rebuilds.
     """
     name, spec, overrides = arch_spec(arch, overrides)
-    row = ARCHS[name]
-    overrides = {key: value for key, value in overrides.items() if value != getattr(row, key)}  # what differs
+    overrides = {key: value for key, value in overrides.items() if value != getattr(ARCHS[name], key)}  # what differs
     if spec.preprocessing not in PREPROCESSING:
         raise ValueError(f"unknown preprocessing {spec.preprocessing!r}; choose one of {', '.join(PREPROCESSING)}")
     meta = ModelMeta(

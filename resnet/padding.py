@@ -401,11 +401,8 @@ class SameConv2d(nn.Conv2d):
 
     pads_by_size = True  # pad_at_any_size: SAME's pad follows each input's size
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, padding=0, **kwargs)
-
     def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
-        """SAME's pads for this input size, per dimension."""
+        """SAME's pads for this input size, per dimension (the conv's own ``padding`` stays 0)."""
         (h, w), (kh, kw), (sh, sw), (dh, dw) = input_hw, self.kernel_size, self.stride, self.dilation
         return AppliedPad.of(same_pad(h, kh, sh, dh), same_pad(w, kw, sw, dw))
 
@@ -449,20 +446,17 @@ def _torch_pool_len(n: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
     return out
 
 
-def _ceil_mode_args(
-    h: int, w: int, k: int, s: int, pad_h: tuple[int, int], pad_w: tuple[int, int]
-) -> tuple[int, bool] | None:
+def _ceil_mode_args(h: int, w: int, k: int, s: int, pad: AppliedPad) -> tuple[int, bool] | None:
     """(padding, ceil_mode) of torch's own pool that equals a -inf SAME pool at this size, or None.
 
     -inf cells are ignored, so where torch's ceil mode with padding ``before`` yields
     SAME's ceil(n / s) windows it samples the same grid, with no padded copy.
     """
-    (top, bottom), (left, right) = pad_h, pad_w
-    if top != left or bottom != right or top > k // 2:
+    if pad.top != pad.left or pad.bottom != pad.right or pad.top > k // 2:
         return None
-    ceil = bottom > top
-    if all(_torch_pool_len(n, k, s, top, ceil) == -(-n // s) for n in (h, w)):
-        return top, ceil
+    ceil = pad.bottom > pad.top
+    if all(_torch_pool_len(n, k, s, pad.top, ceil) == -(-n // s) for n in (h, w)):
+        return pad.top, ceil
     return None
 
 
@@ -485,7 +479,7 @@ class SameMaxPool2d(nn.MaxPool2d):
         h, w = x.shape[-2:]
         pad = self.applied_pad((h, w))
         if pad.mode == "-inf":
-            args = _ceil_mode_args(h, w, k, s, pad.h, pad.w)
+            args = _ceil_mode_args(h, w, k, s, pad)
             if args is not None:
                 return F.max_pool2d(x, k, s, args[0], ceil_mode=args[1])
         return F.max_pool2d(pad_input(x, pad), k, s)
@@ -687,7 +681,7 @@ def _frozen(layer: nn.Module, h: int, w: int, explicit: bool) -> nn.Module:
     if pad.mode == "-inf":
         if pad.top == pad.bottom == pad.left == pad.right:
             return nn.MaxPool2d(k, s, padding=pad.top)
-        args = _ceil_mode_args(h, w, k, s, pad.h, pad.w)
+        args = _ceil_mode_args(h, w, k, s, pad)
         if args is not None and not explicit:
             return nn.MaxPool2d(k, s, padding=args[0], ceil_mode=args[1])
     return PadMaxPool2d(k, s, pad.f_pad, layer.value)

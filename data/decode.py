@@ -15,12 +15,12 @@ because it was cheaper than what it replaced, measured one at a time; the figure
 commands that reproduce them (``python -m benchmarks.input_pipeline``,
 ``python -m benchmarks.decode_alternatives``), are in docs/benchmarks.md.
 
-* :func:`resize_box` copies the crop box out as [h, w, 3] rows before resizing.
+* :func:`decode_resized_crop` copies the crop box out as [h, w, 3] rows before resizing.
   ATen's uint8 antialiased kernel reads and writes 3-channel pixels in place only in a
   channels-last-contiguous tensor whose batch stride is not ambiguous; a crop view of the
   decoded image is repacked to 4 channels on the way in and, its output allocated NCHW
   (pytorch#68430, which torchvision's ``resize_image`` works around too), on the way out.
-  Same pixels. It then calls ``F.interpolate`` itself, skipping ``TF.resize``'s Python.
+  Same pixels. :func:`resize_rows` then calls ``F.interpolate`` itself, skipping ``TF.resize``'s Python.
 * :func:`image_size` reads a JPEG's size from its frame header instead of opening it with
   PIL, and ``RandomResizedCropFlip.sample`` draws all of an image's random numbers in one
   call to torch's RNG instead of ~10 (:mod:`data.transforms`). Tiny ops cost several times
@@ -82,7 +82,7 @@ DCT_REDUCTIONS = (4, 8)  # no 1/2: through PIL it saved too little to keep (docs
 
 # Where ATen's uint8 antialiased resize is vectorised, torchvision calls it on uint8 as is;
 # elsewhere it resizes in float32 (torchvision.transforms.v2.functional._geometry,
-# _do_native_uint8_resize_on_cpu). resize_box follows the same rule, so the same pixels.
+# _do_native_uint8_resize_on_cpu). resize_rows follows the same rule, so the same pixels.
 NATIVE_UINT8_RESIZE = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") or platform.machine() in (
     "aarch64",
     "arm64",
@@ -241,24 +241,9 @@ def image_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def resize_box(
-    image: torch.Tensor, box: tuple[int, int, int, int], size: int, interpolation: str = "bilinear"
-) -> torch.Tensor:
-    """``TF.resized_crop(image, *box, [size, size], antialias=True)``, pixel for pixel, faster.
-
-    ``box`` = (top, left, height, width). The box is copied out as [h, w, 3] rows, which
-    viewed as [1, 3, h, w] is channels-last-contiguous with an unambiguous batch stride:
-    the layout ATen's uint8 kernel reads and writes in place (the module docstring). The
-    result is a channels-last view [3, size, size].
-    """
-    top, left, height, width = box
-    rows = image.permute(1, 2, 0)[top : top + height, left : left + width].contiguous()
-    return resize_rows(rows, size, interpolation)
-
-
 def resize_rows(rows: torch.Tensor, size: int, interpolation: str = "bilinear") -> torch.Tensor:
-    """Contiguous RGB uint8 [h, w, 3] -> [3, size, size] (a channels-last view), antialiased: the
-    resize of :func:`resize_box`, for pixels that are already the crop (a region decode)."""
+    """Contiguous RGB uint8 [h, w, 3] -> [3, size, size] (a channels-last view), antialiased:
+    ``TF.resize``, pixel for pixel, faster (the module docstring)."""
     crop = rows.unsqueeze(0).permute(0, 3, 1, 2)
     if not NATIVE_UINT8_RESIZE:  # torchvision resizes through float32 here; so do we, to give its pixels
         return TF.resize(crop, [size, size], interpolation=INTERPOLATIONS[interpolation][0], antialias=True)[0]
@@ -303,7 +288,8 @@ def decode_resized_crop(
         image = decode_rgb(data)
         if top + height > image.shape[1] or left + width > image.shape[2]:  # a header that lies: a broken file
             raise ValueError(f"crop box {box} exceeds the decoded image {tuple(image.shape[1:])}")
-        image = resize_box(image, box, size, interpolation)
+        rows = image.permute(1, 2, 0)[top : top + height, left : left + width].contiguous()  # module docstring
+        image = resize_rows(rows, size, interpolation)
     return image.flip(-1) if flip else image
 
 

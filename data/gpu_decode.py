@@ -23,6 +23,7 @@ path by a few levels; augmentation statistics do not.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import NamedTuple
 
 import torch
@@ -82,24 +83,14 @@ class EncodedBatch:
             raise ValueError(f"one batch holds crops of sizes {sorted(sizes)}; its images must have one size")
         size = sizes.pop() if sizes else 0
         interpolation = crops[0].interpolation if crops else "bilinear"
-        offsets = [0]
-        for crop in crops:
-            offsets.append(offsets[-1] + crop.data.numel())
+        offsets = [0, *accumulate(crop.data.numel() for crop in crops)]
         data = _shared_uint8(offsets[-1])
         if crops:
             torch.cat([crop.data for crop in crops], out=data)
         pixels = (default_collate([items[i] for i in decoded]) if decoded
                   else torch.empty(0, 3, size, size, dtype=torch.uint8))  # fmt: skip
-        return cls(
-            data,
-            offsets,
-            [crop.box for crop in crops],
-            [crop.flip for crop in crops],
-            pixels,
-            decoded,
-            size,
-            interpolation,
-        )
+        boxes, flips = [crop.box for crop in crops], [crop.flip for crop in crops]
+        return cls(data, offsets, boxes, flips, pixels, decoded, size, interpolation)
 
     def __len__(self) -> int:
         return len(self.boxes) + len(self.decoded)
@@ -123,17 +114,11 @@ class EncodedBatch:
         # ``out[list] = ...`` instead builds the index on the host and copies it to the device
         # with a blocking copy, once per batch.
         pixels = self.pixels.to(resized.device, non_blocking=True)
-        pieces, encoded, taken, start = [], 0, 0, 0
-        for position in [*self.decoded, len(self)]:
-            run = position - start  # encoded images before this decoded one
-            if run:
-                pieces.append(resized[encoded : encoded + run])
-                encoded += run
-            if position < len(self):
-                pieces.append(pixels[taken : taken + 1])
-                taken += 1
-            start = position + 1
-        return torch.cat(pieces)
+        pieces, encoded = [], 0
+        for taken, position in enumerate(self.decoded):
+            pieces += [resized[encoded : position - taken], pixels[taken : taken + 1]]  # the encoded ones before it
+            encoded = position - taken
+        return torch.cat([*pieces, resized[encoded:]])
 
     def decode_whole(self, device: torch.device | str) -> list[torch.Tensor]:
         """The encoded images decoded whole, uncropped, each uint8 [3, H, W] on ``device`` (nvJPEG on

@@ -121,15 +121,7 @@ def build_loaders(
     val_batch_size = val_batch_size or batch_size
     if isinstance(dataset, Shards):
         return _shard_loaders(
-            data,
-            dataset,
-            batch_size,
-            rank,
-            world_size,
-            seed,
-            val_batch_size,
-            val_images,
-            processes_per_node,
+            data, dataset, batch_size, rank, world_size, seed, val_batch_size, val_images, processes_per_node
         )
     if isinstance(dataset, InMemory):
         crop_padding = data.crop_padding if data.augment else 0
@@ -240,28 +232,10 @@ def _shard_loaders(
     ``val_images``: the first that many val images (the conversion shuffled them)."""
     shards.split_dirs(data.root, "train", "val")  # both there, or one line, before either is opened
     train_tf, val_tf = _file_transforms(data)
-    train_set = shards.open(
-        data.root,
-        "train",
-        train_tf,
-        batch_size,
-        rank,
-        world_size,
-        seed,
-        collate_fn=collate_encoded if data.decode == "gpu" else collate,
-        max_file_bytes=data.max_file_bytes,
-    )
-    val_set = shards.open(
-        data.root,
-        "val",
-        val_tf,
-        val_batch_size,
-        rank,
-        world_size,
-        train=False,
-        limit=val_images,
-        max_file_bytes=data.max_file_bytes,
-    )
+    open_split = partial(shards.open, data.root, max_file_bytes=data.max_file_bytes)
+    train_collate = collate_encoded if data.decode == "gpu" else collate
+    train_set = open_split("train", train_tf, batch_size, rank, world_size, seed, collate_fn=train_collate)
+    val_set = open_split("val", val_tf, val_batch_size, rank, world_size, train=False, limit=val_images)
     check_same_classes(train_set.classes, val_set.classes)
     check_room(
         data.workers, largest_batch(data, batch_size, val_batch_size, data.image_size), processes=processes_per_node

@@ -122,13 +122,11 @@ class FolderScan:
     links: list[str] = field(default_factory=list)  # "link -> target" of each directory link not followed
     special: list[str] = field(default_factory=list)  # "path (a FIFO)" of each image-named entry skipped
 
-    def links_line(self) -> str | None:
-        """One line naming the directory links skipped; None when there were none."""
-        return links_line(self.root, self.links)
-
-    def special_line(self) -> str | None:
-        """One line counting and naming the entries skipped as not regular files; None when none were."""
-        return _skipped_line(self.root, self.special, "image-named entries that are not regular files")
+    def lines(self) -> list[str]:
+        """A line naming the directory links skipped and one naming the entries skipped as not regular
+        files, each where there were any."""
+        special = _skipped_line(self.root, self.special, "image-named entries that are not regular files")
+        return [line for line in (links_line(self.root, self.links), special) if line]
 
 
 def links_line(root: Path, links: list[str]) -> str | None:
@@ -198,7 +196,6 @@ def listed_images(root: Path, classes: list[str]) -> tuple[FileIndex, list[str]]
     """:func:`find_images`, and the image-named entries it skipped as not regular files ("path (a
     FIFO)"), for a shard conversion to record beside its unreadable images."""
     scan = scan_folder(root, classes)
-    for line in (scan.links_line(), scan.special_line()):
-        if line:
-            print(line, flush=True)
+    for line in scan.lines():
+        print(line, flush=True)
     return scan.samples, scan.special

@@ -125,9 +125,8 @@ class ImageFolder(ImageFiles):
         self.root = Path(root)
         if scan is None:
             scan = scan_folder(self.root)
-            for line in (scan.links_line(), scan.special_line()):
-                if line:
-                    print(line, flush=True)
+            for line in scan.lines():
+                print(line, flush=True)
         self.present = scan.classes
         if classes is None:
             classes = self.present

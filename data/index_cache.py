@@ -81,13 +81,17 @@ def _say(log: Callable[[str], None] | None, scan: FolderScan, what: str) -> None
     if log is None:
         return
     log(f"index of {scan.root}: {len(scan.samples):,} images in {len(scan.classes):,} classes, {what}")
-    for line in (scan.links_line(), scan.special_line()):
-        if line:
-            log(line)
+    for line in scan.lines():
+        log(line)
 
 
 def _relative(scan: FolderScan, folder: str) -> str:
     return "" if folder == str(scan.root) else folder[len(scan.samples.prefix) :]
+
+
+def _meta(root: Path) -> dict:
+    """What a kept listing records of how it was made: valid only while all of it is unchanged."""
+    return {"format": FORMAT, "version": VERSION, "root": os.path.realpath(root), "extensions": list(IMAGE_EXTENSIONS)}
 
 
 def _write(scan: FolderScan, began_ns: int, candidates: list[Path]) -> str:
@@ -97,14 +101,8 @@ def _write(scan: FolderScan, began_ns: int, candidates: list[Path]) -> str:
         return "not kept: no writable place beside the folder and no cache dir"
     if mtimes.max() > began_ns - RACY_S * 1e9:
         return f"not kept: a directory was modified less than {RACY_S:g} s before the listing"
-    meta = {
-        "format": FORMAT,
-        "version": VERSION,
-        "root": os.path.realpath(scan.root),
-        "extensions": list(IMAGE_EXTENSIONS),
-    }
     arrays = {
-        "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+        "meta": np.frombuffer(json.dumps(_meta(scan.root)).encode(), dtype=np.uint8),
         "names": scan.samples.names,
         "starts": scan.samples.starts,
         "labels": scan.samples.labels,
@@ -143,18 +141,14 @@ def _read(path: Path, root: Path) -> FolderScan | str:
         return "no cached index"
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         return f"{path} unreadable: {type(err).__name__}"
-    expected = {
-        "format": FORMAT,
-        "version": VERSION,
-        "root": os.path.realpath(root),
-        "extensions": list(IMAGE_EXTENSIONS),
-    }
-    if meta != expected:
+    if meta != _meta(root):
         return f"{path} is of another folder or version"
+
+    def table(name: str) -> list[str]:
+        return unpack(arrays[f"{name}_names"], arrays[f"{name}_starts"])
+
     prefix = folder_prefix(root)
-    folders = [
-        str(root) if rel == "" else prefix + rel for rel in unpack(arrays["folders_names"], arrays["folders_starts"])
-    ]
+    folders = [str(root) if rel == "" else prefix + rel for rel in table("folders")]
     for folder, mtime in zip(folders, arrays["mtimes"].tolist()):
         try:
             changed = os.stat(folder).st_mtime_ns != mtime
@@ -163,15 +157,7 @@ def _read(path: Path, root: Path) -> FolderScan | str:
         if changed:
             return f"{folder} changed since"
     samples = FileIndex(prefix, arrays["names"], arrays["starts"], arrays["labels"])
-    classes = unpack(arrays["classes_names"], arrays["classes_starts"])
-    return FolderScan(
-        root,
-        classes,
-        samples,
-        folders,
-        unpack(arrays["links_names"], arrays["links_starts"]),
-        unpack(arrays["special_names"], arrays["special_starts"]),
-    )
+    return FolderScan(root, table("classes"), samples, folders, table("links"), table("special"))
 
 
 BUILD_WAIT = timedelta(hours=3)  # how long the other ranks wait for rank 0's listing (a cold ImageNet on NFS)

@@ -30,7 +30,7 @@ from ..config import compose, padding_overrides
 from ..grid import grid_name, grid_paddings
 from ..job.preempt import Stopped
 from ..out_files import writable_folder
-from ..report.charts import plot_regrid
+from ..report.charts import regrid_figure, save_figure
 from ..report.console import format_table
 from ..report.rows import read_rows
 from ..report.table_files import write_tables
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace, with_grid: bool, with_regrid: bool) -> None:
         table = regrid_table(rows, source, target, regrid_runs)
         (args.out / "regrid.md").write_text(to_markdown(REGRID_COLUMNS, table) + "\n")
         write_csv(args.out / "regrid.csv", REGRID_COLUMNS, table)
-        plot_regrid(table, args.out / "regrid.png")
+        save_figure(regrid_figure(table), args.out / "regrid.png")
         print(
             f"\nThe {source}-trained model under {target}, re-gridded on training images (seconds: the method "
             "alone, on this machine)\n"

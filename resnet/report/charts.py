@@ -59,11 +59,6 @@ def chart_rows(table: SchemeTable) -> tuple[list[tuple[str, ModelRow]], str]:
                                             schemes[lr[1].trained_padding], label_order(lr[0]))), common  # fmt: skip
 
 
-def plot_scheme_table(table: SchemeTable, path: Path) -> None:
-    """:func:`scheme_figure`, saved to ``path``."""
-    save_figure(scheme_figure(table), path)
-
-
 def scheme_figure(table: SchemeTable):
     """Horizontal grouped bars of top-1 and of top-5 error per model and scheme, then a panel per
     metric with the delta, each bar coloured by whether the model's own grid is the better one
@@ -191,11 +186,6 @@ def _scheme_notes(table: SchemeTable, recorded: Sequence[str], deltas: Sequence[
     return notes
 
 
-def plot_cross(matrices: Sequence[CrossMatrix], path: Path) -> None:
-    """:func:`cross_figure`, saved to ``path``."""
-    save_figure(cross_figure(matrices), path)
-
-
 def cross_figure(matrices: Sequence[CrossMatrix]):
     """Per matrix, one annotated heatmap per metric (top-1, top-5) side by side, each on its own
     colour scale, under one title naming the model, data and protocol; matrices stacked. The
@@ -209,11 +199,11 @@ def cross_figure(matrices: Sequence[CrossMatrix]):
 
     panels = max((len(m.metrics) for m in matrices), default=1)
     columns = max((len(m.evaluated) for m in matrices), default=1)
-    trained = [_wrap(t.replace(" (", "\n("), 24) for m in matrices for t in m.trained]
-    left = 0.065 * max((len(line) for t in trained for line in t.split("\n")), default=8) + 0.8
+    trained = {t: _wrap(t.replace(" (", "\n("), 24) for m in matrices for t in m.trained}  # a row's label
+    left = 0.065 * max((len(line) for t in trained.values() for line in t.split("\n")), default=8) + 0.8
     width = left + panels * max(2.6, 1.1 + 1.3 * columns)
     heights = [1.9 + 0.14 * max(_wrap(e).count("\n") + 1 for e in m.evaluated) + 0.25 * (len(m.evaluated) == 1)
-               + sum(max(0.55, 0.16 * (_wrap(t.replace(" (", "\n("), 24).count("\n") + 1)) for t in m.trained)
+               + sum(max(0.55, 0.16 * (trained[t].count("\n") + 1)) for t in m.trained)
                for m in matrices] or [2.0]  # fmt: skip
     fig = plt.figure(figsize=(width, sum(heights) + 0.4), layout="constrained")
     if not matrices:
@@ -224,8 +214,7 @@ def cross_figure(matrices: Sequence[CrossMatrix]):
         row = sub.subplots(1, panels, squeeze=False)[0]
         for ax, metric in zip(row, m.metrics):
             _heatmap(ax, m, metric, cmap, np, plt)
-            ax.set_yticks(range(len(m.trained)), [_wrap(t.replace(" (", "\n("), 24) for t in m.trained]
-                          if ax is row[0] else [], fontsize=8)  # fmt: skip
+            ax.set_yticks(range(len(m.trained)), [trained[t] for t in m.trained] if ax is row[0] else [], fontsize=8)
             if ax is row[0]:
                 ax.set_ylabel("trained with")
         for ax in row[len(m.metrics) :]:
@@ -305,11 +294,6 @@ def readable_on(background: Sequence[float]) -> str:
     return "black" if contrast(background, (0, 0, 0)) >= contrast(background, (1, 1, 1)) else "white"
 
 
-def plot_regrid(table: Sequence[dict], path: Path) -> None:
-    """:func:`regrid_figure`, saved to ``path``."""
-    save_figure(regrid_figure(table), path)
-
-
 def regrid_figure(table: Sequence[dict]):
     """The re-gridding table (``resnet-demo``) as bars of top-1 error: the weights on
     their own grid, moved to the other grid as they are, then after each method (with the images
@@ -328,15 +312,8 @@ def regrid_figure(table: Sequence[dict]):
     native = errors[0]
     ax.axvline(native, color="tab:green", linestyle="--", linewidth=1, label="native grid")
     for y, error in enumerate(errors):
-        ax.annotate(
-            VALUE.format(error),
-            (max(error, native), y),
-            xytext=(4, 0),
-            textcoords="offset points",
-            ha="left",
-            va="center",
-            fontsize=8,
-        )
+        ax.annotate(VALUE.format(error), (max(error, native), y), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=8)  # fmt: skip
     ax.set_yticks(range(len(table)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("top-1 error (%)")

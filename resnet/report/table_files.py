@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from .charts import plot_cross, plot_scheme_table
+from .charts import cross_figure, save_figure, scheme_figure
 from .rows import read_rows
 from .tables import cross_markdown, cross_matrices, cross_records, scheme_records, scheme_table, to_markdown, write_csv
 
@@ -36,10 +36,10 @@ def write_tables(
     tensornets_md = to_markdown(columns, records)
     (out / "tensornets.md").write_text(tensornets_md + "\n")
     write_csv(out / "tensornets.csv", columns, records)
-    plot_scheme_table(table, out / "tensornets.png")
+    save_figure(scheme_figure(table), out / "tensornets.png")
     matrices = cross_matrices(rows, weights_sources=cross_sources)
     cross_md = cross_markdown(matrices)
     (out / "cross.md").write_text(cross_md + "\n")
     write_csv(out / "cross.csv", *cross_records(matrices))
-    plot_cross(matrices, out / "cross.png")
+    save_figure(cross_figure(matrices), out / "cross.png")
     return f"## Error (%) per padding scheme\n\n{tensornets_md}\n\n## Trained with x evaluated with\n\n{cross_md}\n"

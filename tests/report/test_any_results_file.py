@@ -12,7 +12,7 @@ import os
 import torch
 from matplotlib.colors import to_hex
 
-from resnet.report.charts import chart_rows, plot_cross, plot_scheme_table, pyplot
+from resnet.report.charts import chart_rows, cross_figure, pyplot, save_figure, scheme_figure
 from resnet.report.rows import latest_rows, weights_label
 from resnet.report.table_files import write_tables
 from resnet.report.tables import cross_matrices, scheme_table
@@ -95,18 +95,24 @@ def chart_texts(monkeypatch, tmp_path, plot) -> list[str]:
 
 def test_the_cross_chart_says_matched_only_where_a_cell_is(monkeypatch, tmp_path):
     elsewhere = [evaluation(RUN, "tf_same", scheme, 9.0 + i) for i, scheme in enumerate(("symmetric", "asymmetric"))]
-    texts = chart_texts(monkeypatch, tmp_path, lambda: plot_cross(cross_matrices(elsewhere), tmp_path / "c.png"))
+    texts = chart_texts(
+        monkeypatch, tmp_path, lambda: save_figure(cross_figure(cross_matrices(elsewhere)), tmp_path / "c.png")
+    )
     assert not any("matched" in t or "red" in t for t in texts), texts
-    texts = chart_texts(monkeypatch, tmp_path, lambda: plot_cross(cross_matrices(one_model()), tmp_path / "c.png"))
+    texts = chart_texts(
+        monkeypatch, tmp_path, lambda: save_figure(cross_figure(cross_matrices(one_model())), tmp_path / "c.png")
+    )
     assert sum("matched" in t for t in texts) == 1, texts  # one legend entry, not a title per panel
 
 
 def test_a_chart_says_what_it_cannot_show(monkeypatch, tmp_path):
-    texts = chart_texts(monkeypatch, tmp_path, lambda: plot_scheme_table(scheme_table(one_scheme_per_model()),
-                                                                         tmp_path / "t.png"))  # fmt: skip
+    table = scheme_table(one_scheme_per_model())
+    texts = chart_texts(monkeypatch, tmp_path, lambda: save_figure(scheme_figure(table), tmp_path / "t.png"))
     assert any(t.startswith("Δ (asymmetric − symmetric) needs") for t in texts), texts
     assert "not run" in texts  # the empty bar slots say why they are empty
-    texts = chart_texts(monkeypatch, tmp_path, lambda: plot_scheme_table(scheme_table(one_model()), tmp_path / "t.png"))
+    texts = chart_texts(
+        monkeypatch, tmp_path, lambda: save_figure(scheme_figure(scheme_table(one_model())), tmp_path / "t.png")
+    )
     assert any(t.startswith("Δ needs each model under two schemes") for t in texts), texts
 
 
@@ -124,7 +130,7 @@ def test_tensornets_png_shows_top5_and_colours_each_delta_by_the_models_own_grid
             *model("runs/t/last.pt", "tf_same", 9.0, 9.5),  # neither grid its own
             evaluation("runs/once/last.pt", "symmetric", "symmetric", 7.1)]  # fmt: skip
     table = scheme_table(rows)
-    (fig,) = drawn(monkeypatch, lambda: plot_scheme_table(table, tmp_path / "t.png"))
+    (fig,) = drawn(monkeypatch, lambda: save_figure(scheme_figure(table), tmp_path / "t.png"))
     try:
         assert {ax.get_xlabel() for ax in fig.axes} >= {"top-1 error (%)", "top-5 error (%)"}
         panels = delta_panels(fig)

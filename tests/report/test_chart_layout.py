@@ -10,7 +10,7 @@ from itertools import combinations
 
 import pytest
 
-from resnet.report.charts import plot_cross, plot_regrid, plot_scheme_table, pyplot
+from resnet.report.charts import cross_figure, pyplot, regrid_figure, save_figure, scheme_figure
 from resnet.report.tables import cross_matrices, scheme_table
 from tests.helpers.figures import legends_of, texts_of
 from tests.report.realistic import CASES, drawn, realistic_rows, seed_sweep
@@ -107,21 +107,23 @@ FAILED_REGRID = [*REGRID_TABLE[:3], {**REGRID_TABLE[3], "method": "distill, 1 pa
 def test_no_chart_draws_text_over_text_or_lines_or_its_legend_away_from_its_axes(chart, monkeypatch, tmp_path):
     rows = realistic_rows()
     plot = {
-        "regrid": lambda: plot_regrid(REGRID_TABLE, tmp_path / "regrid.png"),
-        "regrid, distillation failing": lambda: plot_regrid(FAILED_REGRID, tmp_path / "regrid.png"),
-        "tensornets": lambda: plot_scheme_table(scheme_table(rows), tmp_path / "tensornets.png"),
-        "tensornets, two schemes": lambda: plot_scheme_table(
-            scheme_table(rows, ["symmetric", "asymmetric"]), tmp_path / "tensornets.png"
+        "regrid": lambda: save_figure(regrid_figure(REGRID_TABLE), tmp_path / "regrid.png"),
+        "regrid, distillation failing": lambda: save_figure(regrid_figure(FAILED_REGRID), tmp_path / "regrid.png"),
+        "tensornets": lambda: save_figure(scheme_figure(scheme_table(rows)), tmp_path / "tensornets.png"),
+        "tensornets, two schemes": lambda: save_figure(
+            scheme_figure(scheme_table(rows, ["symmetric", "asymmetric"])), tmp_path / "tensornets.png"
         ),
-        "cross": lambda: plot_cross(cross_matrices(rows), tmp_path / "cross.png"),
-        "cross, two schemes": lambda: plot_cross(
-            cross_matrices(
-                [
-                    r
-                    for r in rows
-                    if r["padding_name"] in ("symmetric", "asymmetric")
-                    and r["trained_padding"] in ("symmetric", "asymmetric")
-                ]
+        "cross": lambda: save_figure(cross_figure(cross_matrices(rows)), tmp_path / "cross.png"),
+        "cross, two schemes": lambda: save_figure(
+            cross_figure(
+                cross_matrices(
+                    [
+                        r
+                        for r in rows
+                        if r["padding_name"] in ("symmetric", "asymmetric")
+                        and r["trained_padding"] in ("symmetric", "asymmetric")
+                    ]
+                )
             ),
             tmp_path / "c.png",
         ),
@@ -148,7 +150,7 @@ def test_charts_of_any_results_file_are_readable_without_empty_panels(chart, cas
     else:
         rows = CASES[case]()
     plot = {
-        "tensornets": lambda: plot_scheme_table(scheme_table(rows), tmp_path / "tensornets.png"),
-        "cross": lambda: plot_cross(cross_matrices(rows), tmp_path / "cross.png"),
+        "tensornets": lambda: save_figure(scheme_figure(scheme_table(rows)), tmp_path / "tensornets.png"),
+        "cross": lambda: save_figure(cross_figure(cross_matrices(rows)), tmp_path / "cross.png"),
     }[chart]
     assert_readable(drawn(monkeypatch, plot))

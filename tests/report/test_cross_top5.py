@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from resnet.report.charts import plot_cross
+from resnet.report.charts import cross_figure, save_figure
 from resnet.report.table_files import write_tables
 from resnet.report.tables import cross_markdown, cross_matrices, log_to_wandb, scheme_table
 from tests.report.realistic import SWEEP, drawn, realistic_rows
@@ -40,7 +40,9 @@ def test_cross_files_carry_top1_and_top5_and_a_missing_top5_reads_missing(tmp_pa
 
 
 def test_the_cross_chart_has_a_top1_and_a_top5_heatmap_per_matrix(monkeypatch, tmp_path):
-    (fig,) = drawn(monkeypatch, lambda: plot_cross(cross_matrices(realistic_rows()), tmp_path / "cross.png"))
+    (fig,) = drawn(
+        monkeypatch, lambda: save_figure(cross_figure(cross_matrices(realistic_rows())), tmp_path / "cross.png")
+    )
     heatmaps = [ax for ax in fig.axes if ax.get_images()]
     assert len(heatmaps) == 2
     titles = " ".join(ax.get_title() for ax in heatmaps).lower()

@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -112,7 +113,14 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
         desc="eval 10-crop" if protocol.crops == 10 else "eval",
         log_every=cfg.log_every,
     )
-    _check_unreadable(cfg, result)
+    # More than max_unreadable of the images could not be read (a mount gone, shards swapped): the errors would be
+    # another set's; one line, no row. The counts are summed over the processes: every one stops, rank 0 says so.
+    stop = result.unreadable_stop(cfg.max_unreadable)
+    if stop is not None:
+        raise ConfigError(
+            f"{cfg.data.name} {stop}; no row appended. Restore the data, or pass a higher max_unreadable "
+            "(1: never stop)"
+        )
     if result.n_images == 0:
         raise RuntimeError(f"no image of the {data.size} could be evaluated")
     row = results_row(
@@ -125,11 +133,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
         ema=bool(cfg.ema),
         trained_padding=trained_padding,
         input_size=protocol.crop,
-        resize=protocol.resize,
-        crop=protocol.crop,
-        interpolation=protocol.interpolation,
-        preprocessing=protocol.preprocessing,
-        crops=protocol.crops,
+        **asdict(protocol),  # resize, crop, interpolation, preprocessing, crops
         n_images=result.n_images,
         skipped_images=result.skipped_images,
     )
@@ -189,18 +193,6 @@ def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
     run = start_run(cfg.logger, config, row["trained_padding"], folder, job_type="eval", name=eval_run_name(row))
     log_evaluations(run, [row], read_rows(path), reference=True)
     run.finish()
-
-
-def _check_unreadable(cfg: DictConfig, result: Evaluation) -> None:
-    """More than ``max_unreadable`` of the images could not be read (a mount gone, shards swapped): the
-    errors would be another set's; one line, no row. The counts are summed over the processes: every
-    one stops, rank 0 says so."""
-    stop = result.unreadable_stop(cfg.max_unreadable)
-    if stop is not None:
-        raise ConfigError(
-            f"{cfg.data.name} {stop}; no row appended. Restore the data, or pass a higher max_unreadable "
-            "(1: never stop)"
-        )
 
 
 def _report(row: dict, result: Evaluation, path: Path, split_size: int | None, limit: float) -> None:

@@ -85,7 +85,7 @@ def parse_weights(text: str | None) -> WeightsSpec:
     source = SOURCES[prefix]
     if prefix == "checkpoint" or _path_like(rest):  # a path first: timm:model.safetensors is a file
         return WeightsSpec(prefix, path=Path(rest), text=value)
-    if source.is_published_name(rest):
+    if hasattr(source, "is_published_name") and source.is_published_name(rest):  # else files only
         return WeightsSpec(prefix, name=rest, text=value)
     _malformed(value, f"{rest!r} is not {source.EXPECTED}")
 

@@ -16,10 +16,6 @@ from .common import LoadedWeights, OriginProtocol, WeightsSpec, WeightsUnavailab
 FORMS = ("/path/to/last.pt or checkpoint:/path/to/last.pt",)
 
 
-def is_published_name(text: str) -> bool:
-    return False  # checkpoints are files only
-
-
 def load(spec: WeightsSpec, arch: str | None, download: bool, ema: bool = False) -> LoadedWeights:
     """``ema``: the exponential moving average of the weights that train.py keeps beside them
     (``ema_decay`` > 0) instead of the weights themselves."""

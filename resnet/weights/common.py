@@ -113,8 +113,16 @@ def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise WeightsUnavailable(f"no weights file at {path}")
-    if path.suffix == ".safetensors":
-        return _safetensors_file(path)
+    if path.suffix == ".safetensors":  # safetensors runs no code
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except Exception as err:  # SafetensorError (cut short, a bad header) is a bare Exception subclass
+            raise CheckpointError(
+                f"{path} is not a readable safetensors file ({error_line(err)}): it is cut short or damaged; "
+                "copy it again, or save the state dict with safetensors.torch.save_file"
+            ) from None
     state = read_torch_file(path)
     if isinstance(state, dict) and "meta" in state and "model" in state:
         raise WeightsError(f"{path} is one of our checkpoints; pass it as weights={path} (no source prefix)")
@@ -124,19 +132,6 @@ def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
             "model.state_dict()"
         )
     return state
-
-
-def _safetensors_file(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a ``.safetensors`` file (safetensors runs no code); a damaged one is one line."""
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(path)
-    except Exception as err:  # SafetensorError (cut short, a bad header) is a bare Exception subclass
-        raise CheckpointError(
-            f"{path} is not a readable safetensors file ({error_line(err)}): it is cut short or damaged; "
-            "copy it again, or save the state dict with safetensors.torch.save_file"
-        ) from None
 
 
 def convert_file(path: Path, convert: Callable[..., ResNet], *args: object, **kwargs: object) -> ResNet:

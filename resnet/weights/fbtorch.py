@@ -100,19 +100,12 @@ def from_fbtorch(
     slots = torch7_slots(name, num_classes)
     if biases is None:
         biases = _biases_from_count(len(tensors), slots, name, where)
-    if isinstance(tensors, Mapping):
-        ours = _from_dict(tensors, slots, biases, name, where)
-    else:
-        ours = _from_list(tensors, slots, biases, name, where)
+    ours = _match(tensors, _used(slots, biases), name, where)
     with torch.device("meta"):  # shapes only: assign() puts the file's tensors in
         model = build_model(name, num_classes, source="fbtorch", conv_bias="unnormed" if biases else "none")
     ours = fold_conv_biases(ours)
     ours.update({k: torch.tensor(0) for k in model.state_dict() if k.endswith("num_batches_tracked")})
     return assign(model, ours)
-
-
-def is_published_name(text: str) -> bool:
-    return False  # fb.resnet.torch publishes Torch7 files only: a converted file on disk
 
 
 def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
@@ -193,44 +186,34 @@ def _biases_from_count(count: int, slots: tuple, arch: str, where: object) -> bo
     return count == with_biases
 
 
-def _from_dict(tensors: Mapping[str, torch.Tensor], slots: tuple, biases: bool, arch: str, where: object) -> dict:
-    used = _used(slots, biases)
-    for theirs, mine, _, shape in used:  # in Lua order: the first problem is the one reported
-        if theirs not in tensors:
-            raise CheckpointError(
-                f"{where} has no {theirs} ({mine} of fb.resnet.torch's {arch}, numbered as convert_torch_to_pytorch "
-                f"numbers the Lua model; its first key is {next(iter(tensors), None)!r}); "
-                "pass a converted resnet-200.t7"
-            )
-        _check_shape(tensors[theirs], shape, theirs, mine, arch, where)
-    extra = [k for k in tensors if k not in {theirs for theirs, *_ in used}]
-    if extra:
-        raise CheckpointError(
-            f"{where} has {len(extra)} tensor(s) fb.resnet.torch's {arch} does not, e.g. {printable(str(extra[0]))} "
-            f"{tuple(tensors[extra[0]].shape)}; it is another model"
-        )
-    return {mine: _copy(tensors[theirs]) for theirs, mine, _, _ in used}
-
-
 def _used(slots: tuple, biases: bool) -> list:
     """The slots a file has: conv biases only if its convs have them."""
     return [slot for slot in slots if biases or not (slot[2] == "conv" and slot[0].endswith(".bias"))]
 
 
-def _from_list(tensors: Sequence[torch.Tensor], slots: tuple, biases: bool, arch: str, where: object) -> dict:
-    used = _used(slots, biases)
-    for i, (tensor, (theirs, mine, _, shape)) in enumerate(zip(tensors, used)):
-        _check_shape(tensor, shape, f"tensor {i} ({theirs} in Lua module order)", mine, arch, where)
-    return {mine: _copy(tensor) for tensor, (_, mine, _, _) in zip(tensors, used)}
-
-
-def _check_shape(tensor: torch.Tensor, shape: tuple, theirs: str, mine: str, arch: str, where: object) -> None:
-    if tuple(tensor.shape) != shape:
+def _match(tensors: Mapping[str, torch.Tensor] | Sequence[torch.Tensor], used: list, arch: str, where: object) -> dict:
+    """Our state dict from the file's tensors, by key or by position in Lua module order (``used``: the
+    file's slots), each checked in Lua order: the first problem is the one reported."""
+    by_key, ours = isinstance(tensors, Mapping), {}
+    for i, (theirs, mine, _, shape) in enumerate(used):
+        if by_key and theirs not in tensors:
+            raise CheckpointError(
+                f"{where} has no {theirs} ({mine} of fb.resnet.torch's {arch}, numbered as convert_torch_to_pytorch "
+                f"numbers the Lua model; its first key is {next(iter(tensors), None)!r}); "
+                "pass a converted resnet-200.t7"
+            )
+        tensor = tensors[theirs] if by_key else tensors[i]
+        if tuple(tensor.shape) != shape:
+            said = theirs if by_key else f"tensor {i} ({theirs} in Lua module order)"
+            raise CheckpointError(
+                f"{where} does not fit fb.resnet.torch's {arch}: {said} is {tuple(tensor.shape)}, "
+                f"expected {shape} for {mine}; it is another model or a damaged conversion"
+            )
+        ours[mine] = tensor.detach().to(torch.float32, copy=True)  # never the caller's storage
+    extra = [k for k in tensors if k not in {theirs for theirs, *_ in used}] if by_key else []
+    if extra:
         raise CheckpointError(
-            f"{where} does not fit fb.resnet.torch's {arch}: {theirs} is {tuple(tensor.shape)}, "
-            f"expected {shape} for {mine}; it is another model or a damaged conversion"
+            f"{where} has {len(extra)} tensor(s) fb.resnet.torch's {arch} does not, e.g. {printable(str(extra[0]))} "
+            f"{tuple(tensors[extra[0]].shape)}; it is another model"
         )
-
-
-def _copy(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().to(torch.float32, copy=True)  # never the caller's storage
+    return ours

@@ -68,8 +68,7 @@ def from_keras(weights_file: str | Path, arch: str, *, num_classes: int | None =
     ``num_classes`` is read from the ``predictions`` layer (1000, or 1001 for heads
     with TF-slim's background class). A file saved with ``include_top=False`` has
     no head: it loads only when ``num_classes`` is given, and then ``fc`` is freshly
-    initialised. Native preset ``keras`` (explicit zero pads, so the stem pool pads
-    with zeros), BN epsilon 1.001e-5, preprocessing ``caffe`` for v1, ``tf`` for v2.
+    initialised.
     """
     name = pick_arch(NAMES.get(arch, arch), tuple(NAMES.values()), "from_keras", NAMES)
     layers = read_layers(Path(weights_file))

@@ -67,6 +67,7 @@ MODELS = {
 }
 REFUSED = {"resnet50": "resnet50_v1", "resnet101": "resnet101_v1", "resnet152": "resnet152_v1"}  # the .h5 files
 _BY_SCOPE = {scope: arch for scope, (arch, _) in MODELS.items()}
+_SCOPES = {arch: scope for scope, arch in _BY_SCOPE.items()}
 ARCHS = tuple(arch for arch, _ in MODELS.values())
 FORMS = ("tensornets:/path/to/resnext_50_32x4d.npz",)
 EXPECTED = "a file path (one of TensorNets' .npz weight files)"
@@ -126,7 +127,7 @@ def from_tensornets(names: list[str], values: list[np.ndarray], arch: str, where
     variables = tf_variables(model)
     if len(values) != len(variables):
         raise CheckpointError(
-            f"{where} holds {len(values)} arrays where TensorNets' {_tensornets_name(name)} has {len(variables)}: "
+            f"{where} holds {len(values)} arrays where TensorNets' {_SCOPES[name]} has {len(variables)}: "
             f"it is another model; pass model=<arch> naming the one it is ({', '.join(ARCHS)})"
         )
     ours = {}
@@ -138,7 +139,7 @@ def from_tensornets(names: list[str], values: list[np.ndarray], arch: str, where
         if _role(tf_name) != role or tuple(array.shape) != want or key in ours:
             again = " a second time" if key in ours else ""
             raise CheckpointError(
-                f"{where} does not fit TensorNets' {_tensornets_name(name)}: values[{i}] {tf_name!r} is "
+                f"{where} does not fit TensorNets' {_SCOPES[name]}: values[{i}] {tf_name!r} is "
                 f"{tuple(array.shape)}{again}, expected {role} of shape {want} for {key}; it is another model"
             )
         ours[key] = _convert(kind, role, np.asarray(array, dtype=np.float32))
@@ -180,10 +181,6 @@ def tf_layers(model: ResNet) -> list[tuple[str, str]]:
                 layers += [("conv", f"{u}.conv1"), ("bn", f"{u}.bn1"), (grouped, f"{u}.conv2"), ("bn", f"{u}.bn2")]
                 layers += [("conv", f"{u}.conv3"), ("bn", f"{u}.bn3")]
     return layers + ([("bn", "final_bn")] if preact else []) + [("fc", "fc")]
-
-
-def is_published_name(text: str) -> bool:
-    return False  # TensorNets downloads with TF's get_file; point at the file
 
 
 def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
@@ -307,10 +304,6 @@ def _refusal(what: object, which: str) -> str:
         "the stored order of layers its author named in an undocumented conversion; keras:ResNet50 / "
         "keras:ResNet101 / keras:ResNet152 serve MSRA's Caffe weights for these models"
     )
-
-
-def _tensornets_name(arch: str) -> str:
-    return next(scope for scope, (ours, _) in MODELS.items() if ours == arch)
 
 
 def _role(name: str) -> str:

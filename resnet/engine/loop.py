@@ -11,7 +11,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -104,36 +104,20 @@ class EpochStats:
         """The epoch's mean training loss (0 before its end)."""
         return self.metrics.get("loss", 0.0)
 
-    _STATE = (
-        "images",
-        "steps",
-        "batches",
-        "skipped_images",
-        "skipped_paths",
-        "skipped_steps",
-        "empty_steps",
-        "unused_images",
-        "seconds",
-        "history",
-    )
-
     def state(self) -> dict:
-        """The device sums under their own names (``loss_sum``, ...), then the rest."""
-        return {**(self.sums or {}), **{name: getattr(self, name) for name in self._STATE}}
+        """The device sums under their own names (``loss_sum``, ...), then the counts (not those set at its end)."""
+        return {**(self.sums or {}), **{name: getattr(self, name) for name in _saved()}}
 
     @classmethod
     def from_state(cls, state: dict) -> EpochStats:
-        stats = cls(**{name: state[name] for name in cls._STATE if name in state})  # older files lack newer keys
+        stats = cls(**{name: state[name] for name in _saved() if name in state})  # older files lack newer keys
         stats.sums = {name: state[name] for name in STEP_SUMS if name in state}  # a sum not there: NaN
         return stats
 
 
-def _split(batch) -> tuple[torch.Tensor, torch.Tensor, int, list[str]]:
-    """``(images, labels)`` or ``data.Batch(images, labels, skipped, skipped_paths)``."""
-    images, labels = batch[0], batch[1]
-    skipped = int(batch[2]) if len(batch) > 2 else 0
-    paths = list(batch[3]) if len(batch) > 3 else []
-    return images, labels, skipped, paths
+def _saved() -> list[str]:
+    """The fields of :class:`EpochStats` a mid-epoch checkpoint keeps, in their order."""
+    return [f.name for f in fields(EpochStats) if f.name not in ("sums", "metrics", "lr", "interrupted")]
 
 
 def train_one_epoch(
@@ -191,17 +175,14 @@ def train_one_epoch(
 
 @dataclass
 class StepResult:
-    """What :func:`train_step` did: the loss (detached, on the device), the images it trained on,
-    whether the optimizer stepped, the learning rate it used, (``on_nonfinite=skip``) the loss
-    as the host read it, and (a step taken) what it adds to the epoch's sums (on the device,
-    :data:`resnet.engine.totals.STEP_SUMS`)."""
+    """What :func:`train_step` did."""
 
-    loss: torch.Tensor
+    loss: torch.Tensor  # detached, on the device
     images: int
-    taken: bool
+    taken: bool  # whether the optimizer stepped
     lr: float | None = None
     host_loss: float | None = None  # on_nonfinite=skip: the loss read on the host (else None, read later)
-    sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)  # a step taken: its resnet.engine.totals.STEP_SUMS
 
 
 def train_step(
@@ -232,19 +213,33 @@ def train_step(
     with ctx.runtime.autocast():
         logits = model(images)
         loss = ctx.loss_fn(logits, labels)
-    host_loss = None
-    if ctx.on_nonfinite == "skip":
+    skip = ctx.on_nonfinite == "skip"
+    if skip:
         checked = _queue_check([loss], ctx.env)  # [loss, processes where it is finite]
-        _backward(loss, optimizer, ctx)
+    elif on_loss is not None:
+        on_loss(loss.detach())
+    optimizer.zero_grad(set_to_none=True)
+    (ctx.scaler.scale(loss) if ctx.scaler is not None else loss).backward()
+    host_loss = None
+    if skip:
         host_loss, finite = checked.tolist()  # the forward is done; the backward may still run
         if finite < ctx.env.world_size:
             optimizer.zero_grad(set_to_none=True)
             return StepResult(loss.detach(), images.shape[0], taken=False, host_loss=host_loss)
+    # the LR this step uses (after the last step a schedule has no LR left to give: OneCycleLR's would be negative)
+    lr = optimizer.param_groups[0]["lr"]
+    if ctx.grad_clip:
+        if ctx.scaler is not None:
+            ctx.scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
+    if ctx.scaler is not None:
+        ctx.scaler.step(optimizer)  # torch reads found_inf on the host here unless the optimizer is fused
+        ctx.scaler.update()
     else:
-        if on_loss is not None:
-            on_loss(loss.detach())
-        _backward(loss, optimizer, ctx)
-    lr = _step(model, optimizer, scheduler, ctx, step)
+        optimizer.step()
+    scheduler.step()
+    if ctx.ema is not None and (step + 1) % ctx.ema_every == 0:  # the global step: the same after a resume
+        ctx.ema.update(model, step=step)
     sums = step_sums(StepOutput(logits.detach(), labels, loss.detach(), images.shape[0]))
     return StepResult(loss.detach(), images.shape[0], taken=True, lr=lr, host_loss=host_loss, sums=sums)
 
@@ -252,18 +247,7 @@ def train_step(
 class _Epoch:
     """The running state of one epoch on this process: :func:`train_one_epoch`'s body, batch by batch."""
 
-    def __init__(
-        self,
-        model,
-        optimizer,
-        scheduler,
-        ctx: StepContext,
-        epoch: int,
-        global_step: int,
-        resume: EpochStats | None,
-        checkpoint: Callable[[int, EpochStats], None] | None,
-        batches: int,
-    ):
+    def __init__(self, model, optimizer, scheduler, ctx: StepContext, epoch, global_step, resume, checkpoint, batches):
         self.model, self.optimizer, self.scheduler, self.ctx = model, optimizer, scheduler, ctx
         self.epoch, self.checkpoint = epoch, checkpoint
         model.train()
@@ -301,7 +285,9 @@ class _Epoch:
         stats, ctx = self.stats, self.ctx
         if stats.batches >= self.end:
             return False
-        images, labels, skipped, paths = _split(batch)
+        images, labels = batch[0], batch[1]  # data.Batch: then the files skipped, and the first few "path (reason)"
+        skipped = int(batch[2]) if len(batch) > 2 else 0
+        paths = list(batch[3]) if len(batch) > 3 else []
         peers.at_step(self.steps_before + stats.steps)  # where a peer that stalls or dies is reported
         files = (self.unsent[0] + skipped, self.unsent[1] + skipped + images.shape[0])
         self.unsent = (0, 0)
@@ -376,8 +362,13 @@ class _Epoch:
         values = (queued or _queue_check([loss for loss, *_ in losses], self.ctx.env)).tolist()
         n = len(losses)
         for (_, step, batch, images), value, finite in zip(losses, values[:n], values[n:]):
-            if finite < self.ctx.env.world_size:
-                raise _nonfinite(value, step, self.epoch, batch)
+            if finite < self.ctx.env.world_size:  # step, epoch, batch count from 0; the message from 1, as steps.csv
+                where = value if not math.isfinite(value) else "on another process"
+                raise NonFiniteLoss(
+                    f"non-finite loss ({where}) at step {step + 1} (epoch {self.epoch + 1}, batch {batch + 1}); the "
+                    "last good checkpoint is kept. Lower optim.lr, set grad_clip=1.0, or on_nonfinite=skip to skip "
+                    "such steps."
+                )
             self.read_sum += value * images
             self.read_images += images
         return values[n - 1]
@@ -406,34 +397,6 @@ class _Epoch:
         return stats
 
 
-def _backward(loss: torch.Tensor, optimizer, ctx: StepContext) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    if ctx.scaler is not None:
-        ctx.scaler.scale(loss).backward()
-    else:
-        loss.backward()
-
-
-def _step(model: nn.Module, optimizer, scheduler, ctx: StepContext, step: int) -> float:
-    """After :func:`_backward`: (clip,) optimizer and scheduler step, EMA update; returns the LR the
-    step used (after the last step a schedule has no LR left to give: OneCycleLR's would be negative)."""
-    lr = optimizer.param_groups[0]["lr"]
-    if ctx.scaler is not None:
-        if ctx.grad_clip:
-            ctx.scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
-        ctx.scaler.step(optimizer)  # torch reads found_inf on the host here unless the optimizer is fused
-        ctx.scaler.update()
-    else:
-        if ctx.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), ctx.grad_clip)
-        optimizer.step()
-    scheduler.step()
-    if ctx.ema is not None and (step + 1) % ctx.ema_every == 0:  # the global step: the same after a resume
-        ctx.ema.update(model, step=step)
-    return lr
-
-
 @dataclass(frozen=True)
 class _Agreed:
     """What the processes agreed before a step (:func:`_agree_before_step`)."""
@@ -446,14 +409,9 @@ class _Agreed:
 
 
 def _agree_before_step(has_data: bool, files: tuple[int, int], ctx: StepContext) -> _Agreed:
-    """What every process must know before the forward pass, in one host-side all-reduce. Every
-    process must take the same branch: a process that skipped its step would leave the others
-    waiting in DDP's collectives forever.
-    A process cannot know that another read no image without it, so it runs every step; the stop
-    request rides along, as a count per signal, so that every process stops under the signal that
-    arrived, and so do ``files`` (this process's unreadable and read files since the last step), so
-    that every process checks ``max_unreadable`` on the same sums (over gloo on the host: no wait for
-    the GPU, tens of microseconds)."""
+    """What every process must know before the forward pass (:func:`train_one_epoch`), in one host-side
+    all-reduce: the stop request as a count per signal, so that every process stops under the signal
+    that arrived; ``files``: this process's unreadable and read files since the last step."""
     votes = ctx.stop.votes() if ctx.stop is not None else []
     due = ctx.env.is_main and ctx.save_due is not None and ctx.save_due()  # one clock decides, for every rank
     without_data, due, unreadable, read, *summed = all_reduce_host(
@@ -490,13 +448,3 @@ def _queue_check(losses: list[torch.Tensor], env: DistEnv) -> _ToHost:
     values = torch.stack([loss.detach().float() for loss in losses])
     finite = torch.isfinite(values).float()
     return _ToHost(torch.cat([values, all_reduce_sum(finite, env)]))
-
-
-def _nonfinite(value: float, step: int, epoch: int, batch: int) -> NonFiniteLoss:
-    """``step``, ``epoch`` and ``batch`` count from 0 (the steps, epochs, batches before it); the
-    message counts from 1, as steps.csv, the epoch line and the progress bar do."""
-    where = value if not math.isfinite(value) else "on another process"
-    return NonFiniteLoss(
-        f"non-finite loss ({where}) at step {step + 1} (epoch {epoch + 1}, batch {batch + 1}); the last good "
-        "checkpoint is kept. Lower optim.lr, set grad_clip=1.0, or on_nonfinite=skip to skip such steps."
-    )

@@ -20,8 +20,6 @@ from torch.optim import lr_scheduler
 
 from ..grid import GridBatchNorm2d
 
-OPTIMIZERS = ("sgd", "adamw", "lamb")
-SCHEDULES = ("step", "cosine", "onecycle")
 NO_WEIGHT_DECAY = {
     "none": "every parameter decays (torchvision's V1 recipe)",
     "norm": "normalisation layers' weights and biases, chosen by module type (torchvision's norm_weight_decay, FFCV)",
@@ -47,7 +45,7 @@ class OptimConfig:
 
     @classmethod
     def from_node(cls, node: Mapping) -> OptimConfig:
-        return _typed(cls, "optim", node, OPTIMIZERS, OPTIMIZER_KEYS, "optim=sgd")
+        return _typed(cls, "optim", node, OPTIMIZER_KEYS, "optim=sgd")
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class SchedConfig:
 
     @classmethod
     def from_node(cls, node: Mapping) -> SchedConfig:
-        return _typed(cls, "sched", node, SCHEDULES, SCHEDULE_KEYS, "sched=cosine")
+        return _typed(cls, "sched", node, SCHEDULE_KEYS, "sched=cosine")
 
 
 # the keys each optimizer and schedule reads (besides name); a group's YAML states every one
@@ -81,9 +79,10 @@ SCHEDULE_KEYS = {
     "cosine": ("warmup_epochs", "warmup_start_factor", "min_lr_ratio"),
     "onecycle": ("pct_start", "div_factor", "final_div_factor"),
 }
+OPTIMIZERS, SCHEDULES = tuple(OPTIMIZER_KEYS), tuple(SCHEDULE_KEYS)
 
 
-def _typed(cls, group: str, node: Mapping, names: tuple[str, ...], reads: dict, example: str):
+def _typed(cls, group: str, node: Mapping, reads: dict[str, tuple[str, ...]], example: str):
     """``node`` as ``cls``: a known name, each key its choice reads, no key it does not (a typo, or
     a key of another choice, would be read by nothing). Lists become tuples (the config is frozen)."""
     if isinstance(node, cls):
@@ -92,8 +91,8 @@ def _typed(cls, group: str, node: Mapping, names: tuple[str, ...], reads: dict, 
     given = {key: tuple(value) if isinstance(value, list) else value for key, value in plain.items()}
     name = given.get("name")
     kind = "optimizer" if group == "optim" else "schedule"
-    if name not in names:
-        raise ValueError(f"unknown {kind} {name!r}; choose one of {', '.join(names)} ({example})")
+    if name not in tuple(reads):  # (a name of another type, a mapping included, is unknown too)
+        raise ValueError(f"unknown {kind} {name!r}; choose one of {', '.join(reads)} ({example})")
     wanted = ("name", *reads[name])
     missing = [key for key in wanted if given.get(key) is None]
     if missing:
@@ -104,11 +103,6 @@ def _typed(cls, group: str, node: Mapping, names: tuple[str, ...], reads: dict, 
         raise ValueError(f"{group}.{unread[0]} is read by no part of {group}={name} (it reads "
                          f"{', '.join(wanted[1:])}); leave it out, or choose the {kind} that reads it")  # fmt: skip
     return cls(**{f.name: given.get(f.name) for f in fields(cls)})
-
-
-def scaled_lr(base_lr: float, global_batch: int, ref_batch: int) -> float:
-    """The configured LR is per ``ref_batch`` images (Goyal et al. 2017): scale linearly."""
-    return base_lr * global_batch / ref_batch
 
 
 def undecayed(model: nn.Module, rule: str) -> set[nn.Parameter]:
@@ -139,7 +133,7 @@ def build_optimizer(cfg: OptimConfig | Mapping, model: nn.Module, global_batch: 
     """The optimizer of ``cfg`` (an :class:`OptimConfig`, or the ``optim`` node it is made from) for
     ``model``, its LR scaled to ``global_batch``."""
     cfg = OptimConfig.from_node(cfg)
-    lr = scaled_lr(cfg.lr, global_batch, cfg.ref_batch)
+    lr = cfg.lr * global_batch / cfg.ref_batch  # the configured LR is per ref_batch images: linear scaling (Goyal 2017)
     groups = param_groups(model, cfg.weight_decay, cfg.no_weight_decay)
     if cfg.name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov)

@@ -9,21 +9,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 
 from ..archs import ARCHS, canonical_name
 from ..config import ConfigError, scheme_words
-from ..evaluation.loop import Evaluation, evaluate, unreadable_share, unreadable_stop
+from ..evaluation.loop import evaluate, unreadable_share, unreadable_stop
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_name, make_grid, set_grid
 from ..job import peers
 from ..job.checkpointer import AgreedFailure, Checkpointer, CheckpointWriteError, RunFailed, write_error
 from ..job.ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
 from ..job.latest_run import pick_run_dir
-from ..job.lock import own_run_dir
+from ..job.lock import on_rank0, own_run_dir
 from ..job.peers import PeerLost, lost_peer
 from ..job.preempt import Stopped, StopRequest
 from ..job.resume import ResumePoint, resume
@@ -56,30 +55,9 @@ def build_run_model(config: TrainConfig) -> nn.Module:
         "preprocessing": config.recorded["data"].get("preprocessing"),
         "eval_size": config.data.val_size or config.data.image_size,
     }
-    grid = list(config.grid) if config.grid else None
-    padding = grid[0] if grid else config.padding
+    padding = config.grid[0] if config.grid else config.padding
     model = instantiate(config.model, padding=padding, **{k: v for k, v in recorded.items() if v})
-    if not grid:
-        return model
-    return make_grid(model, grid, bn=config.grid_bn)
-
-
-def shared_run_dir(config: TrainConfig, env: DistEnv) -> tuple[Path, str | None]:
-    """Rank 0's run dir for everyone (Hydra's timestamp can differ by a second between ranks), and
-    the line saying which run it resumes where ``resume=true`` came without a run dir
-    (:mod:`resnet.job.latest_run`: the unfinished run of this config under outputs/, or one line refusing)."""
-    found = [config.run_dir, None, None]  # run dir, its line, a refusal
-    if env.is_main:
-        try:
-            run_dir, note = pick_run_dir(config, Path(config.run_dir))
-            found[:2] = str(run_dir), note
-        except ConfigError as err:
-            found[2] = str(err)
-    if env.distributed:
-        dist.broadcast_object_list(found, src=0)
-    if found[2] is not None:
-        raise ConfigError(found[2])
-    return Path(found[0]), found[1]
+    return make_grid(model, list(config.grid), bn=config.grid_bn) if config.grid else model
 
 
 def train(cfg: DictConfig) -> dict:
@@ -90,7 +68,9 @@ def train(cfg: DictConfig) -> dict:
     lost = None
     heartbeat = peers.Heartbeat(env)  # so that the others can tell this process gone from blocked
     try:
-        run_dir, note = shared_run_dir(config, env)
+        # rank 0's run dir for everyone (Hydra's timestamp can differ by a second between ranks), and the
+        # line saying which run it resumes where resume=true came without a run dir (resnet.job.latest_run)
+        run_dir, note = on_rank0(env, lambda: pick_run_dir(config, Path(config.run_dir)))
         if str(run_dir) != config.run_dir:
             config = config.in_run_dir(str(run_dir))  # the run it resumes (the folder-index cache is there too)
         # own_run_dir: a second run into it is refused here, before it writes anything; cleanup: what
@@ -261,6 +241,9 @@ def _step_context(config: TrainConfig, training: Training, env: DistEnv, stop: S
     """What every training step reads: the run's settings, the built parts, the stop request."""
     from data import Normalize
 
+    def grid_draw(step: int) -> None:
+        set_grid(training.model, draw(config.seed, step, len(training.grid)))
+
     return StepContext(
         runtime=training.runtime,
         normalize=Normalize(training.meta.preprocessing).to(env.device),
@@ -276,11 +259,7 @@ def _step_context(config: TrainConfig, training: Training, env: DistEnv, stop: S
         max_steps=config.max_steps_per_epoch,
         checkpoint_every=config.checkpoint_every,
         stop=stop,
-        before_step=(
-            (lambda step: set_grid(training.model, draw(config.seed, step, len(training.grid))))
-            if training.grid
-            else None
-        ),
+        before_step=grid_draw if training.grid else None,
     )
 
 
@@ -303,27 +282,16 @@ def _train(config: TrainConfig, env: DistEnv, run_dir: Path, cleanup: contextlib
     saver = Checkpointer(run_dir / "last.pt", training, env, config.recorded, layout, start.history)
     ctx.save_due = saver.due_every(config.checkpoint_minutes)
     ctx.check_unreadable = unreadable_limit(config, saver)
-    logger = RunLogger(
-        run_dir,
-        env.is_main,
-        config.logger,
-        config.recorded,
-        group=run_group(training.meta, training.grid),
-        resumed_epoch=start.epoch,
-    )
+    group = run_group(training.meta, training.grid)
+    logger = RunLogger(run_dir, env.is_main, config.logger, config.recorded, group=group, resumed_epoch=start.epoch)
     with handing_over(stop, saver, run_dir, env) as fit:
         fit.fill_from(_fit(config, env, training, train_model, ctx, saver, logger, start))
     results = _results(config, env, training, fit, run_dir, time.perf_counter() - wall_start)
     logger.finish(results, saver.path, log_checkpoint=bool(config.logger.get("log_checkpoint")))
     if env.is_main:
-        print(
-            _summary(
-                results,
-                f"results: {run_dir / 'results.json'}; weights: {saver.path}\n"
-                f"evaluate them: {eval_command(config, saver.path)}"
-                + (" (their EMA: add ema=true)" if training.ema is not None else ""),
-            )
-        )
+        ema = " (their EMA: add ema=true)" if training.ema is not None else ""
+        footer = f"results: {run_dir / 'results.json'}; weights: {saver.path}\n"
+        print(_summary(results, f"{footer}evaluate them: {eval_command(config, saver.path)}{ema}"))
     return results
 
 
@@ -467,7 +435,8 @@ def _validate(
 ) -> tuple[dict, dict]:
     """The model's (and its EMA's) val metrics, added to the epoch's ``row`` as ``val_*``/``ema_*``. A
     validation that could not read more than ``max_unreadable`` of its images scored other data than
-    the run's: the run stops before the epoch is saved (one line, every process: the counts are summed)."""
+    the run's: the run stops before the epoch is saved, every process with the same line (the counts
+    are summed over the processes; rank 0's examples: those of every rank)."""
     # eval_flip: each val image and its mirror image, softmax averaged (FFCV's test-time flip)
     protocol = {"view": lambda images, sizes: flip_pair(images), "crops": 2} if config.eval_flip else {}
     protocol["log_every"] = config.log_every  # a progress line every log_every batches in a log
@@ -478,7 +447,12 @@ def _validate(
     loaders, runtime = training.loaders, training.runtime
     share = f" ({val_share(loaders)})" if val_share(loaders) else ""  # val_images=N: "N of <all> images"
     result = evaluate(training.model, loaders.val, runtime, ctx.normalize, desc=f"val{share}", **protocol)
-    _check_val_unreadable(config, result, epoch, saver)
+    if result.unreadable_stop(config.max_unreadable) is not None:
+        examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]
+        raise AgreedFailure(
+            f"the validation after epoch {epoch + 1} {result.unreadable_stop(config.max_unreadable, examples)}; "
+            f"{saver.kept}. Restore the val data and run again with resume=true, or pass a higher max_unreadable"
+        )
     val = result.metrics()
     row.update({f"val_{k}": v for k, v in val.items()})
     ema_val = {}
@@ -490,24 +464,10 @@ def _validate(
     return val, ema_val
 
 
-def _check_val_unreadable(config: TrainConfig, result: Evaluation, epoch: int, saver: Checkpointer) -> None:
-    """Over ``max_unreadable``, the val errors are another set's: stop before the epoch is saved. The
-    counts are summed over the processes already, so every one stops here, with the same line (rank 0's
-    examples: those of every rank)."""
-    if result.unreadable_stop(config.max_unreadable) is None:
-        return
-    examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]
-    stop = result.unreadable_stop(config.max_unreadable, examples)
-    raise AgreedFailure(
-        f"the validation after epoch {epoch + 1} {stop}; {saver.kept}. Restore the val data and run again "
-        "with resume=true, or pass a higher max_unreadable"
-    )
-
-
 def _results(
     config: TrainConfig, env: DistEnv, training: Training, fit: Fit, run_dir: Path, wall_seconds: float
 ) -> dict:
-    val, ema_val = fit.val, fit.ema_val
+    val = fit.val
     return results_row(
         training.meta,
         config.data.name,
@@ -519,8 +479,8 @@ def _results(
         global_batch=config.batch_size * env.world_size,
         world_size=env.world_size,
         ema_decay=config.ema_decay,
-        ema_top1_err=ema_val.get("top1_err"),  # None without EMA
-        ema_top5_err=ema_val.get("top5_err"),
+        ema_top1_err=fit.ema_val.get("top1_err"),  # None without EMA
+        ema_top5_err=fit.ema_val.get("top5_err"),
         n_val_images=val.get("n_images"),
         # n_val_images less: val_images=N, skips
         val_split_images=training.loaders.val_split_size or training.loaders.val_size,

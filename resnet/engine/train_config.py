@@ -118,33 +118,25 @@ def _check(cfg: DictConfig) -> None:
             f"{' '.join(app_words('eval'))} weights=<run dir>/last.pt data={cfg.data.name} data.root=..."
         )
     check_run_config(cfg)
-    _check_augmentation(cfg)
-    if cfg.grid:
-        _check_grid(cfg)
-    if OmegaConf.is_missing(cfg.data, "num_classes"):
-        raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")
-
-
-def _check_augmentation(cfg: DictConfig) -> None:
     if (cfg.mixup or cfg.cutmix) and cfg.batch_size < 2:
         raise ConfigError(
             f"mixup and cutmix mix the images of a batch with each other; batch_size={cfg.batch_size} "
             "has nothing to mix: pass batch_size=2 or more, or mixup=0 cutmix=0"
         )
-
-
-def _check_grid(cfg: DictConfig) -> None:
-    if cfg.get("padding") is not None:
+    if cfg.grid and cfg.get("padding") is not None:
         raise ConfigError(
             "grid= and +padding= both choose the padding: drop +padding (the model is built "
             "under the grid's first preset)"
         )
-    if cfg.grid_bn != "shared" and cfg.sync_bn:
+    if cfg.grid and cfg.grid_bn != "shared" and cfg.sync_bn:
         raise ConfigError(
             f"grid_bn={cfg.grid_bn} keeps BatchNorm entries per preset, which synchronised BatchNorm does not: "
             "pass grid_bn=shared or sync_bn=false"
         )
-    try:
-        grid_paddings(list(cfg.grid))
-    except ValueError as err:
-        raise ConfigError(str(err).splitlines()[0]) from None
+    if cfg.grid:
+        try:
+            grid_paddings(list(cfg.grid))
+        except ValueError as err:
+            raise ConfigError(str(err).splitlines()[0]) from None
+    if OmegaConf.is_missing(cfg.data, "num_classes"):
+        raise ConfigError(f"data={cfg.data.name} needs data.num_classes=<the number of class folders>")

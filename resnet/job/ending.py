@@ -20,8 +20,9 @@ from data.shm import out_of_room
 from ..command_lines import app_words, command, override
 from ..config import ConfigError
 from ..runtime.container import volume_advice
-from ..runtime.distributed import DistEnv, gather_objects
+from ..runtime.distributed import DistEnv
 from .checkpointer import Checkpointer, RunFailed
+from .lock import on_rank0
 from .peers import PeerLost, first_survivor, lost_peer, restarts_left
 from .preempt import Stopped, StopRequest
 from .resume import refusal
@@ -168,16 +169,8 @@ def finished_run(config: TrainConfig, env: DistEnv, run_dir: Path) -> dict | Non
     holds ``epochs`` at least this config's. Nothing is written: started again, requeued or
     resubmitted, a finished run keeps its files byte for byte. A finished run of another config
     (a fixed key differs) is refused in one line, before anything is written."""
-    found: tuple[str, object] = ("none", None)
-    if env.is_main:
-        try:
-            found = _read_finished(config, run_dir)
-        except ConfigError as err:
-            found = ("refused", str(err))
-    kind, value = gather_objects(found, env)[0]
-    if kind == "refused":
-        raise ConfigError(value)
-    if kind == "none":
+    value = on_rank0(env, lambda: _read_finished(config, run_dir))
+    if value is None:
         return None
     if env.is_main:
         top1 = value.get("top1_err")
@@ -203,10 +196,10 @@ def finished_results(run_dir: Path, epochs: int) -> dict | None:
     return results
 
 
-def _read_finished(config: TrainConfig, run_dir: Path) -> tuple[str, object]:
+def _read_finished(config: TrainConfig, run_dir: Path) -> dict | None:
     results = finished_results(run_dir, config.epochs)
     if results is None:
-        return ("none", None)
+        return None
     last = run_dir / "last.pt"
     if last.exists():
         from ..checkpoint.training_state import TrainingState
@@ -219,7 +212,7 @@ def _read_finished(config: TrainConfig, run_dir: Path) -> tuple[str, object]:
             refused, _ = compare(state.config, config.recorded)
             if refused:
                 raise ConfigError(f"{run_dir} holds a finished run of another config: " + refusal(last, refused))
-    return ("finished", results)
+    return results
 
 
 def eval_command(config: TrainConfig, checkpoint: Path) -> str:

@@ -16,14 +16,16 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from ..config import ConfigError
 from ..runtime.distributed import DistEnv, gather_objects
 
 LOCK_NAME = ".lock"
+T = TypeVar("T")
 
 
 class RunDirBusy(ConfigError):
@@ -101,22 +103,29 @@ def _same_file(file, path: Path) -> bool:
         return False
 
 
+def on_rank0(env: DistEnv, decide: Callable[[], T], refusal: type[ConfigError] = ConfigError) -> T:
+    """``decide()``'s value, worked out on rank 0, on every rank; where it raises ``refusal``, every
+    rank raises it with the same line (a collective: every rank calls it)."""
+    found = (None, None)
+    if env.is_main:
+        try:
+            found = (decide(), None)
+        except refusal as err:
+            found = (None, str(err))
+    value, refused = gather_objects(found, env)[0]
+    if refused is not None:
+        raise refusal(refused)
+    return value
+
+
 @contextmanager
 def own_run_dir(run_dir: Path, env: DistEnv) -> Iterator[None]:
     """Hold ``run_dir`` for the job: rank 0 locks it and every rank learns the outcome, so that a
     refusal ends every process with the same one line (a collective: every rank calls it)."""
     lock = RunDirLock(run_dir) if env.is_main else None
-    outcome: tuple[str, str | None] = ("ok", None)
-    if lock is not None:
-        try:
-            outcome = ("ok", lock.acquire())
-        except RunDirBusy as busy:
-            outcome = ("busy", str(busy))
-    outcome = gather_objects(outcome, env)[0]
-    if outcome[0] == "busy":
-        raise RunDirBusy(outcome[1])
-    if outcome[1] and env.is_main:
-        print(f"note: {outcome[1]}", flush=True)
+    note = on_rank0(env, lambda: lock.acquire(), RunDirBusy)
+    if note and env.is_main:
+        print(f"note: {note}", flush=True)
     try:
         yield
     finally:

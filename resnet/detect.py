@@ -216,15 +216,8 @@ def detect_padding(
     for presets, a in merged_groups:
         difference = per_image[a] - per_image[best]  # paired: the same images under both
         se = difference.std().item() / math.sqrt(n_images) if n_images > 1 else math.inf
-        scores.append(
-            SchemeScore(
-                presets,
-                results[a].loss,
-                results[a].top1_err,
-                results[a].loss - results[best].loss,
-                0.0 if a == best else se,
-            )
-        )
+        r = results[a]
+        scores.append(SchemeScore(presets, r.loss, r.top1_err, r.loss - results[best].loss, 0.0 if a == best else se))
     return DetectionReport(meta.arch, input_size, n_images, tuple(scores))
 
 

@@ -99,17 +99,8 @@ def _draw_input(ax, n: int, pad: tuple[int, int], title: str) -> None:
     for r in range(-pad[0], n + pad[1]):
         for c in range(-pad[0], n + pad[1]):
             padded = not (0 <= r < n and 0 <= c < n)
-            ax.add_patch(
-                Rectangle(
-                    (c - 0.5, r - 0.5),
-                    1,
-                    1,
-                    facecolor="0.8" if padded else "white",
-                    edgecolor="0.6",
-                    hatch="//" if padded else None,
-                    linewidth=0.6,
-                )
-            )
+            style = dict(facecolor="0.8", hatch="//") if padded else dict(facecolor="white", hatch=None)
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, edgecolor="0.6", linewidth=0.6, **style))
     ax.set_xlim(-1.7, n + 0.7)
     ax.set_ylim(n + 0.7, -1.7)  # row 0 at the top, as in an image
     ax.set_aspect("equal")
@@ -127,15 +118,8 @@ def _draw_window(ax, grid: SamplingGrid, i: int, j: int, colour: str) -> None:
     ax.add_patch(
         Rectangle((cols[0] - 0.5, rows[0] - 0.5), len(cols), len(rows), fill=False, edgecolor=colour, linewidth=2.5)
     )
-    ax.annotate(
-        f"out ({i},{j})",
-        (cols[-1] + 0.5, rows[0] - 0.5),
-        fontsize=7,
-        color=colour,
-        ha="right",
-        va="bottom",
-        weight="bold",
-    )
+    corner = (cols[-1] + 0.5, rows[0] - 0.5)
+    ax.annotate(f"out ({i},{j})", corner, fontsize=7, color=colour, ha="right", va="bottom", weight="bold")
 
 
 def plot_sampling_grid(path: str | Path, n: int = 8, schemes: Sequence[str] = ("symmetric", "same")) -> None:
@@ -149,25 +133,15 @@ def plot_sampling_grid(path: str | Path, n: int = 8, schemes: Sequence[str] = ("
         centres3 = [conv3.centre(i) for i in range(m)]
         samples1 = [conv1.centre(i) for i in range(len(conv1.taps))]
         ax = axes[row, 0]
-        _draw_input(
-            ax,
-            n,
-            conv3.pad,
-            f"{scheme}: 3×3/2 conv, pad (before, after) = {conv3.pad}\n"
-            f"output i is centred on input {_formula(centres3)}",
-        )
+        head = f"{scheme}: 3×3/2 conv, pad (before, after) = {conv3.pad}"
+        _draw_input(ax, n, conv3.pad, f"{head}\noutput i is centred on input {_formula(centres3)}")
         for c in centres3:
             ax.scatter([c] * m, centres3, s=28, color="tab:blue", zorder=3)
         _draw_window(ax, conv3, 0, 0, "tab:red")
         _draw_window(ax, conv3, m - 1, m - 1, "tab:purple")
         ax = axes[row, 1]
-        _draw_input(
-            ax,
-            n,
-            conv1.pad,
-            f"{scheme}: 1×1/2 shortcut, pad {conv1.pad}\n"
-            f"output i samples input {_formula(samples1)} (hollow: 3×3/2 centres)",
-        )
+        head = f"{scheme}: 1×1/2 shortcut, pad {conv1.pad}"
+        _draw_input(ax, n, conv1.pad, f"{head}\noutput i samples input {_formula(samples1)} (hollow: 3×3/2 centres)")
         for c in centres3:
             ax.scatter([c] * m, centres3, s=90, facecolors="none", edgecolors="tab:blue", zorder=3)
         for c in samples1:

@@ -29,11 +29,7 @@ class PadRow:
     pad_h: tuple[int, int]  # (top, bottom) actually applied
     pad_w: tuple[int, int]  # (left, right)
     value: str  # what padded cells hold, the layer's mode (resnet.padding.PAD_MODES): "zero", "-inf", "reflect"
-    site: str = ""  # the strided op's module path (a BlurPool's row: the conv or pool it subsamples for)
-
-    def __post_init__(self) -> None:
-        if not self.site:
-            object.__setattr__(self, "site", self.layer)
+    site: str  # the strided op's module path (a BlurPool's row: the conv or pool it subsamples for)
 
 
 def _strided_sites(model: nn.Module) -> dict[str, nn.Module]:

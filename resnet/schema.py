@@ -51,11 +51,8 @@ class Field:
         if value is None and self.nullable or isinstance(value, str) and value in self.words:
             return None
         if self.choices:
-            return (
-                None
-                if isinstance(value, str) and value in self.choices
-                else f"expected one of {', '.join(self.choices)}"
-            )
+            named = isinstance(value, str) and value in self.choices
+            return None if named else f"expected one of {', '.join(self.choices)}"
         if self.kind is list:
             if not isinstance(value, (list, ListConfig)):
                 return f"expected {self._describe()}"
@@ -70,13 +67,11 @@ class Field:
         return None
 
     def _is_kind(self, value: object) -> bool:
-        if self.kind is str:
-            return isinstance(value, str)
-        if self.kind is bool:
-            return isinstance(value, bool)
+        if self.kind in (str, bool):
+            return isinstance(value, self.kind)
         if isinstance(value, bool):  # true is not a number here, though Python's bool is an int
             return False
-        return isinstance(value, int) if self.kind is int else isinstance(value, (int, float))
+        return isinstance(value, int if self.kind is int else (int, float))
 
     def _describe(self) -> str:
         kinds = {bool: "true or false", int: "a whole number", float: "a number", str: "a name"}

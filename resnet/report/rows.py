@@ -90,8 +90,7 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    text = path.read_text()
-    lines = text.split("\n")
+    lines = path.read_text().split("\n")
     complete, tail = lines[:-1], lines[-1]  # tail is "" when the file ends with a newline
     rows = []
     for number, line in enumerate(complete, start=1):
@@ -167,12 +166,10 @@ def run_labels(keys: Sequence[str], weights: Sequence[str]) -> list[str]:
 
     ``weights``: :func:`weights_label` values (``(EMA)`` marks EMA weights). The one place
     runs are named: the cross matrix's rows, the bar chart's."""
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, dict[str, None]] = {}  # each key's distinct weights, in order
     for key, w in zip(keys, weights, strict=True):
-        groups.setdefault(key, [])
-        if w not in groups[key]:
-            groups[key].append(w)
-    names = {key: dict(zip(group, seed_names(group) or run_names(group)))
+        groups.setdefault(key, {})[w] = None
+    names = {key: dict(zip(group, seed_names(list(group)) or run_names(list(group))))
              for key, group in groups.items() if len(group) > 1}  # fmt: skip
     return [f"{key} ({names[key][w]})" if key in names else key for key, w in zip(keys, weights)]
 
@@ -351,9 +348,7 @@ def results_row(meta, dataset: str, amp: str, metrics: Mapping, **fields) -> dic
         "versions": library_versions(),
         "git_commit": git_commit(),
     }
-    return {key: rounded_error(value) if key.endswith("_err") else value for key, value in row.items()}
-
-
-def rounded_error(value: float | None) -> float | None:
-    """An error percentage as stored and shown (:data:`ERROR_DECIMALS`); None stays None."""
-    return None if value is None else round(float(value), ERROR_DECIMALS)
+    for key, value in row.items():
+        if key.endswith("_err") and value is not None:
+            row[key] = round(float(value), ERROR_DECIMALS)
+    return row

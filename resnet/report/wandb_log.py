@@ -1,19 +1,11 @@
-"""Weights & Biases for evaluations: ``eval.py logger=wandb`` and the seed table.
+"""Weights & Biases for evaluations (``eval.py logger=wandb``, the seed table), and the start of every run.
 
-One W&B run per ``eval.py`` call (grouped by the scheme the weights were trained with, so a
-project page shows each training grid's evaluations together; named by that scheme and the one
-evaluated under, :func:`eval_run_name`; its config the results row and the training run's id,
-so the cross matrix is rebuilt from a project's runs, :func:`rows_of_runs`), one per seed table. Each logs
-its result rows as a ``wandb.Table`` and the tables regenerated from the whole results file
-(:func:`resnet.report.tables.log_to_wandb`). Rank 0 only. The API key is read by wandb itself
-(``WANDB_API_KEY`` or ``wandb login``); nothing here writes it anywhere.
-
-A run is never lost to its logger: without an API key, or without a route to the W&B server,
-:func:`start_run` logs offline, says so in one line with the ``wandb sync`` command that uploads
-the run later, and never waits on wandb's login prompt. The run's files go under ``$WANDB_DIR``
-when set, else the run's own folder. Train and eval runs of one trained scheme share one group
-(:func:`run_group`, ``grid[symmetric,asymmetric]`` for a grid-trained model); ``job_type`` tells
-them apart.
+One W&B run per ``eval.py`` call, grouped by the scheme the weights were trained with as their train run is
+(:func:`run_group`; ``job_type`` tells them apart), named by :func:`eval_run_name`; its config is the results row
+and the training run's id, so the cross matrix is rebuilt from a project's runs (:func:`rows_of_runs`). Each logs
+its result rows and the tables of the whole results file (:func:`log_evaluations`). Rank 0 only. The API key is
+read by wandb itself (``WANDB_API_KEY`` or ``wandb login``); nothing here writes it anywhere. A run is never lost
+to its logger: where online cannot work, :func:`start_run` logs offline, in one line, never waiting on a prompt.
 """
 
 from __future__ import annotations
@@ -126,16 +118,14 @@ def start_run(
             return wandb.init(**init, mode=mode)
         except wandb.errors.Error as err:  # the key refused, the server gone mid-way: keep the run
             reason = f"W&B refused the online run ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
-    if reason:  # this line says it all: wandb's own dozen lines about the offline run are silenced
-        init["settings"] = wandb.Settings(silent=True)
-    run = wandb.init(**init, mode="offline" if reason else mode)
-    if reason:
-        synced = Path(run.dir).parent  # <dir>/wandb/offline-run-<time>-<id>/files
-        print(
-            f"W&B: {reason}: logging offline to {synced}; upload it later with `wandb sync {synced}`",
-            file=sys.stderr,
-            flush=True,
-        )
+    # this line says it all: wandb's own dozen lines about the offline run are silenced
+    run = wandb.init(**init, mode="offline", settings=wandb.Settings(silent=True))
+    synced = Path(run.dir).parent  # <dir>/wandb/offline-run-<time>-<id>/files
+    print(
+        f"W&B: {reason}: logging offline to {synced}; upload it later with `wandb sync {synced}`",
+        file=sys.stderr,
+        flush=True,
+    )
     return run
 
 

@@ -122,12 +122,12 @@ def cmd_folder(args: argparse.Namespace) -> None:
         check_same_classes(read_index(args.classes_from).classes, classes)
     files, not_images = listed_images(args.src, classes)
     samples, source = file_samples(args.src, files), f"folder {args.src.resolve()}"
-    write_split(args, samples, classes, args.out, args.split or args.src.resolve().name, source, not_images)
+    write_split(args, samples, classes, args.out_dir, args.split or args.src.resolve().name, source, not_images)
 
 
 def cmd_ilsvrc_train(args: argparse.Namespace) -> None:
     classes, samples, not_images = train_samples(args.src)
-    write_split(args, samples, classes, args.out, args.split, f"ilsvrc-train {args.src.resolve()}", not_images)
+    write_split(args, samples, classes, args.out_dir, args.split, f"ilsvrc-train {args.src.resolve()}", not_images)
 
 
 def cmd_ilsvrc_val(args: argparse.Namespace) -> None:
@@ -135,7 +135,7 @@ def cmd_ilsvrc_val(args: argparse.Namespace) -> None:
     if args.classes_from:
         check_same_classes(read_index(args.classes_from).classes, classes)
     source = f"ilsvrc-val {args.val_dir.resolve()} --labels {args.labels.resolve()}"
-    write_split(args, file_samples(args.val_dir, files), classes, args.out, args.split, source)
+    write_split(args, file_samples(args.val_dir, files), classes, args.out_dir, args.split, source)
 
 
 def cmd_imagenet(args: argparse.Namespace) -> None:
@@ -195,7 +195,7 @@ def first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
 
 def cmd_check(args: argparse.Namespace) -> None:
     try:
-        print(check_split(read_index(args.out), deep=args.deep))
+        print(check_split(read_index(args.out_dir), deep=args.deep))
     except (ShardError, OSError) as err:  # a problem with the shards, not with the command: status 1
         fail(str(err), status=1)
 
@@ -279,23 +279,13 @@ def _few(problems: list[str]) -> str:
 
 def shard_options(sub: argparse.ArgumentParser) -> None:
     """The options of every converting command: the shard size, the shuffle's seed, the file limit."""
+    about = "images per shard (%(default)s)"
+    sub.add_argument("--shard-size", type=shard_size, default=DEFAULT_SHARD_SIZE, metavar="N", help=about)
+    about = "of the shuffle that mixes the classes (%(default)s)"
+    sub.add_argument("--seed", type=int, default=0, metavar="S", help=about)
+    about = f"a larger file is not read: skipped and listed as unreadable ({MAX_FILE_MB}, as data.max_file_mb)"
     sub.add_argument(
-        "--shard-size",
-        type=shard_size,
-        default=DEFAULT_SHARD_SIZE,
-        metavar="N",
-        help="images per shard (%(default)s)",
-    )
-    sub.add_argument(
-        "--seed", type=int, default=0, metavar="S", help="of the shuffle that mixes the classes (%(default)s)"
-    )
-    sub.add_argument(
-        "--max-file-mb",
-        dest="max_file_bytes",
-        type=file_limit,
-        default=MAX_FILE_BYTES,
-        metavar="MIB",
-        help=f"a larger file is not read: skipped and listed as unreadable ({MAX_FILE_MB}, as data.max_file_mb)",
+        "--max-file-mb", dest="max_file_bytes", type=file_limit, default=MAX_FILE_BYTES, metavar="MIB", help=about
     )
 
 
@@ -305,11 +295,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def command(name: str, about: str, run) -> argparse.ArgumentParser:
+    def command(name: str, about: str, run, *paths: str) -> argparse.ArgumentParser:
+        """The subcommand ``name`` that calls ``run``; ``paths``: the metavars of its positional arguments."""
         sub = commands.add_parser(
             name, help=about, description=about, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter
         )
         sub.set_defaults(run=run)
+        for metavar in paths:
+            sub.add_argument(metavar.lower(), type=Path, metavar=metavar)
         return sub
 
     def split_option(sub: argparse.ArgumentParser, default: str | None) -> None:
@@ -318,23 +311,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     class_list = "the train split's index.json: require its class list"
 
-    sub = command("folder", "convert one image folder split, SRC/<class>/<image>", cmd_folder)
-    sub.add_argument("src", type=Path, metavar="SRC")
-    sub.add_argument("out", type=Path, metavar="OUT_DIR")
+    sub = command("folder", "convert one image folder split, SRC/<class>/<image>", cmd_folder, "SRC", "OUT_DIR")
     sub.add_argument("--classes-from", type=Path, metavar="INDEX", help=class_list)
     split_option(sub, None)
     shard_options(sub)
 
     about = "convert ILSVRC2012_img_train.tar, a folder of the class tars in it, or extracted class folders"
-    sub = command("ilsvrc-train", about, cmd_ilsvrc_train)
-    sub.add_argument("src", type=Path, metavar="SRC")
-    sub.add_argument("out", type=Path, metavar="OUT_DIR")
+    sub = command("ilsvrc-train", about, cmd_ilsvrc_train, "SRC", "OUT_DIR")
     split_option(sub, "train")
     shard_options(sub)
 
-    sub = command("ilsvrc-val", "convert the flat ILSVRC2012 val/ folder", cmd_ilsvrc_val)
-    sub.add_argument("val_dir", type=Path, metavar="VAL_DIR")
-    sub.add_argument("out", type=Path, metavar="OUT_DIR")
+    sub = command("ilsvrc-val", "convert the flat ILSVRC2012 val/ folder", cmd_ilsvrc_val, "VAL_DIR", "OUT_DIR")
     labels = f"{SOLUTION_CSV} (Kaggle) or the devkit's {GROUND_TRUTH}"
     sub.add_argument("--labels", type=Path, required=True, metavar="FILE", help=labels)
     devkit = "the extracted ILSVRC2012_devkit_t12/ or its data/meta.mat, for the devkit's labels (default: beside them)"
@@ -344,19 +331,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     shard_options(sub)
 
     about = "convert both ImageNet splits found under RAW_ROOT into OUT_ROOT/train and OUT_ROOT/val"
-    sub = command("imagenet", about, cmd_imagenet)
-    sub.add_argument("raw_root", type=Path, metavar="RAW_ROOT")
-    sub.add_argument("out_root", type=Path, metavar="OUT_ROOT")
+    sub = command("imagenet", about, cmd_imagenet, "RAW_ROOT", "OUT_ROOT")
     labels = f"val labels (default: the first of {', '.join(LABEL_SOURCES)} under RAW_ROOT)"
     sub.add_argument("--labels", type=Path, metavar="FILE", help=labels)
     devkit = "as for ilsvrc-val (default: RAW_ROOT/ILSVRC2012_devkit_t12)"
     sub.add_argument("--devkit", type=Path, metavar="PATH", help=devkit)
     shard_options(sub)
 
-    sub = command(
-        "check", "verify a converted split (every byte, against its checksums) and print its summary", cmd_check
-    )
-    sub.add_argument("out", type=Path, metavar="OUT_DIR")
+    about = "verify a converted split (every byte, against its checksums) and print its summary"
+    sub = command("check", about, cmd_check, "OUT_DIR")
     sub.add_argument("--deep", action="store_true", help="also decode every image, as validation does")
 
     args = parser.parse_args(argv)

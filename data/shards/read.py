@@ -1,8 +1,8 @@
 """Read shards as batches: split over ranks and loader workers, resumable mid-epoch, exact-once for evaluation.
 
-Why a reader of our own rather than ``webdataset``, mosaicml-streaming or litdata: the index
-gives every shard's count, so an epoch is a *plan* computed from (seed, epoch, rank, worker)
-alone before a byte is read, and a step is a fixed set of sample positions in it:
+The index gives every shard's count, so an epoch is a *plan* computed from (seed, epoch, rank, worker)
+alone before a byte is read (why not webdataset, streaming or litdata: docs/cluster.md), and a step is
+a fixed set of sample positions in it:
 
 * **train**: the shard order is shuffled per epoch, and each shard's samples within it; the
   concatenation is the epoch's sequence. Rank r takes the r-th of ``world_size`` equal
@@ -16,11 +16,6 @@ alone before a byte is read, and a step is a fixed set of sample positions in it
 * **evaluation**: no shuffle, every sample in exactly one contiguous range, none dropped, none
   repeated, whatever the world size.
 * augmentation is seeded per sample from (seed, epoch, position), as for image folders.
-
-webdataset reaches equal rank lengths by resampling or ``with_epoch`` (repeats and drops), and
-resumes at epoch boundaries; streaming and litdata resume mid-epoch but store their own formats
-rather than tar files other tools read. These shards stay plain WebDataset tars
-(``webdataset.WebDataset`` and timm's ``wds/`` reader iterate them: tests/data/test_shards_convert.py).
 
 Every sample's image and label are checked against the CRC-32 the conversion recorded, as they
 are read (as TFRecord's reader checks each record): a sample whose bytes or label changed is

@@ -1,11 +1,7 @@
 """Copy a list of images into shards (:mod:`data.shards.index`); ``python -m data.shards`` runs it.
 
-Shard size. :data:`~data.shards.index.DEFAULT_SHARD_SIZE` is 1,024 images. ImageNet's
-JPEGs average ~110 kB, so a shard is ~112 MB: large enough to amortise the cost of opening
-a file (a metadata round trip on Lustre, NFS or an object store) over ~1,000 images, small
-enough that a loader worker holds a whole shard in memory for its in-shard shuffle, and it
-makes 1,252 train shards, enough to spread over hundreds of rank x worker readers, and 49
-val shards.
+Shard size. :data:`~data.shards.index.DEFAULT_SHARD_SIZE` is 1,024 images, ~112 MB of ImageNet's
+JPEGs (~110 kB each): why this many, docs/cluster.md.
 
 Order. The samples, sorted by key, are shuffled once with ``seed`` and cut into shards in
 that order, so every shard holds a random mix of classes and a loader that shuffles shards

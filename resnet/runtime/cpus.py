@@ -55,8 +55,7 @@ def cgroup_cpu_quota(proc_cgroup: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) 
                 if base.is_dir():
                     limits += [_v1_limit(d) for d in _ancestors(base, path)]
                     break
-    found = [limit for limit in limits if limit is not None]
-    return min(found) if found else None
+    return min((limit for limit in limits if limit is not None), default=None)
 
 
 def _ancestors(base: Path, path: str) -> list[Path]:

@@ -46,9 +46,7 @@ class Runtime:
         non_blocking = self.device.type == "cuda"
         if hasattr(images, "decode"):  # data.decode=gpu: encoded JPEGs, decoded on the device (data.gpu_decode)
             images = images.decode(self.device)
-        images = images.to(self.device, non_blocking=non_blocking)
-        labels = labels.to(self.device, non_blocking=non_blocking)
-        return images, labels
+        return images.to(self.device, non_blocking=non_blocking), labels.to(self.device, non_blocking=non_blocking)
 
     def memory_format(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x

@@ -19,7 +19,7 @@ that timeout and NCCL's own a minute more, so that a peer that stalls between st
 from Python first; one lost while a survivor waits on its GPU (a loss read, GradScaler's check)
 is ended by NCCL's watchdog after that minute more, with NCCL's words and no line of ours
 (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, set unless the user set it: the one variable this module
-sets). The GPU path is not tested here: it needs two GPUs. Nothing here mutates configs or builtins.
+sets). The GPU path is not tested here: it needs two GPUs.
 """
 
 from __future__ import annotations
@@ -146,11 +146,8 @@ def _srun_launch(env: Mapping[str, str]) -> Launch:
             "sbatch/salloc allocation, or export MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK yourself"
         )
     world = int(env["SLURM_STEP_NUM_TASKS"])
-    per_node = tasks_per_node(
-        env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""),
-        node=int(env.get("SLURM_NODEID", "0")),
-        default=world,
-    )
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "")
+    per_node = tasks_per_node(spec, node=int(env.get("SLURM_NODEID", "0")), default=world)
     hosts = expand_hostlist(nodelist) if nodelist else []
     return Launch(
         "srun",

@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 
 import torch.utils.data
 
@@ -47,7 +48,7 @@ class DataLoader(torch.utils.data.DataLoader):
     """``torch.utils.data.DataLoader``; a dead worker is one ``RuntimeError`` from ``next()``."""
 
     def __init__(self, *args, **kwargs):
-        kwargs["worker_init_fn"] = _ExitOnDroppedBatch(kwargs.get("worker_init_fn"))
+        kwargs["worker_init_fn"] = partial(_exit_on_dropped_batch, kwargs.get("worker_init_fn"))
         super().__init__(*args, **kwargs)
 
     def __iter__(self):
@@ -112,17 +113,12 @@ def _dead_worker(iterator, wait_s: float) -> str | None:
         time.sleep(0.05)
 
 
-class _ExitOnDroppedBatch:
+def _exit_on_dropped_batch(user_init, worker_id: int) -> None:
     """A worker's ``worker_init_fn``: the user's, after making the worker exit where its queue's
     feeder thread fails to send a batch (Python's queue prints the error and drops the batch)."""
-
-    def __init__(self, user_init=None):
-        self.user_init = user_init
-
-    def __call__(self, worker_id: int) -> None:
-        multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(_batch_dropped)
-        if self.user_init is not None:
-            self.user_init(worker_id)
+    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(_batch_dropped)
+    if user_init is not None:
+        user_init(worker_id)
 
 
 def _batch_dropped(err: BaseException, obj: object) -> None:

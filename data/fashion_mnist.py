@@ -43,9 +43,9 @@ def find_root(root: str | Path | None = None) -> Path:
     of the folders above; fails with one line saying what to type instead."""
     if root is not None:
         root = Path(root)
-        if all((root / name).is_file() for name in FILES):
-            return root
         missing = [name for name in FILES if not (root / name).is_file()]
+        if not missing:
+            return root
         where = f"lacks {', '.join(missing)}" if root.is_dir() else "is not a folder"
         raise FileNotFoundError(
             f"data.root={root} {where}: Fashion-MNIST needs a folder holding {', '.join(FILES)}; pass "

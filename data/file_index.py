@@ -51,11 +51,8 @@ class FileIndex:
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, int]], prefix: str = "") -> FileIndex:
         """The index of ``(path, label)`` pairs; every path must start with ``prefix``."""
-        paths, labels = [], []
-        for path, label in pairs:
-            paths.append(path)
-            labels.append(label)
-        return cls.from_paths(paths, np.asarray(labels, dtype=np.int32), prefix)
+        pairs = list(pairs)
+        return cls.from_paths([path for path, _ in pairs], np.array([label for _, label in pairs], np.int32), prefix)
 
     @classmethod
     def from_paths(cls, paths: Sequence[str], labels: np.ndarray, prefix: str = "") -> FileIndex:

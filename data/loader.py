@@ -46,6 +46,7 @@ What the trainer does::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -67,7 +68,7 @@ from .transforms import RandomResizedCropFlip, ResizeCenterCrop
 
 
 @dataclass
-class Loaders:
+class Loaders(AbstractContextManager):
     train: DataLoader
     val: DataLoader
     num_classes: int
@@ -97,9 +98,6 @@ class Loaders:
         for loader in (self.train, self.val):
             if isinstance(loader, DataLoader):
                 loader.close()
-
-    def __enter__(self) -> Loaders:
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

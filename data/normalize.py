@@ -38,13 +38,6 @@ PREPROCESSING: dict[str, Preprocessing] = {
 }
 
 
-def get_preprocessing(name: str) -> Preprocessing:
-    """The scheme called ``name``; unknown names fail listing the valid ones."""
-    if name not in PREPROCESSING:
-        raise ValueError(f"unknown preprocessing {name!r}; choose one of {', '.join(PREPROCESSING)}")
-    return PREPROCESSING[name]
-
-
 class Normalize(nn.Module):
     """Map a batch of pixels (uint8, or float on the 0-255 scale) to float32 network input.
 
@@ -55,7 +48,9 @@ class Normalize(nn.Module):
 
     def __init__(self, preprocessing: str = "torch"):
         super().__init__()
-        spec = get_preprocessing(preprocessing)
+        if preprocessing not in PREPROCESSING:
+            raise ValueError(f"unknown preprocessing {preprocessing!r}; choose one of {', '.join(PREPROCESSING)}")
+        spec = PREPROCESSING[preprocessing]
         self.preprocessing = preprocessing
         self.bgr = spec.bgr
         mean = torch.tensor(spec.mean, dtype=torch.float64)

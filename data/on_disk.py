@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from .files import MAX_FILE_BYTES
@@ -100,21 +101,20 @@ class Folders(OnDisk):
         val/, labelled by ``val_labels`` (and ``devkit``), found under ``root`` when not given.
         ``max_file_bytes``: as :meth:`open_training`'s."""
         (folder,) = self.split_dirs(root, split, purpose=" evaluation" if split == "val" else "")
+        image_folder = partial(ImageFolder, folder, transform, max_file_bytes=max_file_bytes)
         if split == "train":
-            return ImageFolder(folder, transform, max_file_bytes=max_file_bytes), None
+            return image_folder(), None
         from .ilsvrc import is_flat_val, open_flat_val
 
         if is_flat_val(folder):
             return open_flat_val(root, folder, transform, val_labels, devkit, max_file_bytes), None
         if (train_dir := Path(root) / "train").is_dir():
-            return ImageFolder(folder, transform, classes=find_classes(train_dir), max_file_bytes=max_file_bytes), None
+            return image_folder(classes=find_classes(train_dir)), None
         if not self.wnid_folders:
-            return ImageFolder(folder, transform, max_file_bytes=max_file_bytes), None
+            return image_folder(), None
         from .testsets import imagenet_wnids
 
-        dataset = ImageFolder(
-            folder, transform, classes=list(imagenet_wnids()), subset=True, max_file_bytes=max_file_bytes
-        )
+        dataset = image_folder(classes=list(imagenet_wnids()), subset=True)
         if len(dataset.present) == len(dataset.classes):
             return dataset, None
         return dataset, (

@@ -34,6 +34,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import IO
 
 from tqdm import tqdm
@@ -55,23 +56,13 @@ def progress_mode(stream: IO | None = None, environ: Mapping[str, str] | None = 
         return forced
     if forced not in ("", "auto"):
         raise ConfigError(f"{ENV}={environ[ENV]!r}: use bar, lines, off or auto")
-    if slurm_batch(environ) or not isatty(stream):
+    interactive = environ.get("SLURM_PTY_PORT") or environ.get("SLURM_JOB_NAME") in INTERACTIVE_JOB_NAMES
+    if environ.get("SLURM_JOB_ID") and not interactive:  # a SLURM job that no one watches on a terminal
         return "lines"
-    return "bar"
-
-
-def slurm_batch(environ: Mapping[str, str]) -> bool:
-    """Inside a SLURM job that no one watches on a terminal."""
-    if not environ.get("SLURM_JOB_ID"):
-        return False
-    return not environ.get("SLURM_PTY_PORT") and environ.get("SLURM_JOB_NAME") not in INTERACTIVE_JOB_NAMES
-
-
-def isatty(stream: IO | None) -> bool:
     try:
-        return bool(stream is not None and stream.isatty())
+        return "bar" if stream is not None and stream.isatty() else "lines"
     except (AttributeError, ValueError):  # no isatty, or a closed file
-        return False
+        return "lines"
 
 
 def duration(seconds: float) -> str:
@@ -81,7 +72,7 @@ def duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
-class Progress:
+class Progress(AbstractContextManager):
     """A bar or plain lines over ``total`` units (None: unknown), from ``initial`` (a resumed
     epoch); ``enabled=False`` (another rank, ``progress=False``) shows nothing. ``every``: a
     line each time the count passes a multiple of it (lines mode; 0: only at :meth:`log` and
@@ -144,20 +135,15 @@ class Progress:
             self._line()
         self.mode = "off"  # closed: a second close prints nothing
 
-    def __enter__(self) -> Progress:
-        return self
-
     def __exit__(self, *exc) -> None:
         self.close()
 
     def line(self, fields: Mapping[str, str] | None = None) -> str:
         """The plain line for the count now (module docstring)."""
         elapsed = time.perf_counter() - self.start
-        count = f"{self.n:,}/{self.total:,}" if self.total else f"{self.n:,}"
+        count = f"{self.n:,} {self.unit}"
         if self.total:
-            count += f" {self.unit} ({100 * self.n // self.total}%)"
-        else:
-            count += f" {self.unit}"
+            count = f"{self.n:,}/{self.total:,} {self.unit} ({100 * self.n // self.total}%)"
         parts = [f"{self.desc}: {count}"]
         fields = dict(fields or {})
         if "img/s" not in fields and self.images and elapsed > 0:

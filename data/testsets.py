@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from .file_index import FileIndex
 from .files import MAX_FILE_BYTES
@@ -171,10 +172,7 @@ def _real(folder: Path, transform, real_labels: str | None, max_file_bytes: int)
         )
     if not samples:
         raise FileNotFoundError(f"no ImageNet val image with a ReaL label under {folder}")
-    widest = max(len(s) for s in labels)
-    sets = torch.full((len(labels), widest), -1, dtype=torch.int64)
-    for row, valid in enumerate(labels):
-        sets[row, : len(valid)] = torch.tensor(valid, dtype=torch.int64)
+    sets = pad_sequence([torch.tensor(row, dtype=torch.int64) for row in labels], batch_first=True, padding_value=-1)
     note = None
     if unlabelled:
         note = f"left out {unlabelled} of {len(paths)} images that have no ReaL label (as the ReaL paper does)"

@@ -12,6 +12,11 @@ from typing import NoReturn
 
 from hydra.errors import CompactHydraException
 
+# docs/faults.md: a config error exits with status 2, under every launcher. (torchrun then adds its own
+# report of a failed worker below the one line; a status of 0 would spare it, and tell a script
+# or a scheduler that a run which never started had succeeded.)
+CONFIG_ERROR_STATUS = 2
+
 
 @contextmanager
 def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
@@ -32,8 +37,6 @@ def one_line_errors(program: str, training: bool = False) -> Iterator[None]:
     try:
         yield
     except ConfigError as err:  # every rank sees the same config: the line is printed once, by rank 0
-        from .config_exit import CONFIG_ERROR_STATUS, launched_rank
-
         leave(f"error: {err}", CONFIG_ERROR_STATUS, show=launched_rank() == 0)
     except WeightsError as err:
         leave(f"{program}: {err}", 1)
@@ -71,13 +74,31 @@ def _training_error(err: RuntimeError) -> None:
     from ..engine.runlog import ending_line  # the same words as the run's train.log ends with
     from ..job.checkpointer import AgreedFailure
     from ..job.preempt import Stopped
-    from .config_exit import launched_rank
 
     if isinstance(err, (NonFiniteLoss, RunFailed)):  # one line, no traceback: the run failed (a peer lost: 75)
         agreed = isinstance(err, AgreedFailure)  # every rank has it: rank 0 says it
         leave(ending_line(err), getattr(err, "status", 1), show=not agreed or launched_rank() == 0)
     if isinstance(err, Stopped):  # a stop signal: saved; 0 when the requeued job goes on, else 143, 130, 129 or 3
         leave(ending_line(err), err.status, show=launched_rank() == 0)  # every rank stopped at one step: one line
+
+
+def launched_rank() -> int:
+    """This process's rank as its launcher set it (torchrun, srun, submitit), 0 for a plain run."""
+    from ..runtime.distributed import LaunchError, detect_launch
+
+    try:
+        return detect_launch().rank
+    except (LaunchError, ValueError, ImportError):  # a launcher's variables half set: say it anyway
+        return 0
+
+
+def exit_config_error(message: str) -> NoReturn:
+    """Print ``error: <message>`` on rank 0 only (every rank sees the same config) and exit with
+    :data:`CONFIG_ERROR_STATUS`: a value a command cannot use, whether Hydra found it composing the
+    config (:func:`resnet.cli.hydra_app.run_main`) or a check did afterwards."""
+    if launched_rank() == 0:
+        print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    raise SystemExit(CONFIG_ERROR_STATUS)
 
 
 def tell_torchrun(line: str) -> None:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ..figures import plot_sampling_grid
-from .config_exit import exit_config_error
+from .errors import exit_config_error
 
 DESCRIPTION = "The sampling grid of stride-2 layers, measured on the real layers and drawn."  # --help's first line
 DEFAULT_OUT = Path("docs/sampling_grid.png")

@@ -31,8 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..command_lines import started_from_checkout, unreadable_override
 from ..config import ConfigError, compose, config_dir, padding_overrides, register_configs
 from ..padding import SCHEME_NAME
-from .config_exit import exit_config_error
-from .errors import JobEnded, one_line_errors
+from .errors import JobEnded, exit_config_error, one_line_errors
 
 FULL_ERROR = "HYDRA_FULL_ERROR"  # "1": Hydra raises its errors instead of printing them and exiting 1
 # Options that point Hydra at the user's own configs: their groups and keys are not the ones checked here
@@ -45,7 +44,7 @@ RootConfig = Callable[[], DictConfig | None]  # the command's config, composed w
 def run_main(main: Callable[[], object], config_name: str) -> None:
     """Call a ``@hydra.main`` function of ``configs/<config_name>.yaml`` on the command line's
     overrides as :func:`checked_overrides` leaves them; a config Hydra cannot compose ends in one
-    line, status 2 (:func:`resnet.cli.config_exit.exit_config_error`). With ``HYDRA_FULL_ERROR=1``
+    line, status 2 (:func:`resnet.cli.errors.exit_config_error`). With ``HYDRA_FULL_ERROR=1``
     set by the user, Hydra's own report, traceback included, is left as it is."""
     try:
         sys.argv[1:] = checked_overrides(sys.argv[1:], config_name)

@@ -15,7 +15,7 @@ from ..archs import ARCHS, canonical_name
 from ..inspect import format_pad_tables
 from ..padding import PRESETS
 from .arguments import scheme_name
-from .config_exit import exit_config_error
+from .errors import exit_config_error
 
 DESCRIPTION = "Which pad every strided layer of a model applies at a given input size."  # --help's first line
 

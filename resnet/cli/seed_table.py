@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..config import ConfigError, compose, padding_overrides
 from ..padding import PRESETS, resolve_padding
-from .config_exit import launched_rank
+from .errors import launched_rank
 from .hydra_app import hydra_command
 
 

@@ -24,10 +24,7 @@ _ARCH_FIELDS = ("preprocessing", "eval_size", "bn_eps")
 
 def load_model(path: str | os.PathLike, input_size: int | tuple[int, int] | None = None) -> ResNet:
     """Rebuild the recorded model under its recorded padding, load its weights, eval mode.
-
-    ``input_size`` freezes every pad for that size (see ``build_model``). To run the same
-    weights under another scheme: ``resnet.with_padding(load_model(path), scheme)``.
-    """
+    ``input_size`` freezes every pad for that size (see ``build_model``)."""
     return model_from_checkpoint(load_checkpoint(path), input_size, where=path)
 
 
@@ -80,10 +77,7 @@ def load_weights(
     checkpoint records (``checkpoint["meta"]["arch"]``); when it is not ``model.meta.arch``
     the weights are refused even if every shape fits (resnet50 and resnet50_v1 share them
     but stride in different convs), and the message names both architectures and how to
-    load the file as what it is. Otherwise it counts the missing and unexpected keys
-    (naming a few) and the shape mismatches (showing one or two), where
-    ``model.load_state_dict`` would print every key on a line of its own.
-    A DDP or ``torch.compile`` wrapper is looked through. Returns ``model``.
+    load the file as what it is. A DDP or ``torch.compile`` wrapper is looked through. Returns ``model``.
     """
     target = _unwrap(model)
     _check_state_dict(state_dict, where)

@@ -20,12 +20,9 @@ _PLAIN_TYPES = (str, bytes, int, float, bool, type(None), torch.Size, torch.dtyp
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, **extra) -> Path:
-    """Write ``{"format": FORMAT, "model": state_dict, "meta": model.meta, **extra}`` to ``path`` atomically.
-
-    The dict goes to a temporary file next to ``path``, is flushed to disk, then renamed
-    over ``path``: a crash at any point leaves either the old file or the new one.
-    Raises ``TypeError`` (before writing anything) if an entry is not plain data.
-    """
+    """Write ``{"format": FORMAT, "model": state_dict, "meta": model.meta, **extra}`` to ``path`` atomically:
+    a crash at any point leaves either the old file or the new one. Raises ``TypeError`` (before writing
+    anything) if an entry is not plain data."""
     path = Path(path)
     model = _unwrap(model)
     meta = getattr(model, "meta", None)

@@ -1,15 +1,9 @@
 """Distributed setup shared by training and evaluation: who launched this process, where it runs.
 
-Four launchers, read in this order (the first that applies wins):
-
-* **torchrun** (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT`` set by its agent);
-* **submitit** (hydra-submitit-launcher, ``SUBMITIT_EXECUTOR``): ``submitit.JobEnvironment``,
-  which reads SLURM's variables on a cluster and its own on the local executor;
-* **srun** (``SLURM_PROCID``): one process per SLURM task. Rank, local rank and world size are the
-  step's task identity; the master is the first node of the step's node list and the port is
-  derived from the job id (the same on every task and after a requeue). ``MASTER_ADDR`` /
-  ``MASTER_PORT`` exported by the job script win over both;
-* plain ``python``: one process.
+Four launchers, read in this order, the first that applies winning (docs/cluster.md): torchrun's
+variables; submitit's ``JobEnvironment`` (``SUBMITIT_EXECUTOR``); srun's task identity
+(``SLURM_PROCID``), the port derived from the job id so that it is the same on every task and after
+a requeue; plain ``python``, one process.
 
 Each process uses ``cuda:<local rank>`` (or ``cuda:0`` where SLURM bound one GPU per task), NCCL on
 GPU, gloo on CPU. Every collective waits at most ``timeout`` seconds (the run config's
@@ -25,6 +19,7 @@ sets). The GPU path is not tested here: it needs two GPUs.
 from __future__ import annotations
 
 import ctypes
+import functools
 import ipaddress
 import os
 import re
@@ -161,16 +156,12 @@ def _srun_launch(env: Mapping[str, str]) -> Launch:
     )
 
 
-_launched_at: list[datetime] = []
-
-
+@functools.cache
 def launch_time() -> datetime:
     """When this launch started: now, at the first call in this process; under torchrun, the time of
     whichever worker asked first, read from torchrun's store by every worker, so that every process
     names the same run dir (``${launch_time:...}`` in train.yaml), across ``--max-restarts`` too.
     Hydra's ``${now:...}`` is each process's own clock: a worker a second late made a folder of its own."""
-    if _launched_at:
-        return _launched_at[0]
     now = datetime.now()
     env = os.environ
     if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in env and "MASTER_PORT" in env:
@@ -182,7 +173,6 @@ def launch_time() -> datetime:
             now = datetime.fromisoformat(first.decode())
         except (RuntimeError, ValueError, OSError):  # no store to ask: this process's own time
             pass
-    _launched_at.append(now)
     return now
 
 

@@ -3,9 +3,8 @@
 Datasets are those of :mod:`data.registry`, each opening its own split (``imagenet``,
 ``imagefolder``: ``root/val/<class>/*``, or the raw flat ILSVRC2012 ``val/`` with its labels file;
 ``imagenet_shards``: ``root/val`` tar shards; an in-memory dataset: its val split), and the
-ImageNet test sets (:mod:`data.testsets`). Every image
-goes to exactly one process (:class:`data.ShardSampler`, :class:`data.shards.ShardBatches`), so
-all-reduced sums count the split exactly once.
+ImageNet test sets (:mod:`data.testsets`). Every image goes to exactly one process
+(:class:`data.ShardSampler`, :class:`data.shards.ShardBatches`), so all-reduced sums count the split exactly once.
 
 For image folders the decode and resize run in the loader's workers. A single-crop
 batch arrives centre-cropped (``data.decode.decode_resize_center_crop``, the same path
@@ -28,7 +27,7 @@ from data.batch import BadImage, pass_batch
 from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
 from data.files import MAX_FILE_BYTES
-from data.registry import Folders, InMemory, OnDisk, Shards, find, names
+from data.registry import InMemory, OnDisk, Shards, find, names
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
 
 CROP_COUNTS = (1, 2, 10)  # the crops= protocols: centre; centre and its flip; corners + centre and flips
@@ -151,7 +150,14 @@ def build_eval_loader(
     ``take``: score that many of the split's images, spread over it (shards: the first that
     many); None: all. ``max_file_bytes``: ``data.max_file_mb`` in bytes, a larger file is skipped
     unread and counted."""
-    entry = _entry(name, split)
+    entry = find(name)  # None: a test set
+    if entry is None and name not in TEST_SETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join([*names(), *TEST_SETS])}")
+    if split not in ("val", "train") or (split == "train" and entry is None):
+        raise ValueError(
+            f"data={name} has no {split} split to read here; use its training set's dataset "
+            "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)"
+        )
     labels, note, device_resize, in_chans = None, None, None, 3
     if protocol.crops in (1, 2):  # the centre crop (and its flip, made on the device)
         transform, collate_fn = ResizeCrop(protocol.resize, protocol.crop, protocol.interpolation), collate
@@ -188,19 +194,6 @@ def build_eval_loader(
     size = min(len(dataset), take or len(dataset))
     split_size = len(dataset) if size < len(dataset) else None
     return EvalData(loader, num_classes, in_chans, size, device_resize, labels, note, split_size)
-
-
-def _entry(name: str, split: str) -> InMemory | Folders | Shards | None:
-    """The registry's entry for ``name`` (None: a test set), or one line saying what to pass."""
-    entry = find(name)
-    if entry is None and name not in TEST_SETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join([*names(), *TEST_SETS])}")
-    if split not in ("val", "train") or (split == "train" and entry is None):
-        raise ValueError(
-            f"data={name} has no {split} split to read here; use its training set's dataset "
-            "(data=imagenet, imagefolder, imagenet_shards, or an in-memory one)"
-        )
-    return entry
 
 
 def check_root(name: str, root: str | None) -> None:

@@ -7,13 +7,8 @@ A batch is ``(images, labels)`` or a :class:`data.Batch` / :class:`resnet.evalua
 2. the input transform ``view`` (none for training's validation; the protocol's crop for
    ``eval.py``, where 10-crop turns ``[N, C, H, W]`` into ``[N * 10, C, crop, crop]``);
 3. normalise, forward under the runtime's autocast;
-4. the output reduction: the logits themselves for one crop, the mean softmax of each
-   image's crops for more (:func:`resnet.evaluation.tencrop.average_crops`); a head with
-   one class more than the data (TF-slim's background class) has that class dropped;
-5. top-1 / top-5 hits and the summed cross-entropy.
-
-Every process sees a disjoint shard and the sums are all-reduced, so ``n_images`` is the
-split's size exactly.
+4. the output reduction (:func:`reduce_outputs`: crops averaged, TF-slim's background class dropped);
+5. top-1 / top-5 hits and the summed cross-entropy, all-reduced over the processes' disjoint shards.
 """
 
 from __future__ import annotations

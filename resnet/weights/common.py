@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from ..archs import canonical_name
+from ..archs import ALIASES
 from ..checkpoint import CheckpointError, read_torch_file
 from ..checkpoint.errors import describe, error_line
 from ..checkpoint.load import shapes
@@ -81,8 +81,10 @@ class LoadedWeights:
 # --- files -------------------------------------------------------------------------
 
 
-def fetch(url: str, file: Path, download: bool, what: str) -> Path:
-    """``file`` if it is there; else download ``url`` to it when allowed, else say how."""
+def fetch(url: str, download: bool, what: str, file: Path | None = None) -> Path:
+    """``file`` (None: where ``torch.hub.load_state_dict_from_url`` caches ``url``) if it is there; else
+    download ``url`` to it when allowed, else say how."""
+    file = file or Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(url).path).name
     if file.is_file():
         return file
     if not download:
@@ -98,11 +100,6 @@ def fetch(url: str, file: Path, download: bool, what: str) -> Path:
             f"could not download {what} from {url} ({first_line(err)}); fetch it elsewhere and put it at {file}"
         ) from None
     return file
-
-
-def torch_hub_file(url: str) -> Path:
-    """Where ``torch.hub.load_state_dict_from_url`` caches ``url``."""
-    return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(url).path).name
 
 
 def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -159,10 +156,7 @@ def first_line(err: BaseException) -> str:
 
 def pick_arch(arch: str, valid: tuple[str, ...], caller: str, source_names: Iterable[str] = ()) -> str:
     """``arch`` (ours, or an alias) if the source can import it; else a line listing what it can."""
-    try:
-        name = canonical_name(arch)
-    except ValueError:
-        name = None
+    name = ALIASES.get(arch, arch)
     if name not in valid:
         names = tuple(source_names)
         also = f" (or the source's names: {', '.join(names)})" if names else ""

@@ -116,7 +116,7 @@ def published(name: str, download: bool = False) -> Path:
     """``ResNet50V2`` -> the ``keras.applications`` weights file (with the top), from Keras's cache."""
     file_name = f"{name.lower()}_weights_tf_dim_ordering_tf_kernels.h5"  # keras/src/applications/resnet.py
     cache = Path(os.environ.get("KERAS_HOME", "~/.keras")).expanduser() / "models"
-    return fetch(URL + file_name, cache / file_name, download, f"Keras {name} weights")
+    return fetch(URL + file_name, download, f"Keras {name} weights", cache / file_name)
 
 
 # Keras's weight names (legacy layout) and the order Keras 3 stores them in.

@@ -45,8 +45,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..archs import ALIASES
 from ..archs import ARCHS as ARCH_TABLE
-from ..archs import canonical_name
 from ..checkpoint import CheckpointError
 from ..checkpoint.errors import error_line
 from ..checkpoint.load import shapes
@@ -269,10 +269,7 @@ def _read_npy(archive: zipfile.ZipFile, member: str, path: Path) -> np.ndarray:
 
 def _pick(arch: str) -> str:
     name = _BY_SCOPE.get(arch, arch)
-    try:
-        name = canonical_name(name)
-    except ValueError:
-        name = None
+    name = ALIASES.get(name, name)
     if name in REFUSED.values():
         raise WeightsError(_refusal(arch, f"{arch}'s file"))
     if name not in ARCHS:

@@ -31,7 +31,6 @@ from .common import (
     import_state_dict,
     load_state_dict_file,
     pick_arch,
-    torch_hub_file,
 )
 
 ARCHS = (*tv.ARCHS, "resnext101_32x4d", "resnetv2_50", "resnetv2_101")
@@ -124,7 +123,7 @@ def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor
     if cfg.hf_hub_id:
         path = _hugging_face_file(cfg.hf_hub_id, cfg.hf_hub_filename, download, f"timm weights {name}")
     elif cfg.url:
-        path = fetch(cfg.url, torch_hub_file(cfg.url), download, f"timm weights {name}")
+        path = fetch(cfg.url, download, f"timm weights {name}")
     else:
         raise WeightsError(f"timm publishes no file for {name}")
     return load_state_dict_file(path), origin

@@ -27,7 +27,6 @@ from .common import (
     import_state_dict,
     load_state_dict_file,
     pick_arch,
-    torch_hub_file,
 )
 
 ARCHS = (
@@ -80,7 +79,7 @@ def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor
             "ResNeXt50_32X4D_Weights.IMAGENET1K_V2, Wide_ResNet50_2_Weights.DEFAULT"
         ) from None
     arch = type(weights).__name__.removesuffix("_Weights").lower()  # ResNeXt50_32X4D -> resnext50_32x4d
-    path = fetch(weights.url, torch_hub_file(weights.url), download, f"torchvision weights {name}")
+    path = fetch(weights.url, download, f"torchvision weights {name}")
     # weights.transforms is partial(ImageClassification, crop_size=224, ...): its keywords
     # over the class's own defaults (resize_size=256, bilinear) are the published protocol.
     defaults = inspect.signature(weights.transforms.func).parameters

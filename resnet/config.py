@@ -1,17 +1,7 @@
-"""Run configuration shared by ``train.py`` and ``eval.py``: what both read from a config.
-
-* :class:`ConfigError`: a value (or the data it points at) that cannot work; both scripts
-  print its one line and exit with status 2;
-* :func:`padding_from_config`: the ``+padding=...`` node, or None for the native padding;
-  :func:`padding_overrides`: the command-line overrides that select a scheme by name;
-* :func:`check_run_config`, :func:`check_data_config`: the checks that run before any work;
-* :func:`register_configs`: the ``model=<arch>`` and ``padding=<preset>`` options, generated
-  from the architecture table and the padding presets, so neither is written twice;
-* :func:`config_dir` and :func:`compose`: where the configs are, and a config composed from them
-  with overrides, as the commands see it (every command, the demo, the benchmarks and the tests);
-  :func:`data_config`: a dataset's :class:`data.DataConfig` from its YAML, outside Hydra.
-
-Where tensors run is :mod:`resnet.runtime.device`; how many loader workers, :mod:`resnet.runtime.workers`.
+"""Run configuration shared by the commands: what they read from a config and the checks that run
+before any work (a value that cannot work is one :class:`ConfigError` line, and exit status 2), the
+generated ``model=<arch>`` and ``padding=<preset>`` options, and the configs composed as the commands
+see them (:func:`compose`; :func:`data_config`, a dataset's :class:`data.DataConfig` outside Hydra).
 """
 
 from __future__ import annotations

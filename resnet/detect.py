@@ -1,9 +1,5 @@
 """Which padding preset were these weights trained with? Ask a few hundred labelled images.
 
-    resnet-detect weights=outputs/<date>/<time>/last.pt             # the built-in Fashion-MNIST
-    resnet-detect weights=timm:/models/model.safetensors data=imagenet data.root=/data/imagenet
-    resnet-detect weights=... data.root=/data/imagenet images=2000 out=ranking.json
-
 Weights of unknown origin run best under the sampling grid they were trained on
 (docs/padding.md: a mismatched stem costs 0.3-0.7 points of top-1 on ImageNet).
 :func:`detect_padding` runs the same weights under every preset of
@@ -17,13 +13,7 @@ Presets that pad every stride-2 layer identically at this input size (equal
 :func:`resnet.padding.layer_pad`; at odd sizes SAME is symmetric, so many collapse) are one
 group, evaluated once. Groups whose logits still agree on every image (a zero-padded max
 pool after a ReLU equals a -inf one) are merged too. Presets in one group are reported as
-indistinguishable, never picked between.
-
-The command, ``resnet-detect`` (:mod:`resnet.cli.detect`, ``configs/detect.yaml``), reads weights
-and images as ``eval.py`` does, then runs :func:`detect_padding`.
-
->>> report = detect_padding(model, loader, Normalize(model.meta.preprocessing), input_size=224)
->>> print(report)
+indistinguishable, never picked between. The command is ``resnet-detect`` (:mod:`resnet.cli.detect`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """ONNX export with every pad explicit and static, checked against onnxruntime.
 
-    resnet-export weights=outputs/<date>/<time>/last.pt out=tiny.onnx
-    resnet-export weights=timm:resnet50.a1_in1k out=resnet50.onnx download=true +padding=asymmetric
-
 TF 'SAME' layers compute their pad from the input size in ``forward``
 (``resnet.padding.SameConv2d``). An exported graph should not: a runtime that reads
 it must see the pads themselves, or it may re-derive them under its own convention
@@ -10,15 +7,9 @@ it must see the pads themselves, or it may re-derive them under its own conventi
 is frozen at one input size first, and the graph is checked afterwards. The batch
 dimension stays dynamic (named ``batch``).
 
-The exporter is torch's dynamo-based one. The TorchScript exporter (``dynamo=False``)
-still works offline in torch 2.14, but lowers each ``F.pad`` into a
-ConstantOfShape/Concat/Reshape/Slice/Transpose/Cast chain that computes the pads at
-run time; the dynamo exporter emits them as constants and folds pads into Conv.
-
-The command, ``resnet-export`` (:mod:`resnet.cli.export`, ``configs/export.yaml``), loads
-weights as ``eval.py`` does, exports them for their evaluation crop, runs random images of two
-batch sizes through onnxruntime and through PyTorch (:func:`check_onnx`), and only then moves
-the file into place.
+The exporter is torch's dynamo-based one: the TorchScript exporter (``dynamo=False``) lowers
+each ``F.pad`` into a chain of ops that computes the pads at run time; the dynamo exporter emits
+them as constants and folds pads into Conv. The command is ``resnet-export`` (:mod:`resnet.cli.export`).
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ weight is copied, the modules and parameters stay the same objects. Under each p
 outputs equal, bit for bit, those of a model built under that preset with the same weights
 (tests/models/test_grid.py), since each site pads as that preset's layer says it does
 (:func:`resnet.padding.layer_pad`, pad and mode) and calls the same op
-(:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`). A conv scheme
-whose layer pads with a mode a conv cannot run on is refused when the grid is made.
+(:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`).
 
 Training draws each step's preset from the list (:func:`draw`: a function of the seed and the
 step, so every process agrees and a resumed run draws the same). The checkpoint records the

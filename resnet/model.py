@@ -11,15 +11,7 @@ from torch import nn
 
 from .archs import ARCHS, Arch, arch_spec
 from .blocks import BLOCKS, BasicBlock, Block, Bottleneck, ConvFactory
-from .padding import (
-    Padding,
-    blur_pool,
-    freeze_padding,
-    init_blur_filters,
-    make_conv,
-    make_max_pool,
-    resolve_padding,
-)
+from .padding import Padding, blur_pool, freeze_padding, init_blur_filters, make_conv, make_max_pool, resolve_padding
 
 PREPROCESSING = ("torch", "caffe", "tf")
 

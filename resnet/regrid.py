@@ -13,11 +13,7 @@ remedies, each on a small sample of images and little compute:
   outputs plus, with ``features``, the distance of every stage's feature maps; a one-cycle LR,
   no labels needed.
 
->>> model = with_padding(trained, "symmetric")        # the same tensors, the new grid
->>> used = reestimate_bn(model, batches, normalize)   # images used
-
-The command, ``resnet-regrid`` (:mod:`resnet.cli.regrid`, ``configs/regrid.yaml``), re-grids
-the weights ``weights=`` names on a sample of training images and saves a checkpoint.
+The command is ``resnet-regrid`` (:mod:`resnet.cli.regrid`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Every key of the configs of ``configs/``, declared once (:data:`KEYS`): its type and range,
 its default in ``configs/train.yaml``, whether a resume may change it, and the one line the docs say.
 
-The YAML files give each key a default and a comment; they cannot say that ``epochs`` is a whole
-number or that ``optim.lr`` is positive, so an override such as ``optim.lr=abc`` would reach the
-optimizer and end in a traceback, and ``optim.lr=-1`` in torch's complaint about the *scaled*
+The YAML files cannot say that ``epochs`` is a whole number or that ``optim.lr`` is positive, so
+``optim.lr=abc`` would end in a traceback, ``optim.lr=-1`` in torch's complaint about the *scaled*
 value. :func:`schema_problems` checks every key of :data:`SCHEMA` that a composed config holds, before
-any work (:func:`resnet.config.check_run_config` raises the first as a one-line
-:class:`resnet.config.ConfigError`), quoting the override as typed.
-
-Keys whose values are names (``device``, ``amp``, ``loss``, ``grid_bn``, ``on_nonfinite``,
-``data_changed``) declare their ``choices`` here, checked with the rest in the same words
-(``amp=fp8: expected one of none, bf16, fp16, e.g. amp=none``); the code that acts on them reads the
-names from :func:`choices`. A padding preset and ``data.workers`` are checked in :mod:`resnet.config`.
+any work, quoting the override as typed. A key whose value is a name declares its choices here
+(:func:`names`), and the code that acts on it reads them from :func:`choices`. A padding preset and
+``data.workers`` are checked in :mod:`resnet.config`.
 
 From :data:`KEYS` come :data:`SCHEMA` (the checks), :data:`resnet.job.resume_rules.RULES` (what a
 resume may change) and the resume table of docs/training.md (:func:`resume_table`, written there

@@ -78,13 +78,8 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError(f"crops={list(cfg.crops)}: each must be 1 or 10, e.g. crops=[1,10]")
 
 
-def eval_base(scheme: str) -> DictConfig:
-    """configs/eval.yaml under ``+padding=<scheme>``, composed once per scheme (composing is slow)."""
-    return compose("eval", *padding_overrides(scheme))
-
-
 def eval_config(cfg: DictConfig, base: DictConfig, entry: Entry, crops: int) -> DictConfig:
-    """One evaluation of the table: ``base`` (:func:`eval_base`) with the table's data and settings."""
+    """One evaluation of the table: ``base`` (configs/eval.yaml under the scheme) with the table's data and settings."""
     ecfg = copy.deepcopy(base)
     with open_dict(ecfg):
         ecfg.data = cfg.data
@@ -111,7 +106,7 @@ def run(cfg: DictConfig) -> dict:
     writable_file(results_path(cfg.results_file), f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
     models = entries(cfg.table)
     plan = [(e, s, c) for e in models for s in cfg.schemes for c in cfg.crops]
-    bases = {scheme: eval_base(scheme) for scheme in cfg.schemes}
+    bases = {scheme: compose("eval", *padding_overrides(scheme)) for scheme in cfg.schemes}  # composing is slow
     rows, missing, failed = [], [], set()
     for number, (entry, scheme, crops) in enumerate(plan, start=1):
         if entry.arch in failed:
@@ -131,16 +126,9 @@ def run(cfg: DictConfig) -> dict:
             except (WeightsError, CheckpointError) as err:  # not in the cache, a bad file: the row says so
                 fill = str(err)
         failed.add(entry.arch)
-        missing.append(
-            {
-                "arch": entry.arch,
-                "weights": entry.weights,
-                "trained_padding": entry.preset,
-                "dataset": cfg.data.name,
-                "protocol": f"resize {entry.resize} → crop {entry.crop}",
-                "fix": fill,
-            }
-        )
+        model = {"arch": entry.arch, "weights": entry.weights, "trained_padding": entry.preset}
+        protocol = f"resize {entry.resize} → crop {entry.crop}"
+        missing.append(model | {"dataset": cfg.data.name, "protocol": protocol, "fix": fill})
         print(f"  missing: {fill}", flush=True)
     if launched_rank() != 0:
         return {"rows": rows, "missing": missing, "markdown": None}

@@ -3,9 +3,7 @@
 A split is a folder of ``<split>-000000.tar``, ``<split>-000001.tar``, ... in which each
 sample is two consecutive tar members, ``<key>.jpg`` (the source file's encoded bytes,
 unchanged, whatever their format) then ``<key>.cls`` (the class index in ASCII decimal).
-That is WebDataset's convention, so other tools read the shards as they are:
-``webdataset.WebDataset(urls)`` yields ``{"__key__", "jpg", "cls"}``, and timm's ``wds``
-reader takes ``split="train-{000000..001251}.tar|1281167"``.
+That is WebDataset's convention, so other tools read the shards as they are (docs/cluster.md).
 
 ``index.json`` says what the tars alone cannot without reading every header: the class
 list, each shard's image count (a loader splits the images over ranks and workers before

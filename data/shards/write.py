@@ -19,9 +19,6 @@ A kept shard is read once, for its checksums. Every member is written with the
 same metadata (mtime 0, uid/gid 0, no user or group names, mode 0444), so a conversion
 gives the same bytes every time.
 
-Checksums. Each sample's :func:`~data.shards.index.sample_checksum` is taken from the bytes as
-they are written and recorded in ``index.json``; ``python -m data.shards check`` compares them.
-
 Bytes are copied, never decoded or re-encoded: ImageNet's PNG and CMYK JPEGs under
 ``.JPEG`` names stay as they are, for the loader's decoder to handle (which also finds a file
 cut short). So only a failed read can drop an image, or a file larger than ``max_file_bytes``

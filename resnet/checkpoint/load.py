@@ -42,15 +42,10 @@ def model_from_checkpoint(
         recorded = {**recorded, "eval_size": recorded["input_size"]}
     overrides = {**recorded.get("overrides", {}), **{k: recorded[k] for k in _ARCH_FIELDS if k in recorded}}
     conv1 = state.get("conv1.weight")
+    in_chans = recorded.get("in_chans", conv1.shape[1] if conv1 is not None and conv1.ndim == 4 else 3)
+    built = {"in_chans": in_chans, "source": recorded.get("source", "scratch")}
     try:
-        model = build_model(
-            recorded["arch"],
-            recorded["num_classes"],
-            recorded["padding"],
-            in_chans=recorded.get("in_chans", conv1.shape[1] if conv1 is not None and conv1.ndim == 4 else 3),
-            source=recorded.get("source", "scratch"),
-            **overrides,
-        )
+        model = build_model(recorded["arch"], recorded["num_classes"], recorded["padding"], **built, **overrides)
     except (ValueError, TypeError, KeyError) as err:  # a padding site, an override this version lacks
         raise CheckpointError(
             f"{where} records a {recorded['arch']} this version cannot build ({error_line(err)}); "

@@ -34,9 +34,7 @@ class Runtime:
         return self.env.device
 
     def autocast(self):
-        if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        return nullcontext() if self.amp_dtype is None else torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def place(self, model: nn.Module) -> nn.Module:
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
@@ -53,11 +51,9 @@ class Runtime:
 
 
 def join_job(device: str, workers: int | str, timeout: float | None = None) -> DistEnv:
-    """This process's place in the job (:func:`resnet.runtime.distributed.init_distributed`) on
-    ``device`` (``auto``, ``cpu``, ``cuda``), a collective waiting ``timeout`` seconds at most (None:
-    torch's), and its share of the CPUs (:func:`resnet.runtime.workers.share_cpus`: intra-op threads
-    beside ``workers`` loader workers, ``data.workers`` as configured). A launch that
-    cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
+    """This process's place in the job on ``device`` (:func:`~resnet.runtime.distributed.init_distributed`),
+    and its share of the CPUs beside ``workers`` loader workers (:func:`~resnet.runtime.workers.share_cpus`).
+    A launch that cannot work (tasks without srun, more tasks than GPUs) is a :class:`ConfigError`."""
     try:
         env = init_distributed(device, timeout=timeout)
     except LaunchError as err:

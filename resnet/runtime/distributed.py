@@ -222,11 +222,9 @@ def pick_device(preference: str = "auto", local_rank: int = 0, local_world_size:
 
 
 def cuda_index(local_rank: int, local_world_size: int, visible: int) -> int:
-    """``local_rank`` when the node's GPUs are all visible; 0 when this process sees one GPU: a
-    binding of one GPU per task (SLURM's ``--gpus-per-task=1`` or ``--gpu-bind``, or a
-    ``CUDA_VISIBLE_DEVICES`` wrapper), whatever ``SLURM_GPUS_ON_NODE`` says (processes that in
-    fact share that GPU are refused by NCCL's duplicate-GPU check when they join). Otherwise more
-    processes on a node than GPUs is an error, not a shared GPU."""
+    """``local_rank`` when the node's GPUs are all visible; 0 when this process sees one GPU, a binding
+    of one GPU per task whatever ``SLURM_GPUS_ON_NODE`` says (docs/gpu.md). Otherwise more processes
+    on a node than GPUs is an error, not a shared GPU."""
     if local_world_size <= visible:
         return local_rank
     if visible == 1:
@@ -280,11 +278,9 @@ def init_distributed(device: str = "auto", timeout: float | None = None) -> Dist
 
 
 def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = None) -> None:
-    """Gloo (the CPU backend, and the host-side group beside NCCL) listens on the address this
-    host's name resolves to. Debian and Ubuntu map the name to 127.0.1.1 in /etc/hosts, so on a
-    job over several nodes the others could never connect and the job would hang at its first
-    collective: one line instead, naming the variable that picks the interface. (A master on
-    loopback too means every "node" is this host, as in a simulation: nothing to refuse.)"""
+    """A job over several nodes whose host name resolves to loopback (Debian's and Ubuntu's 127.0.1.1),
+    where gloo listens, would hang at its first collective: one line instead (docs/gpu.md). A master on
+    loopback too means every "node" is this host, as in a simulation: nothing to refuse."""
     env = os.environ if environ is None else environ
     if launch.world_size <= launch.local_world_size or env.get("GLOO_SOCKET_IFNAME"):
         return  # one node: loopback reaches every process

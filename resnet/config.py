@@ -18,7 +18,7 @@ from data.config import ConfigError as ConfigError  # re-exported: the library r
 from data.registry import find, in_memory
 
 from .archs import ARCHS, canonical_name
-from .padding import BLUR_SITES, PRESETS, SITES, UnknownScheme, resolve_padding
+from .padding import BLUR_SITES, PRESETS, SCHEME_SITES, UnknownScheme, resolve_padding
 from .runtime.cpus import affinity_cpus
 from .runtime.workers import auto_workers, data_workers
 from .schema import schema_problems
@@ -171,11 +171,7 @@ def register_configs() -> None:
     for arch in ARCHS:
         store.store(group="model", name=arch, node={"defaults": ["resnet", "_self_"], "arch": arch})
     for preset in PRESETS:
-        store.store(
-            group="padding",
-            name=preset,
-            node={"preset": preset, **{site: None for site in SITES if site not in BLUR_SITES}},
-        )
+        store.store(group="padding", name=preset, node={"preset": preset, **dict.fromkeys(SCHEME_SITES)})
 
 
 DATASET_FACTS = ("num_classes", "in_chans", "image_size")  # what ${dataset:<fact>} reads of an in-memory entry

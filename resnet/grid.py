@@ -122,16 +122,12 @@ class GridBatchNorm2d(nn.BatchNorm2d):
     zero gradients)."""
 
     def __init__(self, num_features: int, presets: int, affine_per_preset: bool = False, **kwargs) -> None:
-        super().__init__(num_features, **kwargs)
-        if not self.track_running_stats:
-            raise ValueError("per-grid statistics need a BatchNorm that tracks running statistics")
+        super().__init__(num_features, **kwargs)  # tracking statistics, affine: like() copies a ResNet's BatchNorm
         factory = {"device": self.running_mean.device}
         self.register_buffer("grid_running_mean", torch.zeros(presets - 1, num_features, **factory))
         self.register_buffer("grid_running_var", torch.ones(presets - 1, num_features, **factory))
         self.register_buffer("grid_num_batches_tracked", torch.zeros(presets - 1, dtype=torch.long, **factory))
         if affine_per_preset:
-            if not self.affine:
-                raise ValueError("per-grid affine weights need a BatchNorm with affine weights")
             self.grid_weight_offset = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
             self.grid_bias_offset = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
         self.active = 0
@@ -160,11 +156,8 @@ class GridBatchNorm2d(nn.BatchNorm2d):
         index = self.active if preset is None else preset
         if index == 0:
             return self.running_mean, self.running_var, self.num_batches_tracked
-        return (
-            self.grid_running_mean[index - 1],
-            self.grid_running_var[index - 1],
-            self.grid_num_batches_tracked[index - 1],
-        )
+        rows = self.grid_running_mean, self.grid_running_var, self.grid_num_batches_tracked
+        return tuple(row[index - 1] for row in rows)
 
     def reset_parameters(self) -> None:
         super().reset_parameters()  # nn.BatchNorm2d.__init__ calls it before the per-preset rows exist

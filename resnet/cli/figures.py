@@ -17,27 +17,6 @@ from .errors import exit_config_error
 
 DESCRIPTION = "The sampling grid of stride-2 layers, measured on the real layers and drawn."  # --help's first line
 DEFAULT_OUT = Path("docs/sampling_grid.png")
-DEFAULT_FORMAT = "png"  # a name without a suffix
-
-
-def image_formats() -> list[str]:
-    """The suffixes matplotlib can write (png, svg, pdf, ...)."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    return sorted(FigureCanvasBase.get_supported_filetypes())
-
-
-def write_sampling_grid(out: Path, size: int) -> None:
-    """Draw the figure into ``out`` itself. matplotlib picks the format by the suffix and adds
-    ``.png`` to a name without one (``--out figs`` wrote figs.png), so the figure is drawn into a
-    hidden sibling named with the format, then renamed to ``out``: a failed draw leaves no file."""
-    image_format = out.suffix[1:].lower() or DEFAULT_FORMAT
-    drawn = out.with_name(f".{out.name}.{os.getpid()}.{image_format}")
-    try:
-        plot_sampling_grid(drawn, size)
-        os.replace(drawn, out)
-    finally:
-        drawn.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,19 +26,27 @@ def main(argv: list[str] | None = None) -> None:
                              f"(.png, .svg, .pdf, ...; none: PNG) (default: {DEFAULT_OUT})")  # fmt: skip
     parser.add_argument("--size", type=int, default=8, help="input size n (even: the schemes differ)")
     args = parser.parse_args(argv)
-    suffix = args.out.suffix[1:].lower()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    suffix, formats = args.out.suffix[1:].lower(), sorted(FigureCanvasBase.get_supported_filetypes())
     if args.out.is_dir():
         exit_config_error(f"--out {args.out} is a folder; name the file: --out {args.out / DEFAULT_OUT.name}")
-    if suffix and suffix not in image_formats():
+    if suffix and suffix not in formats:
         exit_config_error(f"--out {args.out}: no image format .{suffix}; use one of "
-                          f"{', '.join('.' + name for name in image_formats())}, or no suffix for a PNG")  # fmt: skip
+                          f"{', '.join('.' + name for name in formats)}, or no suffix for a PNG")  # fmt: skip
     if args.size < 1:
         exit_config_error(f"--size {args.size}: an input size is at least 1")
+    # matplotlib picks the format by the suffix and adds .png to a name without one (--out figs: figs.png),
+    # so the figure is drawn into a hidden sibling named with the format, then renamed: a failed draw leaves no file
+    drawn = args.out.with_name(f".{args.out.name}.{os.getpid()}.{suffix or 'png'}")
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_sampling_grid(args.out, args.size)
+        plot_sampling_grid(drawn, args.size)
+        os.replace(drawn, args.out)
     except OSError as err:
         exit_config_error(f"could not write {args.out}: {err.strerror or err}")
+    finally:
+        drawn.unlink(missing_ok=True)
     print(f"wrote {args.out}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -105,13 +106,9 @@ def tell_torchrun(line: str) -> None:
     """Under torchrun: ``line`` into this worker's error file, which torchrun's closing report then
     shows as the worker's reason (in place of its "To enable traceback see: ..." link)."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    try:
-        with open(path, "w") as file:
+    if path:
+        with contextlib.suppress(OSError), open(path, "w") as file:
             json.dump({"message": line, "timestamp": int(time.time())}, file)
-    except OSError:
-        pass
 
 
 class JobEnded(CompactHydraException):

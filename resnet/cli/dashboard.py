@@ -84,19 +84,6 @@ def build_workspace(entity: str, project: str = PROJECT, name: str = NAME):
     )
 
 
-def view_request(workspace) -> dict:
-    """What ``Workspace.save()`` sends (``wandb_workspaces.workspaces.internal.upsert_view2``),
-    less the view's generated name: the spec is the library's own serialization."""
-    view = workspace._to_model()
-    return {
-        "entityName": view.entity,
-        "projectName": view.project,
-        "displayName": view.display_name,
-        "type": "project-view",
-        "spec": json.loads(view.spec.model_dump_json(by_alias=True, exclude_none=True)),
-    }
-
-
 def save(workspace) -> str:
     """Save to W&B; the view's URL. A missing key or a refusal: a ConfigError (one line)."""
     import wandb
@@ -160,10 +147,14 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:  # pydantic's: a name with an emoji
             why = err.errors()[0]["msg"] if hasattr(err, "errors") else _first_line(err)
             raise ConfigError(f"the workspace cannot be named {args.name!r}: {why}") from None
-        if args.dry_run:
+        if args.dry_run:  # what Workspace.save() sends (wandb_workspaces.workspaces.internal.upsert_view2),
+            view = workspace._to_model()  # less the view's generated name: the spec is the library's serialization
+            spec = json.loads(view.spec.model_dump_json(by_alias=True, exclude_none=True))
+            request = {"entityName": view.entity, "projectName": view.project, "displayName": view.display_name,
+                       "type": "project-view", "spec": spec}  # fmt: skip
             try:
                 args.dry_run.parent.mkdir(parents=True, exist_ok=True)
-                args.dry_run.write_text(json.dumps(view_request(workspace), indent=2) + "\n")
+                args.dry_run.write_text(json.dumps(request, indent=2) + "\n")
             except OSError as err:
                 raise ConfigError(f"could not write {args.dry_run}: {err.strerror or err}") from None
             print(f"wrote {args.dry_run}: workspace {args.name!r} for {args.entity}/{args.project}, not saved")

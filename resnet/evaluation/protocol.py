@@ -6,14 +6,13 @@ Every bad value is a :class:`resnet.config.ConfigError`, one line.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError, padding_from_config
 from ..grid import use_preset_norms
@@ -33,8 +32,9 @@ def weights_spec(cfg: DictConfig) -> WeightsSpec:
     return parse_weights(cfg.weights)
 
 
-def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
-    """Each setting: the config's when given, else the weights' origin's, else the default.
+def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol, crops: int = 0) -> EvalProtocol:
+    """Each setting: the config's when given, else the weights' origin's, else the default
+    (``crops``: this many, not the config's).
 
     crop: model.meta.eval_size (224; 299 for the *_v2 models, as TensorNets).
     resize: the origin's (torchvision's 232 -> 224) while crop and crop_pct are the
@@ -49,7 +49,7 @@ def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -
     else:
         resize = math.floor(crop / crop_pct)
     return EvalProtocol(
-        crops=cfg.crops,
+        crops=crops or cfg.crops,
         crop=crop,
         resize=resize,
         interpolation=cfg.interpolation or origin.interpolation or cfg.data.interpolation,
@@ -59,11 +59,8 @@ def resolve_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -
 
 def single_crop_protocol(cfg: DictConfig, meta: ModelMeta, origin: OriginProtocol) -> EvalProtocol:
     """eval.py's protocol for these weights, single centre crop."""
-    single = copy.deepcopy(cfg)
-    with open_dict(single):
-        single.crops = 1  # resolve_protocol reads eval.yaml's keys; detection scores centre crops
     try:
-        return resolve_protocol(single, meta, origin)
+        return resolve_protocol(cfg, meta, origin, crops=1)  # detection and re-gridding score centre crops
     except ValueError as err:  # crop larger than resize, an unknown interpolation
         raise ConfigError(str(err)) from None
 

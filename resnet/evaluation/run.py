@@ -42,15 +42,6 @@ def evaluate_weights(cfg: DictConfig, trained_data: bool = False) -> dict:
     spec = weights_spec(cfg)
     if cfg.ema:
         check_has_ema(spec)  # before any work
-    _check_config(cfg)
-    env = join_job(cfg.device, cfg.data.workers)
-    try:
-        return _evaluate(cfg, spec, env, trained_data)
-    finally:
-        shutdown(env)
-
-
-def _check_config(cfg: DictConfig) -> None:
     if cfg.crops not in CROP_COUNTS:
         raise ConfigError(
             f"crops must be 1 (centre crop), 2 (centre and its flip) or 10 (corners + centre and "
@@ -63,6 +54,11 @@ def _check_config(cfg: DictConfig) -> None:
         check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
     except FileNotFoundError as err:
         raise ConfigError(str(err)) from None
+    env = join_job(cfg.device, cfg.data.workers)
+    try:
+        return _evaluate(cfg, spec, env, trained_data)
+    finally:
+        shutdown(env)
 
 
 def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bool) -> dict:

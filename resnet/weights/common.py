@@ -78,9 +78,6 @@ class LoadedWeights:
     preset_norms: Mapping[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)
 
 
-# --- files -------------------------------------------------------------------------
-
-
 def fetch(url: str, download: bool, what: str, file: Path | None = None) -> Path:
     """``file`` (None: where ``torch.hub.load_state_dict_from_url`` caches ``url``) if it is there; else
     download ``url`` to it when allowed, else say how."""
@@ -149,9 +146,6 @@ def convert_file(path: Path, convert: Callable[..., ResNet], *args: object, **kw
 def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
-
-
-# --- state dict -> model -------------------------------------------------------------
 
 
 def pick_arch(arch: str, valid: tuple[str, ...], caller: str, source_names: Iterable[str] = ()) -> str:

@@ -103,20 +103,17 @@ def is_published_name(text: str) -> bool:
 
 
 def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
-    path = published(spec.name, download) if spec.published else spec.path
+    path = spec.path
+    if spec.published:  # keras.applications' file (with the top), from Keras's cache
+        file_name = f"{spec.name.lower()}_weights_tf_dim_ordering_tf_kernels.h5"  # keras/src/applications/resnet.py
+        cache = Path(os.environ.get("KERAS_HOME", "~/.keras")).expanduser() / "models"
+        path = fetch(URL + file_name, download, f"Keras {spec.name} weights", cache / file_name)
     if not path.is_file():
         raise WeightsUnavailable(f"no Keras weights file at {path}")
     name = spec.name or arch or arch_of(read_layers(path))
     if name is None:
         raise WeightsError(f"{path} holds none of {', '.join(NAMES)}; name the architecture with model=<arch>")
     return LoadedWeights(convert_file(path, from_keras, path, name), OriginProtocol())
-
-
-def published(name: str, download: bool = False) -> Path:
-    """``ResNet50V2`` -> the ``keras.applications`` weights file (with the top), from Keras's cache."""
-    file_name = f"{name.lower()}_weights_tf_dim_ordering_tf_kernels.h5"  # keras/src/applications/resnet.py
-    cache = Path(os.environ.get("KERAS_HOME", "~/.keras")).expanduser() / "models"
-    return fetch(URL + file_name, download, f"Keras {name} weights", cache / file_name)
 
 
 # Keras's weight names (legacy layout) and the order Keras 3 stores them in.

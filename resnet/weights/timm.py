@@ -79,11 +79,7 @@ def to_torch_layout(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.T
 
 
 def _rename_v2(key: str) -> str:
-    for pattern, replacement in _V2_KEYS:
-        key, n = re.subn(pattern, replacement, key, count=1)
-        if n:
-            return key
-    return key
+    return next((re.sub(pattern, new, key, count=1) for pattern, new in _V2_KEYS if re.match(pattern, key)), key)
 
 
 def is_published_name(text: str) -> bool:

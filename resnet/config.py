@@ -27,9 +27,6 @@ from .schema import schema_problems
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-# --- reading the config ---------------------------------------------------------------
-
-
 def padding_from_config(cfg: DictConfig) -> dict | None:
     """``+padding=<preset>`` / ``+padding.<site>=<scheme>`` add a ``padding`` node (sites it
     leaves null keep the preset's scheme); without one, the model's or weights' own padding
@@ -140,9 +137,6 @@ def check_data_package() -> None:
         )
 
 
-# --- generated config options ---------------------------------------------------------------
-
-
 def register_configs() -> None:
     """Add the generated options to Hydra's ConfigStore (idempotent; call before composing).
 
@@ -190,8 +184,6 @@ def dataset_fact(fact: str, *, _parent_: DictConfig) -> int:
         )
     return getattr(entry, fact)
 
-
-# --- finding and composing the configs ------------------------------------------------------
 
 CONFIGS_ENV = "RESNET_PADDING_CONFIGS"  # a configs/ folder to use instead of the checkout's
 

@@ -18,8 +18,6 @@ import torch
 from .padding import layer_pad, make_conv
 from .report.charts import pyplot
 
-# --- the sampling grid, measured --------------------------------------------------
-
 
 @dataclass(frozen=True)
 class SamplingGrid:
@@ -88,9 +86,6 @@ def _window(codes: torch.Tensor, n: int) -> tuple[int, ...]:
         if (c > 0) != (0 <= taps[a] < n) or (c > 0 and c - 1 != taps[a]):
             raise AssertionError(f"taps {list(codes)} are not one contiguous window")
     return taps
-
-
-# --- drawing --------------------------------------------------------------------------
 
 
 def _draw_input(ax, n: int, pad: tuple[int, int], title: str) -> None:

@@ -32,15 +32,12 @@ class PadRow:
     site: str  # the strided op's module path (a BlurPool's row: the conv or pool it subsamples for)
 
 
-def _strided_sites(model: nn.Module) -> dict[str, nn.Module]:
-    def strided(m: nn.Module) -> bool:
-        if is_blur_pool(m):
-            return m.stride > 1
-        if isinstance(m, nn.Conv2d):
-            return m.stride[0] > 1 and m.kernel_size[0] > 1
-        return isinstance(m, nn.MaxPool2d) and m.stride > 1 and m.kernel_size > 1
-
-    return {name: m for name, m in model.named_modules() if strided(m)}
+def _strided(m: nn.Module) -> bool:
+    if is_blur_pool(m):
+        return m.stride > 1
+    if isinstance(m, nn.Conv2d):
+        return m.stride[0] > 1 and m.kernel_size[0] > 1
+    return isinstance(m, nn.MaxPool2d) and m.stride > 1 and m.kernel_size > 1
 
 
 def _blur_site(model: nn.Module, name: str) -> str:
@@ -57,12 +54,11 @@ def _blur_site(model: nn.Module, name: str) -> str:
 def pad_table(model: nn.Module, input_size: int) -> list[PadRow]:
     """The pad applied by every stride-2 layer with kernel > 1, in forward order (at a blurred
     site: its BlurPool; the op there runs at stride 1, padded symmetrically)."""
-    sites = _strided_sites(model)
+    sites = {name: m for name, m in model.named_modules() if _strided(m)}
     seen = input_sizes(model, sites, input_size)
     rows = []
-    for name in seen:  # insertion order = forward order
+    for name, (h, w) in seen.items():  # insertion order = forward order
         m = sites[name]
-        h, w = seen[name]
         pad = layer_pad(m, (h, w))
         site = name
         if is_blur_pool(m):

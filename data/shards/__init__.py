@@ -4,9 +4,8 @@
 >>> index = read_index("/shards/imagenet/train")   # ShardIndex: classes, shards, count
 >>> check_shards(index)                             # every shard present and whole
 
-:mod:`.index` is the format (the index, a shard's records from its headers), :mod:`.write` the
-converter (``python -m data.shards --help``), :mod:`.read` the reader training and evaluation
-use (an epoch planned from the index before anything is read: docs/cluster.md).
+:mod:`.index` is the format, :mod:`.write` the converter (``python -m data.shards --help``), :mod:`.read`
+the reader training and evaluation use.
 """
 
 from .index import (

@@ -226,17 +226,6 @@ def records(fileobj: BinaryIO, name: str) -> list[Record]:
     return found
 
 
-def read_samples(fileobj: BinaryIO, name: str) -> Iterator[tuple[Record, bytes]]:
-    """Each sample of one shard, in tar order, with its image's bytes: :func:`records`, then one
-    read per image."""
-    for record in records(fileobj, name):
-        fileobj.seek(record.offset)
-        data = fileobj.read(record.size)
-        if len(data) != record.size:
-            raise ShardError(f"{name} ends inside {record.key}.{IMAGE_EXT}; {REWRITE}")
-        yield record, data
-
-
 def _members(fileobj: BinaryIO, name: str) -> Iterator[tuple[str, int, int, bytes]]:
     """(member name, data offset, data size, up to 512 bytes of data) of each tar member."""
     end = fileobj.seek(0, os.SEEK_END)

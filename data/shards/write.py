@@ -51,7 +51,6 @@ from .index import (
     ShardIndex,
     ShardInfo,
     read_index,
-    read_samples,
     records,
     sample_checksum,
     write_index,
@@ -128,23 +127,19 @@ def plan_shards(samples: Sequence[Sample], shard_size: int, seed: int) -> list[l
     return [order[start : start + shard_size] for start in range(0, len(order), shard_size)]
 
 
-def listed(path: Path) -> list[tuple[str, int]] | None:
-    """(key, label) of each sample in the shard at ``path``, or None where there is no whole shard."""
-    try:
-        with open(path, "rb") as f:
-            return [(r.key, r.label) for r in records(f, str(path))]
-    except (OSError, ShardError):
-        return None
-
-
 def kept_checksums(path: Path, planned: Sequence[Sample], recorded: list[str] | None) -> list[str] | None:
-    """The checksums of a shard a previous run completed, read back from it, in tar order; None where
-    it must be written again: missing, cut short, not exactly its ``planned`` samples, or its bytes
-    no longer those ``recorded`` by the previous index (None: the run that wrote it ended before
-    writing one)."""
+    """The checksums of a shard a previous run completed, read back from it, in tar order; None where it
+    must be written again: missing, cut short, not exactly its ``planned`` samples, or its bytes no longer
+    those ``recorded`` by the previous index (None: that run ended before writing one)."""
+    found = []
     try:
         with open(path, "rb") as f:
-            found = [(r.key, r.label, sample_checksum(data, r.label)) for r, data in read_samples(f, str(path))]
+            for r in records(f, str(path)):
+                f.seek(r.offset)
+                data = f.read(r.size)
+                if len(data) != r.size:  # cut short since its headers were read
+                    return None
+                found.append((r.key, r.label, sample_checksum(data, r.label)))
     except (OSError, ShardError):
         return None
     if [(key, label) for key, label, _ in found] != [(s.key, s.label) for s in planned]:
@@ -166,10 +161,9 @@ def convert(
     max_file_bytes: int = MAX_FILE_BYTES,
 ) -> ShardIndex:
     """Write ``samples`` as ``<out_dir>/<split>-NNNNNN.tar`` shards and their ``index.json``,
-    keeping the shards a previous run completed (module docstring). ``progress``: show progress
-    over the images (a bar on a terminal, else a line every 1%: :mod:`data.progress`)
-    and print a summary line. ``not_images``: "<where> (<what>)" of the source's entries skipped as
-    not regular files, listed with the unreadable ones in the index and the summary.
+    keeping the shards a previous run completed (module docstring). ``progress``: show progress over the
+    images (:mod:`data.progress`) and print a summary line. ``not_images``: "<where> (<what>)" of the
+    source's entries skipped as not regular files, listed with the unreadable ones in the index and the summary.
     ``max_file_bytes``: a larger image is not read, and listed with them (``--max-file-mb``)."""
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1 image, not {shard_size}")
@@ -213,7 +207,12 @@ def convert(
     shards = []
     for name, planned in zip(names, plan):
         expected = [(s.key, s.label) for s in planned if s.key not in failed]
-        if listed(out_dir / name) != expected:
+        try:
+            with open(out_dir / name, "rb") as f:
+                found = [(r.key, r.label) for r in records(f, str(out_dir / name))]
+        except (OSError, ShardError):
+            found = None  # no whole shard
+        if found != expected:
             raise ShardError(
                 f"{out_dir / name} does not hold the samples just written to it; "
                 f"is another conversion writing to {out_dir}?"

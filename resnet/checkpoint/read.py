@@ -27,13 +27,8 @@ def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = 
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", mmap: bool = False) -> dict:
-    """A checkpoint :func:`save_checkpoint` wrote, read without running pickled code.
-
-    Checked before it is returned: a dict with a ``model`` state dict (tensors) and a
-    ``meta`` naming a known architecture, of a format this code reads. Anything else
-    raises :class:`CheckpointError` (one line naming the file). ``checkpoint["meta"]["arch"]``
-    is the canonical architecture name, so it compares equal to a model's ``meta.arch``.
-    """
+    """A checkpoint :func:`save_checkpoint` wrote, read without running pickled code and checked
+    (:mod:`.format`); ``checkpoint["meta"]["arch"]`` is the canonical name, equal to a model's ``meta.arch``."""
     return _checked(read_torch_file(path, map_location, mmap), path)
 
 

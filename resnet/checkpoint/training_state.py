@@ -57,10 +57,8 @@ class TrainingState:
 
     @classmethod
     def read(cls, path: Path, map_location: torch.device | str = "cpu") -> TrainingState:
-        """The training state of the checkpoint at ``path``, checked: a file
-        :func:`resnet.checkpoint.load_checkpoint` reads (its weights and a meta naming a known
-        architecture), and the keys a resume needs, of their types. Every problem is one
-        ``CheckpointError`` line."""
+        """The training state of the checkpoint at ``path``: a file :func:`resnet.checkpoint.load_checkpoint`
+        reads, with the keys a resume needs, of their types. Every problem is one ``CheckpointError`` line."""
         checkpoint = load_checkpoint(path, map_location=map_location)
         missing = [k for k in REQUIRED if k not in checkpoint]
         if missing:

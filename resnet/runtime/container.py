@@ -15,12 +15,6 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 IMAGE_ENV = "RESNET_PADDING_ENV"  # "installed": set by this project's Dockerfile
 
 
-def in_our_image() -> bool:
-    """Whether this is a container of this project's image (``docker run resnet-padding``), not a
-    checkout in some other container (a dev container, a CI runner), whose layout is its own."""
-    return os.environ.get(IMAGE_ENV) == "installed" and any(marker.exists() for marker in MARKERS)
-
-
 def mount_point(path: Path) -> Path:
     """The mount point ``path`` lies under: the longest of /proc/self/mountinfo's that holds it."""
     path = path.resolve()
@@ -36,7 +30,9 @@ def mount_point(path: Path) -> Path:
 def volume_advice(run_dir: Path) -> str | None:
     """In a container of this image, where ``run_dir`` is not on a volume or bind mount: one sentence naming the
     ``-v`` that keeps it; else None."""
-    if not in_our_image() or mount_point(run_dir) != Path("/"):
+    # a container of this project's image, not a checkout in another container (a dev container, a CI runner)
+    ours = os.environ.get(IMAGE_ENV) == "installed" and any(marker.exists() for marker in MARKERS)
+    if not ours or mount_point(run_dir) != Path("/"):
         return None
     absolute = run_dir.resolve()
     inside = absolute.relative_to(Path.cwd()).parts if absolute.is_relative_to(Path.cwd()) else ()

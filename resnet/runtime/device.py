@@ -1,7 +1,5 @@
-"""Where and how tensors run: this process's device (its :class:`DistEnv`), autocast dtype and
-memory format (:class:`Runtime`, :func:`runtime_for`: ``amp`` names one of :data:`resnet.config.AMP_DTYPES`);
-its place in the job (:func:`join_job`). Each takes the values it reads, typed: the run's config is
-checked and typed at its boundary (:func:`resnet.engine.train_config.train_config`, eval.py's own)."""
+"""Where and how tensors run: this process's device, autocast dtype and memory format (:class:`Runtime`,
+:func:`runtime_for`), its place in the job (:func:`join_job`); each takes the typed values it reads."""
 
 from __future__ import annotations
 

@@ -259,9 +259,8 @@ def init_distributed(device: str = "auto", timeout: float | None = None) -> Dist
         store = job_store(launch, timeout)
         dist.init_process_group(backend=backend, store=store, rank=launch.rank, world_size=launch.world_size, **kwargs)
         kept_to_the_end(dist.group.WORLD)
-    host_group = None
-    if dist.get_backend() == "nccl":
-        host_group = kept_to_the_end(dist.new_group(backend="gloo", **wait))  # collective: every rank, same order
+    # new_group is a collective: every rank, in the same order
+    host_group = kept_to_the_end(dist.new_group(backend="gloo", **wait)) if dist.get_backend() == "nccl" else None
     peers: list = [None] * launch.world_size
     dist.all_gather_object(peers, (socket.gethostname(), os.getpid()), group=host_group)
     return DistEnv(

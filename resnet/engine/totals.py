@@ -1,22 +1,12 @@
 """A training epoch's totals by name, and the train metrics made from them.
 
-Every optimizer step adds to the sums of :data:`STEP_SUMS`, on the device (nothing waits for
-them); the loop counts the numbers of :data:`HOST_SUMS` on the host. At the epoch's end
-:meth:`Totals.summed` puts all of them in one float64 tensor, in a fixed order of their names,
-all-reduces it once over the processes and reads it back by name; :func:`train_metrics` then makes
-the epoch's metrics of :data:`TRAIN_METRICS` from those sums. Each metric ``<name>`` goes where the
-validation metrics go: the epoch's row as ``train_<name>`` (metrics.csv and W&B,
-``resnet/engine/runlog.py``), results.json (the last epoch's, ``_results`` in ``resnet/engine/run.py``)
-and, where it says how, the epoch line.
-
-A new per-epoch train metric made from what a step's :class:`StepOutput` holds (logits, targets,
-loss, images) is two lines here: what a step adds (a :data:`STEP_SUMS` entry) and the metric made
-from the sums (a :data:`TRAIN_METRICS` entry). One that needs more of the step (a gradient norm)
-also needs a :class:`StepOutput` field, filled by the step in ``resnet/engine/loop.py``
-(docs/code_map.md, "How to add a metric"). A sum's name must not be a field of the epoch's
-saved state (``EpochStats``): the two share the checkpoint's record of a partial epoch. The sums of an epoch saved
-mid-way are in the checkpoint (``EpochStats.state``); a sum that an older checkpoint lacks starts
-the resumed epoch as NaN, so its metric reads NaN for that epoch rather than a wrong number.
+Every optimizer step adds to the sums of :data:`STEP_SUMS` on the device (nothing waits for them);
+the loop counts :data:`HOST_SUMS` on the host. At the epoch's end :meth:`Totals.summed` all-reduces
+all of them at once, as one float64 tensor, and :func:`train_metrics` makes :data:`TRAIN_METRICS`
+from them, each reported as ``train_<name>`` (how to add one: docs/code_map.md, "How to add a
+metric"). A sum's name must not be a field of ``EpochStats``: the two share the checkpoint's record
+of a partial epoch. A sum that an older checkpoint lacks starts the resumed epoch as NaN, so its
+metric reads NaN for that epoch rather than a wrong number.
 """
 
 from __future__ import annotations

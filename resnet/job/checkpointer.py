@@ -50,29 +50,25 @@ class Checkpointer:
         this rank's totals of an epoch saved mid-way (:meth:`resnet.engine.loop.EpochStats.state`)."""
         rng = gather_objects(rng_state(), self.env)  # every rank's, on rank 0
         partials = gather_objects(epoch_partial, self.env) if epoch_partial is not None else None  # likewise
-        failed = None
-        if self.env.is_main:
-            bad = nonfinite(self.training)
-            if bad:
-                failed = (
-                    f"the training state went non-finite by step {step} ({len(bad)} tensors, e.g. {bad[0]}): not "
-                    f"saved; {self.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), or set "
-                    "grad_clip=1.0"
-                )
-        failed_state = gather_objects(failed, self.env)[0]
-        if failed_state:
-            raise NonFiniteState(failed_state)
-        if self.env.is_main:
+        failed = None  # rank 0's error, raised on every rank
+        bad = nonfinite(self.training) if self.env.is_main else []
+        if bad:
+            failed = NonFiniteState(
+                f"the training state went non-finite by step {step} ({len(bad)} tensors, e.g. {bad[0]}): not "
+                f"saved; {self.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), or set "
+                "grad_clip=1.0"
+            )
+        elif self.env.is_main:
             try:
                 self._write(epoch_done, step, rng, partials)
             except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
-                failed = (
+                failed = CheckpointWriteError(
                     f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "
                     "hydra.run.dir, then run again with resume=true"
                 )
         failed = gather_objects(failed, self.env)[0]  # also the barrier: nobody runs ahead of the write
-        if failed:
-            raise CheckpointWriteError(failed)
+        if failed is not None:
+            raise failed
         # every rank can say what is kept (a survivor of a lost rank 0 does); worded as the resume line
         batches = epoch_partial["batches"] if epoch_partial is not None else None
         self.kept = f"last.pt saved {saved_at(epoch_done, batches)} (step {step}) is intact"

@@ -91,38 +91,36 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
     :class:`Stopped`, unless every epoch was trained: then the run goes on to its results."""
     fit = Fit(0)
     try:
-        yield fit
-    except RuntimeError as err:
-        lost = lost_peer(err, env)
-        if lost is not None:  # another process stalled or died: one line, requeue, exit REQUEUE_STATUS
-            raise peer_lost_ending(lost, stop, saver.kept, saver.writes > 0, run_dir, env) from None
+        try:
+            yield fit
+        except RuntimeError as err:
+            lost = lost_peer(err, env)
+            if lost is not None:  # another process stalled or died: one line, requeue, exit REQUEUE_STATUS
+                raise peer_lost_ending(lost, stop, saver.kept, saver.writes > 0, run_dir, env) from None
+            room = out_of_room(err)
+            if room is not None:  # /dev/shm full, in a worker's words or by its death (SIGBUS)
+                raise LoaderWorkerDied(f"{room}; {saver.kept}; then run again with resume=true") from None
+            # torch's words for a dead worker (data.dataloader); an exception a live worker raised is its own
+            if "DataLoader worker" not in str(err) or raised_in_worker(err) is not None:
+                raise
+            first = str(err).splitlines()[0].rstrip(". ")
+            raise LoaderWorkerDied(f"{first}; {saver.kept}: {why_dead(str(err))}") from None
+        if not stop.requested:
+            return
+        if fit.finished:  # the signal came after the last epoch was saved: nothing left to requeue for
+            if env.is_main:
+                print(
+                    f"note: {stop.name} arrived after the last epoch was saved; the run is complete, not requeued",
+                    flush=True,
+                )
+            return
+        name, status = stop.name, stop.status
+        done = stop.hand_over()
+        saved = f"saved {saver.path}" if saver.writes else f"before its first step, nothing new to save ({saver.kept})"
+        resume = "" if done.requeued else f"; to go on: {resume_command(run_dir, env)}"
+        raise Stopped(f"stopped by {name}: {saved}; {done.text}{resume}", requeued=done.requeued, status=status)
+    finally:
         stop.restore()
-        room = out_of_room(err)
-        if room is not None:  # /dev/shm full, in a worker's words or by its death (SIGBUS)
-            raise LoaderWorkerDied(f"{room}; {saver.kept}; then run again with resume=true") from None
-        # torch's words for a dead worker (data.dataloader); an exception a live worker raised is its own
-        if "DataLoader worker" not in str(err) or raised_in_worker(err) is not None:
-            raise
-        raise LoaderWorkerDied(f"{str(err).splitlines()[0].rstrip('. ')}; {saver.kept}: {why_dead(str(err))}") from None
-    except BaseException:
-        stop.restore()
-        raise
-    if not stop.requested:
-        stop.restore()
-        return
-    if fit.finished:  # the signal came after the last epoch was saved: nothing left to requeue for
-        stop.restore()
-        if env.is_main:
-            print(
-                f"note: {stop.name} arrived after the last epoch was saved; the run is complete, not requeued",
-                flush=True,
-            )
-        return
-    name, status = stop.name, stop.status
-    done = stop.hand_over()
-    saved = f"saved {saver.path}" if saver.writes else f"before its first step, nothing new to save ({saver.kept})"
-    resume = "" if done.requeued else f"; to go on: {resume_command(run_dir, env)}"
-    raise Stopped(f"stopped by {name}: {saved}; {done.text}{resume}", requeued=done.requeued, status=status)
 
 
 def peer_lost_ending(
@@ -142,7 +140,6 @@ def peer_lost_ending(
     else:
         done = stop.hand_over_alone(first_survivor(env, found))
         then = done.text if done.requeued else f"{done.text}; to go on: {resume_command(run_dir, env)}"
-    stop.restore()  # (hand_over_alone has already)
     return PeerLost(f"{lost}; {kept}; {then}", found, status)
 
 

@@ -1,20 +1,16 @@
 """When another process of the job stalls or dies: which one, where, at which step, in one line.
 
-A collective waits at most ``dist_timeout`` seconds (:func:`resnet.runtime.distributed.init_distributed`).
-Past it gloo raises ``Timed out waiting ...``; a peer that died (SIGKILL, the OOM killer, a node
-crash) closes its sockets and gloo raises ``Connection reset by peer`` within milliseconds. Either
-way the message is gloo's and names no rank, and every survivor would print its 50-line traceback.
-
-:func:`lost_peer` turns such an error into :class:`PeerLost` through a census of the job's store
-(hosted by torchrun's agent, or by rank 0 under srun; it outlives the other processes). Every
-process beats into it each second (:class:`Heartbeat`); each survivor writes its step, waits a
-few seconds for the others, and names the ranks whose heartbeat stood still, or that recorded an
-error of their own (:func:`record_failure`), with the host and pid each joined with (a process on
-this host is looked up: gone or a zombie is dead, ``T`` is stopped). Where every process still
-beats, the one behind the others is named. The run then ends as a stop does: the checkpoint written last is
-intact (a step is saved whole or not at all), the lowest surviving rank requeues the SLURM job
-(or hands it to submitit), and every rank exits with :data:`REQUEUE_STATUS`, which
-``scripts/slurm.sbatch`` also turns into a requeue and ``torchrun --max-restarts`` into a restart.
+Past ``dist_timeout`` (:func:`resnet.runtime.distributed.init_distributed`: a peer stalled) or within
+milliseconds (a peer died, its sockets closed), a collective raises gloo's words, which name no rank,
+and every survivor would print its 50-line traceback. :func:`lost_peer` turns such an error into
+:class:`PeerLost` through a census of the job's store (hosted by torchrun's agent, or by rank 0
+under srun; it outlives the other processes). Every process beats into it each second
+(:class:`Heartbeat`); each survivor writes its step, waits a few seconds for the others, and names
+the ranks whose heartbeat stood still, or that recorded an error of their own (:func:`record_failure`),
+with the host and pid each joined with (a process on this host is looked up: gone or a zombie is
+dead, ``T`` is stopped). Where every process still beats, the one behind the others is named. The
+run then ends as a stop does (the last checkpoint intact, the job requeued by the lowest surviving
+rank), every rank exiting with :data:`REQUEUE_STATUS` (docs/faults.md).
 """
 
 from __future__ import annotations

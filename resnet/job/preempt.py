@@ -1,22 +1,16 @@
-"""Stop cleanly when the cluster or a person says so: save at the next step boundary, then requeue.
+"""Stop cleanly when the cluster or a person says so: save at the next step boundary, then requeue
+(the signals, and the exit status of each: docs/faults.md and docs/cluster.md).
 
-The signals (:mod:`resnet.job.signals`, caught from train.py's first line): SLURM's warning before a
-time limit (``sbatch --signal=USR1@120``), SIGTERM on a stock preemption (``PreemptMode=REQUEUE``
-with a ``GraceTime``) and from ``docker stop``, submitit's USR2, Ctrl-C. The training loop reads
-the record at every step boundary; under DDP the ranks agree on it in the all-reduce they already
-make per step, so every rank stops after the same step. A signal during start-up is acted on
-before the first step. The run then saves ``last.pt`` (mid-epoch: position, partial epoch
-statistics, RNG states) and calls :meth:`StopRequest.hand_over`:
-
-* launched by submitit: submitit's own handler runs on rank 0 (it pickles the hydra-submitit job
-  and requeues it, or says why it will not); every rank learns which;
-* otherwise, inside a SLURM job: rank 0 runs ``scontrol requeue $SLURM_JOB_ID``, whatever the
-  signal: a preempted job that ended by itself within its grace time would not be requeued;
-* outside SLURM: nothing; the message says how to resume, and train.py exits 143 after SIGTERM,
-  130 after SIGINT, 129 after SIGHUP (the shell's codes for them) and 3 after USR1.
-
-With ``resume=true`` and a run dir that does not change across requeues (``hydra.run.dir=...$SLURM_JOB_ID``)
-the requeued job resumes to the weights an uninterrupted run would have had.
+The training loop reads the stop record (:mod:`resnet.job.signals`) at every step boundary; under
+DDP the ranks agree on it in the all-reduce they already make per step, so every rank stops after
+the same step. A signal during start-up is acted on before the first step. The run then saves
+``last.pt`` (mid-epoch: position, partial epoch statistics, RNG states) and calls
+:meth:`StopRequest.hand_over`: launched by submitit, submitit's own handler runs on rank 0; else,
+inside a SLURM job, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` whatever the signal (a preempted
+job that ended by itself within its grace time would not be requeued); outside SLURM, nothing: the
+message says how to resume. With ``resume=true`` and a run dir that does not change across requeues
+(``hydra.run.dir=...$SLURM_JOB_ID``) the requeued job resumes to the weights an uninterrupted run
+would have had.
 """
 
 from __future__ import annotations
@@ -130,25 +124,17 @@ class StopRequest:
         return (handler if handler is not None else signal.getsignal(submitit[0]), submitit[0]), job_id
 
     def hand_over(self) -> Handover:
-        """After the checkpoint is saved (a collective: every rank calls it): requeue the job."""
+        """After the checkpoint is saved (a collective: every rank calls it): requeue the job. Under
+        submitit, rank 0 calls its handler (:func:`submitit_requeue`) and every rank learns the
+        outcome, so that none leaves without its result file (submitit's sweep would wait for it forever)."""
         submitit, job_id = self._released()
         if submitit:
-            return self._to_submitit(*submitit)
+            return gather_objects(submitit_requeue(*submitit) if self.env.is_main else None, self.env)[0]
         if not job_id:
             return Handover("not requeued (not a SLURM job)")
         if not self.env.is_main:
             return Handover(f"rank 0 requeues SLURM job {job_id}", requeued=True)
         return requeue(job_id)
-
-    def _to_submitit(self, handler: Callable | int | None, signum: int) -> Handover:
-        """Rank 0 calls submitit's handler: it checkpoints the hydra-submitit job and requeues it
-        (then exits), or raises saying why it will not (too many time-outs, for one). Every rank
-        learns the outcome, so that none leaves without its result file (submitit's sweep would
-        wait for it forever)."""
-        outcome = Handover("rank 0 hands the job to submitit", requeued=True)
-        if self.env.is_main:
-            outcome = submitit_requeue(handler, signum)
-        return gather_objects(outcome, self.env)[0]
 
     def hand_over_alone(self, first: bool) -> Handover:
         """:meth:`hand_over` without a collective, for a job that lost a process: ``first``, the
@@ -162,7 +148,8 @@ class StopRequest:
 
 
 def submitit_requeue(handler: Callable | int | None, signum: int) -> Handover:
-    """Call submitit's handler for its signal, which requeues the job and exits, or raises saying why not."""
+    """Call submitit's handler for its signal: it checkpoints the hydra-submitit job, requeues it and
+    exits, or raises saying why it will not (too many time-outs, for one)."""
     if not callable(handler):
         return Handover("not requeued: submitit's handler is not in place")
     try:

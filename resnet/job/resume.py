@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +31,6 @@ class ResumePoint:
     history: list[dict] = field(default_factory=list)
     partial: dict | None = None  # this rank's EpochStats.state() of the interrupted epoch
     rng: dict | None = None  # this rank's generator state where the interrupted run was
-    changes: list[str] = field(default_factory=list)  # settings this resume changed ("key: was -> now")
 
 
 def resume(config: TrainConfig, training, env: DistEnv, run_dir: Path, layout: dict) -> ResumePoint:
@@ -53,7 +53,10 @@ def resume(config: TrainConfig, training, env: DistEnv, run_dir: Path, layout: d
     changes = check_resumable(config, state, path, layout, training.meta)
     _load_state(training, state, path, with_schedule=not rescale)
     if rescale:  # the schedule built for this set's size (and this config's LR), taken to where the run is
-        _fast_forward(training.scheduler, state.epoch * steps_per_epoch)
+        with warnings.catch_warnings():  # no optimizer step in between: torch's warning is for training
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(state.epoch * steps_per_epoch):
+                training.scheduler.step()
         if env.is_main:
             print(
                 f"data_changed=rescale: {rescale}; the rest of the schedule is planned for this set's size", flush=True
@@ -61,15 +64,12 @@ def resume(config: TrainConfig, training, env: DistEnv, run_dir: Path, layout: d
     for change in changes:  # a new LR scale: the loaded optimizer and schedule still hold the old one
         if change.key == "optim.lr" and not rescale:  # a rebuilt schedule has the new LR already
             scale_lr(training.optimizer, training.scheduler, change.now / change.was)
-    start = ResumePoint(
-        state.epoch, state.step, list(state.history), partial, state.rng_of(env.rank), [str(c) for c in changes]
-    )
     if env.is_main:
-        where = saved_at(start.epoch, partial["batches"] if partial else None)
-        print(f"resumed from {path} {where} (step {start.step})")
+        where = saved_at(state.epoch, partial["batches"] if partial else None)
+        print(f"resumed from {path} {where} (step {state.step})")
         if changes:
-            print(f"changed on resume: {'; '.join(start.changes)}")
-    return start
+            print(f"changed on resume: {'; '.join(str(c) for c in changes)}")
+    return ResumePoint(state.epoch, state.step, list(state.history), partial, state.rng_of(env.rank))
 
 
 # the override that gives a group back its recorded option, where one key names it
@@ -89,26 +89,19 @@ def check_resumable(config: TrainConfig, state: TrainingState, path: Path, layou
     if refused:
         raise ConfigError(refusal(path, refused))
     _check_same_grid(config, state, path)
-    _check_extension(config, recorded, path)
+    planned, sched = recorded.get("epochs"), config.sched.name
+    if isinstance(planned, int) and config.epochs > planned and sched in ENDS_AT_PLAN:  # past a schedule's end
+        raise ConfigError(
+            f"{path} was planned for epochs={planned} and sched={sched} ends there, so it cannot train to epochs="
+            f"{config.epochs}: fine-tune from its weights in a new run dir instead (init={path} epochs=<more> "
+            f"hydra.run.dir=<new dir>, with a fresh optimizer and schedule), or keep epochs={planned}"
+        )
     return changed
 
 
 # schedules whose state ends at the planned last step: OneCycleLR refuses a step past it, a cosine
 # would climb back up. (step: its milestones are absolute, and past them the LR stays where it is.)
 ENDS_AT_PLAN = ("onecycle", "cosine")
-
-
-def _check_extension(config: TrainConfig, recorded: dict, path: Path) -> None:
-    """``epochs`` beyond the planned end: refused before anything is trained where the schedule
-    cannot run past it, naming the fine-tune that can."""
-    planned, sched = recorded.get("epochs"), config.sched.name
-    if not isinstance(planned, int) or config.epochs <= planned or sched not in ENDS_AT_PLAN:
-        return
-    raise ConfigError(
-        f"{path} was planned for epochs={planned} and sched={sched} ends there, so it cannot train to epochs="
-        f"{config.epochs}: fine-tune from its weights in a new run dir instead (init={path} epochs=<more> "
-        f"hydra.run.dir=<new dir>, with a fresh optimizer and schedule), or keep epochs={planned}"
-    )
 
 
 def init_weights(source: str, training, env: DistEnv) -> None:
@@ -130,7 +123,8 @@ def init_weights(source: str, training, env: DistEnv) -> None:
 
 
 def refusal(path: Path, refused: list[Difference]) -> str:
-    first = _first(refused)
+    # the difference the message leads with: the one a group's option names, else the first
+    first = next((d for d in refused if d.key in GROUP_HINTS or d.key == "padding"), refused[0])
     more = [d.key for d in refused if d is not first]
     also = f" (and {len(more)} more: {', '.join(more[:4])}{', ...' if len(more) > 4 else ''})" if more else ""
     group = GROUP_HINTS.get(first.key)
@@ -146,14 +140,6 @@ def refusal(path: Path, refused: list[Difference]) -> str:
         f"{path} was trained with {first.key}={as_typed(first.was)}, this run has {as_typed(first.now)}{also}: "
         f"{fix} to resume it, or start over in another hydra.run.dir (or with resume=false)"
     )
-
-
-def _first(refused: list[Difference]) -> Difference:
-    """The difference the message leads with: the one a group's option names, else the first."""
-    for difference in refused:
-        if difference.key in GROUP_HINTS or difference.key == "padding":
-            return difference
-    return refused[0]
 
 
 def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: str, steps_per_epoch: int) -> str | None:
@@ -201,17 +187,6 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
 IDENTITY = ("train_images", "train_fingerprint", "train_content")  # data.identity's keys of a checkpoint's layout
 
 
-def _fast_forward(scheduler, steps: int) -> None:
-    """A fresh ``scheduler`` taken through ``steps`` steps, as training would have (no optimizer step
-    between them: torch's warning about that order is for training, not for this)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for _ in range(steps):
-            scheduler.step()
-
-
 def _partial(state: TrainingState, path: Path, layout: dict, rank: int) -> dict | None:
     """This rank's totals of the epoch ``state`` was saved in, where it was saved mid-epoch; such a
     resume needs the batch order of the run that saved it (the training set itself is
@@ -245,7 +220,7 @@ def _check_same_grid(config: TrainConfig, state: TrainingState, path: Path) -> N
 SCHEDULE_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 
 
-def _load_state(training, state: TrainingState, path: Path, with_schedule: bool = True) -> None:
+def _load_state(training, state: TrainingState, path: Path, with_schedule: bool) -> None:
     try:  # another architecture, missing keys: one line naming both and the fix
         load_weights(training.model, state.model, path, arch=state.meta["arch"])  # not wrapped yet
     except CheckpointError as err:

@@ -1,23 +1,17 @@
-"""Stop signals, caught from a training process's first instruction.
+"""Stop signals, caught from a training process's first instruction (which signal comes from
+where, and what each does: docs/faults.md).
 
-Clusters and people stop a training with a signal: SLURM's ``--signal=USR1@120`` before a time
-limit; SIGTERM on a preemption (``PreemptMode=REQUEUE``, then SIGKILL after ``GraceTime``), from
-``docker stop``, Kubernetes and systemd; submitit's USR2; SIGINT from Ctrl-C; SIGHUP when the
-terminal or ssh session a run was started from closes. Python's defaults end the process on the
-spot (USR1, USR2, TERM, HUP) or wherever it is (INT), and the epoch is lost.
-
-SIGHUP that is ignored when this process starts (``nohup python train.py``) stays ignored: the
-user asked for that. Under torchrun it is caught whatever it inherited, because torchrun's agent
-catches it itself and passes it on to its workers, then kills them 30 s later (so ``nohup
-torchrun`` does not protect a run: docs/faults.md says what does). Once a SIGHUP has come, this
-process's standard streams that were a terminal point at ``/dev/null``: the terminal is gone, and
-a write to it would fail (EIO) in the middle of the save; train.log still gets every line.
-
-:func:`catch` puts a recorder in their place: the first signal is kept (:func:`pending`) for the
-training loop to act on at its next step boundary (:mod:`resnet.job.preempt`); a second
-Ctrl-C ends the process at once (``KeyboardInterrupt``): a person who insists. train.py calls it
-before it imports anything slow, so that a signal during start-up is acted on too, and the
+Python's defaults end the process on the spot (USR1, USR2, TERM, HUP) or wherever it is (INT), and
+the epoch is lost. :func:`catch` puts a recorder in their place: the first signal is kept
+(:func:`pending`) for the training loop to act on at its next step boundary (:mod:`resnet.job.preempt`);
+a second Ctrl-C ends the process at once (``KeyboardInterrupt``): a person who insists. train.py
+calls it before it imports anything slow, so that a signal during start-up is acted on too, and the
 recorder stays until the process ends: a signal after the results are written changes nothing.
+
+SIGHUP that is ignored when this process starts (``nohup python train.py``) stays ignored, except
+under torchrun, whose agent catches it itself, passes it on to its workers and kills them 30 s later.
+Once a SIGHUP has come, the standard streams that were a terminal point at ``/dev/null``: a write
+to a closed terminal would fail (EIO) in the middle of the save; train.log still gets every line.
 
 Standard library only: importing this must not import torch.
 """

@@ -124,14 +124,8 @@ def run(cfg: DictConfig) -> DetectionReport:
     agrees = "no preset" if rank is None else "the best fit" if rank == 1 else f"rank {rank} of {len(report.scores)}"
     print(f"\n{report}\ndeclared by the weights: {declared}, {agrees}", flush=True)
     if inputs.out is not None:
-        protocol_keys = {key: getattr(protocol, key) for key in ("resize", "crop", "interpolation", "preprocessing")}
-        record = {
-            "weights": cfg.weights,
-            "ema": bool(cfg.ema),
-            "declared_padding": declared,
-            "dataset": cfg.data.name,
-            **protocol_keys,
-        }
+        record = {"weights": cfg.weights, "ema": bool(cfg.ema), "declared_padding": declared, "dataset": cfg.data.name}
+        record |= {key: getattr(protocol, key) for key in ("resize", "crop", "interpolation", "preprocessing")}
         write_json(inputs.out, record | report.as_dict())
         print(f"ranking written to {inputs.out}", flush=True)
     return report

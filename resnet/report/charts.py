@@ -99,7 +99,14 @@ def scheme_figure(table: SchemeTable):
         axes[-1].legend(handles=_delta_legend(table, rows, deltas, plt), title="Δ bars", **beside_axes)
         title += "\n" + _wrap(f"Δ = {table.delta[0]} − {table.delta[1]} (> 0: worse under the first)", 100)
     fig.suptitle(title, fontsize=9)
-    notes = _scheme_notes(table, recorded, deltas)
+    notes = []  # what the chart cannot show, and why, in a sentence each
+    if table.delta is None:
+        notes.append(f"Δ needs each model under two schemes; these results have one ({', '.join(table.schemes)})")
+    elif not deltas:
+        a, b = table.delta
+        notes.append(f"Δ ({a} − {b}) needs a model evaluated under both; none was (eval.py +padding=<scheme>)")
+    if "top5_err" not in recorded:
+        notes.append("top-5: not recorded in these rows (written before top-5 was)")
     if notes:
         fig.supxlabel("\n".join(textwrap.fill(note, 110) for note in notes), **NOTE)
     return fig
@@ -171,19 +178,6 @@ def _delta_legend(table: SchemeTable, rows: Sequence[ModelRow], metrics: Sequenc
     used = {_delta_colour(table, row, d) for row in rows for m in metrics if (d := table.delta_of(row, m)) is not None}
     return [plt.Rectangle((0, 0), 1, 1, color=colour, label=name) for name, colour in DELTA_COLOURS.items()
             if name in used]  # fmt: skip
-
-
-def _scheme_notes(table: SchemeTable, recorded: Sequence[str], deltas: Sequence[str]) -> list[str]:
-    """What the bar chart cannot show, and why, in a sentence each."""
-    notes = []
-    if table.delta is None:
-        notes.append(f"Δ needs each model under two schemes; these results have one ({', '.join(table.schemes)})")
-    elif not deltas:
-        a, b = table.delta
-        notes.append(f"Δ ({a} − {b}) needs a model evaluated under both; none was (eval.py +padding=<scheme>)")
-    if "top5_err" not in recorded:
-        notes.append("top-5: not recorded in these rows (written before top-5 was)")
-    return notes
 
 
 def cross_figure(matrices: Sequence[CrossMatrix]):

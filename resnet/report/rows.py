@@ -19,6 +19,11 @@ from pathlib import Path
 
 from ..padding import BLUR_SITES, resolve_padding
 
+try:
+    import fcntl
+except ImportError:
+    fcntl = None
+
 # Every row has exactly these keys, in this order. Errors are in percent.
 ROW_KEYS = (
     "arch",  # our architecture name (resnet.list_archs())
@@ -71,7 +76,8 @@ def append_row(path: str | os.PathLike, row: Mapping) -> Path:
     line = (json.dumps({k: row[k] for k in ROW_KEYS}) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        _lock(fd)
+        if fcntl is not None:  # Windows has none: O_APPEND's single write is all there is
+            fcntl.flock(fd, fcntl.LOCK_EX)
         written = os.write(fd, line)
         if written != len(line):  # only a full disk does this; say so instead of leaving half a row
             raise OSError(f"wrote {written} of {len(line)} bytes of a results row to {path}")
@@ -104,14 +110,6 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
         with contextlib.suppress(json.JSONDecodeError):  # a write cut short: the rows before it count
             rows.append(json.loads(tail))
     return rows
-
-
-def _lock(fd: int) -> None:
-    try:
-        import fcntl
-    except ImportError:  # Windows: O_APPEND's single write is all we have
-        return
-    fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 PROTOCOL_FIELDS = ("dataset", "input_size", "resize", "crop", "interpolation", "preprocessing", "n_images")

@@ -6,7 +6,6 @@ state-dict keys never depend on the padding scheme or on the block type.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -51,9 +50,6 @@ class ConvFactory:
 
     def has_bias(self, normed: bool) -> bool:
         return self.bias == "all" or (self.bias == "unnormed" and not normed)
-
-
-NormFactory = Callable[[int], nn.Module]
 
 
 class Block(nn.Module):

@@ -1,10 +1,7 @@
-"""The sampling grid of stride-2 layers, measured on the real layers and drawn.
-
-``resnet-figures --out docs/sampling_grid.png [--size 8]`` draws which input
-pixels each output of a 3x3/2 conv and of a 1x1/2 shortcut reads, under ``symmetric``
-and under TF ``same`` (docs/padding.md: under SAME at even n the 3x3/2 output i is centred on
-2i+1 while the shortcut samples 2i). The grids are measured on the layers
-:func:`resnet.padding.make_conv` builds, not drawn by hand.
+"""The sampling grid of stride-2 layers, measured on the layers :func:`resnet.padding.make_conv`
+builds and drawn (``resnet-figures``): which input pixels each output of a 3x3/2 conv and of a 1x1/2
+shortcut reads, under ``symmetric`` and TF ``same`` (docs/padding.md: under SAME at even n the 3x3/2
+output i is centred on 2i+1 while the shortcut samples 2i).
 """
 
 from __future__ import annotations

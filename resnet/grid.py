@@ -316,16 +316,13 @@ def preset_state_dict(state: Mapping[str, torch.Tensor], preset: int) -> dict[st
     }
     if preset == 0:
         return plain
-    for key in state:
-        prefix, _, name = key.rpartition(".")
-        if name == "grid_running_mean":
-            plain[f"{prefix}.running_mean"] = state[key][preset - 1].clone()
-            plain[f"{prefix}.running_var"] = state[f"{prefix}.grid_running_var"][preset - 1].clone()
-            plain[f"{prefix}.num_batches_tracked"] = state[f"{prefix}.grid_num_batches_tracked"][preset - 1].clone()
-            for param in ("weight", "bias"):  # with per-grid affine: preset 0's plus the preset's offset
-                offset = state.get(f"{prefix}.grid_{param}_offset")
-                if offset is not None:
-                    plain[f"{prefix}.{param}"] = state[f"{prefix}.{param}"] + offset[preset - 1]
+    for prefix in norms:  # each key is in plain already: the order of the entries stays the state's
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            plain[f"{prefix}.{name}"] = state[f"{prefix}.grid_{name}"][preset - 1].clone()
+        for param in ("weight", "bias"):  # with per-grid affine: preset 0's plus the preset's offset
+            offset = state.get(f"{prefix}.grid_{param}_offset")
+            if offset is not None:
+                plain[f"{prefix}.{param}"] = state[f"{prefix}.{param}"] + offset[preset - 1]
     return plain
 
 

@@ -1,9 +1,4 @@
-"""Which pad every strided layer of a model applies at a given input size.
-
-``resnet-inspect resnet50 --size 224 299`` prints the pad table of every
-preset (docs/padding.md, "ResNet-50 at 224x224") for that architecture;
-``--presets symmetric "symmetric+blur(block_conv)"`` picks the columns, blurred schemes
-included: a blurred site shows the pad of the BlurPool that subsamples there.
+"""Which pad every strided layer of a model applies at a given input size (``resnet-inspect``).
 
 Each row's pad and mode are the layer's own answer (:func:`resnet.padding.layer_pad`);
 this module only finds the strided layers, the size each sees, and lays out the table.

@@ -1,25 +1,11 @@
 """Save the project's W&B workspace: validation curves and train images/s per padding scheme, the padding tables.
 
-``resnet-dashboard --entity E [--project P] [--dry-run spec.json]``: one saved
-workspace (a view of the project's runs page) built with ``wandb-workspaces``, the ``dashboard``
-extra (``pip install 'resnet-padding[dashboard]'``; in a checkout ``pip install -e '.[dashboard]'``),
-in three sections:
-
-* validation top-1 and top-5 error (%) of the training runs per epoch, one line per padding
-  scheme: ``train.py`` names each run's W&B group after its trained scheme, ``grid[a,b]`` for a grid (``logger.group``
-  unset; :mod:`resnet.engine.run`), and the runs of a group (seeds) are averaged, their
-  min-max shaded;
-* train images/s per logging step and at each epoch's end, per scheme;
-* the per-scheme error table and the trained x evaluated cross matrix that ``eval.py
-  logger=wandb`` and ``resnet-seed-table logger=wandb`` log
-  (:func:`resnet.report.wandb_log.log_evaluations`), and the evaluation rows. Each evaluation
-  run logs the tables of its whole results file, so the newest run's are complete.
-
-The runs table pins each run's scheme, final errors and train images/s. ``--dry-run`` writes
-what the save would send (the view's spec as the library serializes it) and touches no
-network and needs no login, but the extra all the same: the spec is that library's to write;
-without it the workspace is saved to ``ENTITY/PROJECT``, which needs ``wandb login`` (or
-``WANDB_API_KEY``).
+``resnet-dashboard --entity E [--project P] [--dry-run spec.json]``: one saved workspace (a view of the
+project's runs page) built with ``wandb-workspaces``, the ``dashboard`` extra (``pip install
+'resnet-padding[dashboard]'``; in a checkout ``pip install -e '.[dashboard]'``); what its panels and runs
+table show: docs/training.md. ``--dry-run`` writes what the save would send (the view's spec as the library
+serializes it) and touches no network and needs no login, but the extra all the same; without it the
+workspace is saved to ``ENTITY/PROJECT``, which needs ``wandb login`` (or ``WANDB_API_KEY``).
 """
 
 from __future__ import annotations

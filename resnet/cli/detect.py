@@ -4,12 +4,9 @@
     resnet-detect weights=timm:/models/model.safetensors data=imagenet data.root=/data/imagenet
     resnet-detect weights=... data.root=/data/imagenet images=2000 out=ranking.json
 
-Reads what ``configs/detect.yaml`` asks for as ``eval.py`` reads it: the weights (:mod:`resnet.weights`,
-eval.py's ``weights=`` forms), the protocol (:func:`resnet.evaluation.protocol.single_crop_protocol`)
-and up to ``images`` labelled images of the evaluation split (:mod:`resnet.evaluation.sample`), every
-check that needs neither weights nor images done first; then ranks the presets
-(:func:`resnet.detect.detect_padding`). Every bad value is a :class:`resnet.config.ConfigError` (or a
-:class:`resnet.weights.WeightsError`) whose one line says what to type instead.
+Reads the weights, the protocol and up to ``images`` labelled images of the evaluation split as ``eval.py``
+reads them (``configs/detect.yaml``), every check that needs neither weights nor images done first; then
+ranks the presets (:func:`resnet.detect.detect_padding`). Every bad value is one line saying what to type.
 """
 
 from __future__ import annotations

@@ -49,9 +49,7 @@ def run(cfg: DictConfig) -> Path:
     meta = model.meta
     print(
         f"exported {out}: {meta.arch} under {meta.padding_name} padding, input [batch, {meta.in_chans}, {size}, "
-        f"{size}] ({meta.preprocessing} preprocessing), opset {cfg.opset}, {out.stat().st_size / 2**20:.1f} MB"
-    )
-    print(
+        f"{size}] ({meta.preprocessing} preprocessing), opset {cfg.opset}, {out.stat().st_size / 2**20:.1f} MB\n"
         f"checked against onnxruntime on random images, max |logit difference| "
         f"(allowed: {cfg.tolerance:.0e} x max(1, max |logit|)):"
     )

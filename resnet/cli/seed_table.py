@@ -1,19 +1,10 @@
-"""The seed table in one command: ``resnet-seed-table data.root=/data/imagenet``.
+"""The seed table in one command: ``resnet-seed-table data.root=/data/imagenet`` (docs/evaluation.md).
 
-Every model of a model list (``configs/table/<name>.yaml``; TensorNets issue #25's eleven by
-default) is evaluated under each scheme of ``schemes``, with each crop count of ``crops``,
-exactly as ``eval.py`` would (one results row each, appended to ``results_file``). Then the
-TensorNets-style table and the cross matrix are regenerated from that file into ``out/``
-(Markdown, CSV, PNG) beside the published numbers, and logged to W&B with ``logger=wandb``.
-
-A model whose weights cannot be had (not in its hub's cache without ``download=true``, a file
-the list needs but was not given) becomes a row naming what fills it: the flag, or the
-``table.files.<arch>=`` path. It is never dropped.
-
-    resnet-seed-table data.root=/data/imagenet download=true
-    resnet-seed-table data=imagenet_v2 data.root=/data/imagenetv2-matched-frequency-format-val
-    resnet-seed-table data.root=/data/imagenet table.files.resnet200_v2=/models/resnet200.pth
-    torchrun --nproc_per_node=8 -m resnet.cli.seed_table data.root=/data/imagenet
+Every model of a model list (``configs/table/<name>.yaml``; TensorNets issue #25's eleven by default) is
+evaluated under each scheme of ``schemes``, with each crop count of ``crops``, exactly as ``eval.py`` would
+(one results row each, appended to ``results_file``); then both tables are regenerated from that file into
+``out/`` beside the published numbers, and logged to W&B with ``logger=wandb``. A model whose weights cannot
+be had becomes a row naming what fills it (the flag, or the ``table.files.<arch>=`` path), never a dropped one.
 """
 
 from __future__ import annotations

@@ -119,25 +119,21 @@ class ResNet(nn.Module):
         self.final_relu = nn.ReLU(inplace=True) if arch.final_norm else nn.Identity()
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(in_ch, meta.num_classes)
-        self._init_weights()
+        # As torchvision: He init for convs, BN at identity. Not on the meta device (importers build
+        # there, then assign every tensor): it holds no values, and its init pulls in torch._dynamo.
+        if not any(p.is_meta for p in self.parameters()):
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
+                elif isinstance(m, nn.BatchNorm2d):
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
 
     @property
     def meta(self) -> ModelMeta:
         return self._meta
-
-    def _init_weights(self) -> None:
-        # As torchvision: He init for convs, BN at identity. Not on the meta device (importers build
-        # there, then assign every tensor): it holds no values, and its init pulls in torch._dynamo.
-        if any(p.is_meta for p in self.parameters()):
-            return
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
 
     def zero_init_residual(self) -> None:
         """Zero the last BN of each post-activation residual branch (Goyal et al. 2017),

@@ -167,10 +167,9 @@ def resolve_padding(spec: str | Mapping | Padding | None, native: str | Padding 
         return _parse_name(spec)
     if isinstance(spec, Mapping):
         overrides = {k: v for k, v in spec.items() if v is not None}
-        if isinstance(overrides.get("stem_pool_value"), float):  # a command line's -inf / 0 arrive as numbers
-            overrides["stem_pool_value"] = {-math.inf: "-inf", 0.0: "zero"}.get(
-                overrides["stem_pool_value"], str(overrides["stem_pool_value"])
-            )
+        value = overrides.get("stem_pool_value")
+        if isinstance(value, float):  # a command line's -inf / 0 arrive as numbers
+            overrides["stem_pool_value"] = {-math.inf: "-inf", 0.0: "zero"}.get(value, str(value))
         for site in BLUR_SITES:  # a quoted or programmatic "true" / "false"
             if isinstance(overrides.get(site), str) and overrides[site].strip().lower() in ("true", "false"):
                 overrides[site] = overrides[site].strip().lower() == "true"

@@ -27,9 +27,7 @@ from data.testsets import LabelSpace
 
 from ..runtime.device import Runtime
 from ..runtime.distributed import all_reduce_sum
-from .tencrop import average_crops
-
-View = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (images, sizes or None) -> network input
+from .tencrop import View, average_crops
 
 
 @dataclass
@@ -53,10 +51,8 @@ class Evaluation:
     def unreadable_stop(self, limit: float, examples: list[str] | None = None) -> str | None:
         """:func:`unreadable_stop` of these images (the errors would be another set's: validation and
         eval.py stop on it); ``examples``: every process's, where gathered (else this process's)."""
-        read = self.n_images + self.skipped_images
-        return unreadable_stop(
-            self.skipped_images, read, limit, self.skipped_examples if examples is None else examples
-        )
+        examples = self.skipped_examples if examples is None else examples
+        return unreadable_stop(self.skipped_images, self.n_images + self.skipped_images, limit, examples)
 
 
 def unreadable_stop(unreadable: int, read: int, limit: float, examples: list[str]) -> str | None:
@@ -138,8 +134,7 @@ def evaluate(
     bar = Progress(_length(loader), desc, unit="batches", every=log_every, enabled=progress and env.is_main)
     for batch in loader:
         images, labels = batch[0], batch[1]
-        skipped = int(batch[2]) if len(batch) > 2 else 0
-        sums[4] += skipped
+        sums[4] += int(batch[2]) if len(batch) > 2 else 0
         if len(batch) > 3:
             examples += list(batch[3])[: max(5 - len(examples), 0)]
         if labels.numel() == 0:  # every image of the batch was unreadable

@@ -16,6 +16,8 @@ import torch
 
 from .loader import EvalProtocol, resize_shorter
 
+View = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]  # (images, sizes or None) -> network input
+
 
 def centre_offset(length: int | torch.Tensor, crop: int) -> int | torch.Tensor:
     """Top (or left) of the central crop: torchvision's ``center_crop`` rounding, so the
@@ -86,9 +88,7 @@ def flip_pair(images: torch.Tensor) -> torch.Tensor:
     return torch.stack([images, images.flip(-1)], dim=1).flatten(0, 1)
 
 
-def protocol_view(
-    protocol: EvalProtocol, resize: int | None = None
-) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+def protocol_view(protocol: EvalProtocol, resize: int | None = None) -> View:
     """The input transform of the evaluation loop for ``protocol``: a loader batch (and each
     image's true size, for zero-padded batches) -> [N * crops, C, crop, crop], the crops of an
     image adjacent. ``resize``: the shorter side to resize to first, for data the loader did

@@ -89,7 +89,7 @@ def from_fbtorch(
     elif isinstance(weights, (list, tuple)):
         _check_tensors(enumerate(weights), where)
         tensors = [t for t in weights if t.ndim > 0]  # num_batches_tracked scalars carry nothing
-        biases = None  # told from the count below
+        biases = None
         linear = tensors[-2] if len(tensors) > 1 else None
     else:
         raise CheckpointError(
@@ -98,8 +98,14 @@ def from_fbtorch(
         )
     num_classes = linear.shape[0] if linear is not None and linear.ndim == 2 else 1000
     slots = torch7_slots(name, num_classes)
-    if biases is None:
-        biases = _biases_from_count(len(tensors), slots, name, where)
+    if biases is None:  # a list: told from its length
+        with_biases, without = len(slots), len(_used(slots, False))
+        if len(tensors) not in (with_biases, without):
+            raise CheckpointError(
+                f"{where} is a list of {len(tensors)} tensors; fb.resnet.torch's {name} in Lua module order has "
+                f"{with_biases} (convs with biases) or {without} (without): it is another model"
+            )
+        biases = len(tensors) == with_biases
     ours = _match(tensors, _used(slots, biases), name, where)
     with torch.device("meta"):  # shapes only: assign() puts the file's tensors in
         model = build_model(name, num_classes, source="fbtorch", conv_bias="unnormed" if biases else "none")
@@ -174,16 +180,6 @@ def _check_tensors(items, where: object) -> None:
                 f"{where} has {describe(value)} at {printable(str(key))}, where a tensor belongs; "
                 "it is not a converted fb.resnet.torch model"
             )
-
-
-def _biases_from_count(count: int, slots: tuple, arch: str, where: object) -> bool:
-    with_biases, without = len(slots), len(_used(slots, False))
-    if count not in (with_biases, without):
-        raise CheckpointError(
-            f"{where} is a list of {count} tensors; fb.resnet.torch's {arch} in Lua module order has "
-            f"{with_biases} (convs with biases) or {without} (without): it is another model"
-        )
-    return count == with_biases
 
 
 def _used(slots: tuple, biases: bool) -> list:

@@ -219,6 +219,4 @@ def _to_state_dict(
 def arch_of(layers: Mapping[str, object]) -> str | None:
     """Which of our archs a Keras file holds, from its layer names (for error messages)."""
     depth = {6: "50", 23: "101", 36: "152"}.get(sum(bool(re.fullmatch(r"conv4_block\d+_1_conv", n)) for n in layers))
-    if depth is None:
-        return None
-    return f"resnet{depth}_{'v2' if 'post_bn' in layers else 'v1'}"
+    return f"resnet{depth}_{'v2' if 'post_bn' in layers else 'v1'}" if depth else None

@@ -95,15 +95,10 @@ _DAMAGED = (
     IndexError,
 )
 _BN_KEYS = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean", "moving_variance": "running_var"}
-# Numpy's pickles of arrays name these globals and no others (numpy 2 moved numpy.core to numpy._core).
-_ARRAY_GLOBALS = {
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("_codecs", "encode"),  # bytes in protocol-2 pickles
+# Numpy's pickles of arrays name these globals and no others (numpy 2 moved numpy.core to numpy._core;
+# _codecs.encode makes the bytes of protocol-2 pickles).
+_ARRAY_GLOBALS = {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")} | {
+    (f"numpy.{core}.multiarray", name) for core in ("core", "_core") for name in ("_reconstruct", "scalar")
 }
 
 

@@ -36,7 +36,6 @@ from .common import (
 ARCHS = (*tv.ARCHS, "resnext101_32x4d", "resnetv2_50", "resnetv2_101")
 FORMS = ("timm:resnet50.a1_in1k", "timm:/path/to/model.safetensors")
 EXPECTED = "a timm model name with an optional .tag, or a file path"
-_NAME = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)?")
 # timm's file names on the Hugging Face hub, preferred first (timm/models/_hub.py).
 HF_FILES = ("model.safetensors", "pytorch_model.bin")
 # mean/std of timm's pretrained configs -> our preprocessing names (data.normalize).
@@ -83,7 +82,7 @@ def _rename_v2(key: str) -> str:
 
 
 def is_published_name(text: str) -> bool:
-    return bool(_NAME.fullmatch(text))
+    return bool(re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)?", text))
 
 
 def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:

@@ -43,7 +43,6 @@ ARCHS = (
 )
 FORMS = ("torchvision:ResNet50_Weights.IMAGENET1K_V1", "torchvision:/path/to/state_dict.pth")
 EXPECTED = "a weights enum <Model>_Weights.<TAG> or a file path"
-_NAME = re.compile(r"[A-Za-z0-9_]+_Weights\.[A-Za-z0-9_]+")
 
 
 def from_torchvision(state_dict: Mapping[str, torch.Tensor], arch: str) -> ResNet:
@@ -53,7 +52,7 @@ def from_torchvision(state_dict: Mapping[str, torch.Tensor], arch: str) -> ResNe
 
 
 def is_published_name(text: str) -> bool:
-    return bool(_NAME.fullmatch(text))
+    return bool(re.fullmatch(r"[A-Za-z0-9_]+_Weights\.[A-Za-z0-9_]+", text))
 
 
 def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:

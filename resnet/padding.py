@@ -66,11 +66,8 @@ class NotABool(UnknownScheme):
 class Padding:
     """One scheme per site. Field names are the keys of configs and result rows.
 
-    The ``*_blur`` sites (default off) make a strided site anti-aliased, as timm's ResNet
-    ``aa_layer`` does (Zhang 2019): its op runs at stride 1, padded symmetrically, and a
-    BlurPool2d (a 3x3 binomial filter, reflect-padded) subsamples after the conv's BN and
-    ReLU (right after the stem pool). There the site's scheme no longer places the output
-    grid; the BlurPool's own pad does. The pool keeps ``stem_pool_value``.
+    A ``*_blur`` site (default off) is anti-aliased as the module docstring says: there the site's
+    scheme no longer places the output grid; the BlurPool's own pad does. The pool keeps ``stem_pool_value``.
     """
 
     stem_conv: str = "symmetric"

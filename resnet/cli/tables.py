@@ -3,10 +3,8 @@
 ``resnet-tables results/eval.jsonl --out results/tables [--schemes symmetric asymmetric]
 [--delta asymmetric symmetric] [--reference] [--wandb PROJECT]`` writes ``tensornets.md/.csv/.png``
 and ``cross.md/.csv/.png`` into ``--out`` (:func:`resnet.report.table_files.write_tables`) and
-prints both Markdown tables.
-
-Input: the evaluator's JSON lines (:mod:`resnet.report.rows`), one evaluation each. How rows
-become tables (latest wins, protocols never merge): :mod:`resnet.report.tables`.
+prints both Markdown tables; how rows become tables (latest wins, protocols never merge):
+:mod:`resnet.report.tables`.
 """
 
 from __future__ import annotations
@@ -20,18 +18,15 @@ from ..report.table_files import write_tables
 from ..report.tables import cross_matrices, log_to_wandb, reference_note, scheme_table
 from ..report.wandb_log import start_run
 
-DESCRIPTION = "Regenerate the error tables from a results file: ``resnet-tables``."  # --help's first line
-TABLES = ("tensornets", "cross")  # each as .md, .csv and .png (resnet.report.table_files.write_tables)
-
 
 def written_files(out: Path) -> list[Path]:
     """The files :func:`resnet.report.table_files.write_tables` wrote into ``out``, to name them."""
-    files = [out / f"{name}.{ext}" for name in TABLES for ext in ("md", "csv", "png")]
+    files = [out / f"{name}.{ext}" for name in ("tensornets", "cross") for ext in ("md", "csv", "png")]
     return [file for file in files if file.is_file()]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=DESCRIPTION)
+    parser = argparse.ArgumentParser(description="Regenerate the error tables from a results file: ``resnet-tables``.")
     parser.add_argument("results", type=Path, help="JSON lines written by the evaluator")
     parser.add_argument("--out", type=Path, default=Path("results/tables"))
     parser.add_argument("--schemes", nargs="+", help="columns, in order (default: every scheme in the results)")

@@ -1,7 +1,5 @@
-"""The tables of a results file, written as files: ``tensornets.md/.csv/.png`` (error per padding
-scheme) and ``cross.md/.csv/.png`` (trained x evaluated) (:func:`write_tables`). How rows become
-tables (latest wins, protocols never merge): :mod:`.tables`; their charts: :mod:`.charts`.
-"""
+"""The tables of a results file written as files (:func:`write_tables`): ``tensornets`` (error per padding
+scheme) and ``cross`` (trained x evaluated), each as Markdown, CSV and a chart (:mod:`.charts`)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,8 @@ def _dead_worker(iterator, wait_s: float) -> str | None:
         for worker in workers:
             code = worker.exitcode
             if code is not None and code < 0:
-                return f"DataLoader worker (pid {worker.pid}) was killed by signal {-code} ({_signal_name(-code)})"
+                name = {s.value: s.name for s in signal.Signals}.get(-code, "unknown")
+                return f"DataLoader worker (pid {worker.pid}) was killed by signal {-code} ({name})"
             if code == OUT_OF_ROOM_STATUS:
                 return f"DataLoader worker (pid {worker.pid}) ran out of shared memory handing a batch over"
             if code is not None and code != 0:
@@ -130,13 +131,6 @@ def _batch_dropped(err: BaseException, obj: object) -> None:
         os._exit(OUT_OF_ROOM_STATUS)
     print(f"loader worker {os.getpid()}: cannot hand a batch over: {err}", file=sys.stderr, flush=True)
     os._exit(DROPPED_STATUS)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return "unknown"
 
 
 def _leave_worker_checks_to_the_iterator() -> None:

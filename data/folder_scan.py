@@ -105,10 +105,7 @@ def _kind(entry: os.DirEntry) -> str:
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
     )
-    for test, kind in kinds:
-        if test(mode):
-            return kind
-    return "not a regular file"
+    return next((kind for test, kind in kinds if test(mode)), "not a regular file")
 
 
 @dataclass(frozen=True)

@@ -270,35 +270,30 @@ def _outer_tar_samples(path: Path) -> tuple[list[str], list[Sample], list[str]]:
     classes = [PurePosixPath(m.name).stem for m in members]
     if len(set(classes)) < len(classes):
         raise ValueError(f"{path} holds a class tar twice (appended to?); {TRAIN_HINT}")
-    found, skipped = [], []
     with open(path, "rb") as f:
-        for label, member in enumerate(members):
-            # A TarFile opened on f starts where f is, so its members' offsets are positions in the outer file.
-            f.seek(member.offset_data)
-            images, odd = _tar_images(f, f"{path}:{member.name}", str(path), label, member.offset_data + member.size)
-            found += images
-            skipped += odd
-    return classes, _keyed(classes, found), skipped
+        found = [
+            _tar_images(f, f"{path}:{member.name}", str(path), label, member.offset_data, member.size)
+            for label, member in enumerate(members)
+        ]
+    return _samples(classes, found)
 
 
 def _class_tar_samples(tars: list[Path]) -> tuple[list[str], list[Sample], list[str]]:
     """A folder of the per-class ``<wnid>.tar`` files."""
-    found, skipped = [], []
+    found = []
     for label, path in enumerate(tars):
         with open(path, "rb") as f:
-            images, odd = _tar_images(f, str(path), str(path), label, path.stat().st_size)
-            found += images
-            skipped += odd
-    classes = [path.stem for path in tars]
-    return classes, _keyed(classes, found), skipped
+            found.append(_tar_images(f, str(path), str(path), label, 0, path.stat().st_size))
+    return _samples([path.stem for path in tars], found)
 
 
 def _tar_images(
-    f, where: str, path: str, label: int, end: int
+    f, where: str, path: str, label: int, start: int, size: int
 ) -> tuple[list[tuple[str, int, str, int, int]], list[str]]:
-    """(member name, label, path, offset, size) of each image in the tar that starts at ``f``'s
-    position and must end by byte ``end``; and "<where>:<member> (<what>)" of each image-named
-    member that is not a regular file (a symlink, a hard link, a FIFO, a device), never read."""
+    """(member name, label, path, offset, size) of each image in the tar of ``size`` bytes at byte
+    ``start`` of ``f``; and "<where>:<member> (<what>)" of each image-named member that is not a
+    regular file (a symlink, a hard link, a FIFO, a device), never read."""
+    f.seek(start)  # a TarFile opened on f starts where f is, so its members' offsets are positions in f
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
             named = [m for m in tar.getmembers() if m.name.lower().endswith(IMAGE_EXTENSIONS)]
@@ -308,7 +303,7 @@ def _tar_images(
     skipped = [f"{where}:{m.name} ({_member_kind(m)})" for m in named if not m.isreg()]
     if not members:
         raise ValueError(f"{where} holds no images (extensions {', '.join(IMAGE_EXTENSIONS)}); {TRAIN_HINT}")
-    if members[-1].offset_data + members[-1].size > end:
+    if members[-1].offset_data + members[-1].size > start + size:
         raise ValueError(f"{where} is truncated: {members[-1].name} runs past its end; download it again")
     return [(m.name, label, path, m.offset_data, m.size) for m in members], skipped
 
@@ -325,6 +320,9 @@ def _member_kind(member: tarfile.TarInfo) -> str:
     return "not a regular file"
 
 
-def _keyed(classes: list[str], found: list[tuple[str, int, str, int, int]]) -> list[Sample]:
+def _samples(classes: list[str], tars: list[tuple[list, list[str]]]) -> tuple[list[str], list[Sample], list[str]]:
+    """(classes, samples, skipped) of the class tars' :func:`_tar_images`."""
+    found = [image for images, _ in tars for image in images]
     keys = make_keys([f"{classes[label]}/{PurePosixPath(name).name}" for name, label, *_ in found])
-    return [Sample(key, label, path, offset, size) for key, (_, label, path, offset, size) in zip(keys, found)]
+    samples = [Sample(key, label, path, offset, size) for key, (_, label, path, offset, size) in zip(keys, found)]
+    return classes, samples, [line for _, skipped in tars for line in skipped]

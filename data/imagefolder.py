@@ -27,15 +27,7 @@ from .files import MAX_FILE_BYTES, read_file
 from .folder_scan import IMAGE_EXTENSIONS, FolderScan, find_classes, find_images, scan_folder
 from .samplers import seeded
 
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "ImageFiles",
-    "ImageFolder",
-    "check_same_classes",
-    "check_subset",
-    "find_classes",
-    "find_images",
-]
+__all__ = ["IMAGE_EXTENSIONS", "ImageFiles", "ImageFolder", "check_same_classes", "find_classes", "find_images"]
 
 
 def _some(names: list[str]) -> str:

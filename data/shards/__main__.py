@@ -60,6 +60,12 @@ TRAIN_SOURCES = ("ILSVRC2012_img_train.tar", "train", "ILSVRC/Data/CLS-LOC/train
 VAL_SOURCES = ("val", "ILSVRC/Data/CLS-LOC/val")
 LABEL_SOURCES = (SOLUTION_CSV, f"ILSVRC2012_devkit_t12/data/{GROUND_TRUTH}", GROUND_TRUTH)
 SPLIT_NAMES = {"train", "val", "validation", "test"}
+# the archives of the download that hold what a name of *_SOURCES would be, once extracted, and how
+PACKED = {
+    "val folder": ("ILSVRC2012_img_val.tar", "mkdir {root}/val && tar -xf {root}/ILSVRC2012_img_val.tar -C {root}/val"),
+    "val labels file": ("ILSVRC2012_devkit_t12.tar.gz", "tar -xzf {root}/ILSVRC2012_devkit_t12.tar.gz -C {root}"),
+}
+SHOWN_PROBLEMS = 5  # samples named in one error line of check
 
 
 class Parser(argparse.ArgumentParser):
@@ -174,13 +180,6 @@ def write_split(
     )
 
 
-# the archives of the download that hold what a name of *_SOURCES would be, once extracted, and how
-PACKED = {
-    "val folder": ("ILSVRC2012_img_val.tar", "mkdir {root}/val && tar -xf {root}/ILSVRC2012_img_val.tar -C {root}/val"),
-    "val labels file": ("ILSVRC2012_devkit_t12.tar.gz", "tar -xzf {root}/ILSVRC2012_devkit_t12.tar.gz -C {root}"),
-}
-
-
 def first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
     for name in names:
         if (root / name).exists():
@@ -198,9 +197,6 @@ def cmd_check(args: argparse.Namespace) -> None:
         print(check_split(read_index(args.out_dir), deep=args.deep))
     except (ShardError, OSError) as err:  # a problem with the shards, not with the command: status 1
         fail(str(err), status=1)
-
-
-SHOWN_PROBLEMS = 5  # samples named in one error line
 
 
 def check_split(index: ShardIndex, deep: bool = False) -> str:

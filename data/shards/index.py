@@ -39,13 +39,11 @@ LABEL_EXT = "cls"
 BLOCK = tarfile.BLOCKSIZE
 REWRITE = "re-run the conversion (it resumes)"
 CONVERT_HINT = "python -m data.shards folder|ilsvrc-train|ilsvrc-val|imagenet ... (--help shows examples)"
+CHECKSUM_DIGITS = 8  # hex digits of one sample's checksum (a CRC-32)
 
 
 class ShardError(ValueError):
     """A shard folder that is missing, incomplete or not in this format; the message names the file and the fix."""
-
-
-CHECKSUM_DIGITS = 8  # hex digits of one sample's checksum (a CRC-32)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,8 @@ a fixed set of sample positions in it:
   cut into ``len(self)`` full batches. Each loader worker reads a contiguous block of those
   batches, so it reads whole shards, sequentially, one at a time (its memory: one shard). Every
   rank has the same number of steps, so DDP never waits for a rank that ran out.
-* **resume mid-epoch**: ``set_epoch(epoch, start_step)``; each worker skips the batches the
-  DataLoader had already delivered from it (it hands them out round-robin), without reading
-  them (:meth:`ShardBatches.worker_batches`).
+* **resume mid-epoch**: ``set_epoch(epoch, start_step)``; each worker skips, unread, the batches the
+  DataLoader had already delivered from it (:meth:`ShardBatches.worker_batches`).
 * **evaluation**: no shuffle, every sample in exactly one contiguous range, none dropped, none
   repeated, whatever the world size.
 * augmentation is seeded per sample from (seed, epoch, position), as for image folders.

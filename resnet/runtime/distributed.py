@@ -6,14 +6,12 @@ variables; submitit's ``JobEnvironment`` (``SUBMITIT_EXECUTOR``); srun's task id
 a requeue; plain ``python``, one process.
 
 Each process uses ``cuda:<local rank>`` (or ``cuda:0`` where SLURM bound one GPU per task), NCCL on
-GPU, gloo on CPU. Every collective waits at most ``timeout`` seconds (the run config's
-``dist_timeout``) for the other processes: past it gloo raises, and :mod:`resnet.job.peers`
-says which process it waited for. On GPU the host-side gloo group (every step's agreement) gets
-that timeout and NCCL's own a minute more, so that a peer that stalls between steps is reported
-from Python first; one lost while a survivor waits on its GPU (a loss read, GradScaler's check)
-is ended by NCCL's watchdog after that minute more, with NCCL's words and no line of ours
-(``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, set unless the user set it: the one variable this module
-sets). The GPU path is not tested here: it needs two GPUs.
+GPU, gloo on CPU. Every collective waits at most ``timeout`` seconds (``dist_timeout``) for the
+others: past it gloo raises, and :mod:`resnet.job.peers` says which process it waited for. On GPU
+the host-side gloo group (every step's agreement) gets that timeout and NCCL's own a minute more, so
+that a peer that stalls between steps is reported from Python first; NCCL's watchdog ends one lost
+during a GPU wait, in NCCL's words (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, set unless the user set
+it: the one variable this module sets; docs/faults.md). Not tested here: it needs two GPUs.
 """
 
 from __future__ import annotations
@@ -130,8 +128,7 @@ def _srun_launch(env: Mapping[str, str]) -> Launch:
                 "launch it as `srun python train.py ...` (see scripts/slurm.sbatch)"
             )
         return Launch("single", job_id=env.get("SLURM_JOB_ID"))
-    needed = ("SLURM_LOCALID", "SLURM_JOB_ID")
-    missing = [name for name in needed if name not in env]
+    missing = [name for name in ("SLURM_LOCALID", "SLURM_JOB_ID") if name not in env]
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist and "MASTER_ADDR" not in env:
         missing.append("SLURM_STEP_NODELIST (or MASTER_ADDR)")

@@ -170,10 +170,7 @@ class PreActBottleneck(Block):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         preact = self.relu(self.bn1(x))
-        if self.downsample is None:
-            shortcut = x
-        else:
-            shortcut = self.downsample(preact if self.shortcut_reads_preact else x)
+        shortcut = x if self.downsample is None else self.downsample(preact if self.shortcut_reads_preact else x)
         out = self.conv1(preact)
         out = self.relu(self.bn3(self.conv2(self.relu(self.bn2(out)))))
         if self.aa is not None:

@@ -81,14 +81,9 @@ class ResNet(nn.Module):
 
         # stem_conv_blur: the conv at stride 1 (padded symmetrically), and stem_aa subsamples after its ReLU
         stem_blur = padding.stem_conv_blur and arch.stem_stride > 1
-        self.conv1 = make_conv(
-            "symmetric" if stem_blur else padding.stem_conv,
-            in_chans,
-            arch.stem_width,
-            arch.stem_kernel,
-            1 if stem_blur else arch.stem_stride,
-            bias=conv.has_bias(arch.stem_norm),
-        )
+        stem_scheme, stem_stride = ("symmetric", 1) if stem_blur else (padding.stem_conv, arch.stem_stride)
+        stem_bias = conv.has_bias(arch.stem_norm)
+        self.conv1 = make_conv(stem_scheme, in_chans, arch.stem_width, arch.stem_kernel, stem_stride, bias=stem_bias)
         # Pre-activation stems (TF-slim, Keras V2, timm resnetv2) are conv + pool: no BN, no ReLU.
         self.bn1 = norm(arch.stem_width) if arch.stem_norm else nn.Identity()
         self.relu = nn.ReLU(inplace=True) if arch.stem_norm else nn.Identity()

@@ -389,11 +389,7 @@ class PadConv2d(nn.Conv2d):
 
 
 class SameConv2d(nn.Conv2d):
-    """TF 'SAME' conv at stride > 1: the pad follows each input's size.
-
-    Where SAME happens to be symmetric (odd n for odd k) the conv pads itself, so
-    no copy of the input is made.
-    """
+    """TF 'SAME' conv at stride > 1: the pad follows each input's size (:func:`conv_with_pads`)."""
 
     pads_by_size = True  # pad_at_any_size: SAME's pad follows each input's size
 

@@ -5,8 +5,7 @@
 * :mod:`.tencrop`: the single and 10-crop protocols, cut on the device;
 * :mod:`.protocol`: what ``eval.py`` reads from a config (weights, protocol, padding, checks),
   shared with the commands that read weights as it does;
-* :mod:`.run`: the body of ``eval.py`` (weights come from :mod:`resnet.weights`, rows go to
-  :mod:`resnet.report.rows`).
+* :mod:`.run`: the body of ``eval.py``.
 
 This package never imports :mod:`resnet.engine`: training uses evaluation, not the reverse.
 """

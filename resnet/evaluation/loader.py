@@ -1,10 +1,8 @@
 """The evaluation data: one split, sharded over processes, each image decoded and resized once.
 
-Datasets are those of :mod:`data.registry`, each opening its own split (``imagenet``,
-``imagefolder``: ``root/val/<class>/*``, or the raw flat ILSVRC2012 ``val/`` with its labels file;
-``imagenet_shards``: ``root/val`` tar shards; an in-memory dataset: its val split), and the
-ImageNet test sets (:mod:`data.testsets`). Every image goes to exactly one process
-(:class:`data.ShardSampler`, :class:`data.shards.ShardBatches`), so all-reduced sums count the split exactly once.
+Datasets are those of :mod:`data.registry`, each opening its own split, and the ImageNet test sets
+(:mod:`data.testsets`). Every image goes to exactly one process (:class:`data.ShardSampler`,
+:class:`data.shards.ShardBatches`), so all-reduced sums count the split exactly once.
 
 For image folders the decode and resize run in the loader's workers. A single-crop
 batch arrives centre-cropped (``data.decode.decode_resize_center_crop``, the same path
@@ -67,8 +65,7 @@ class ResizeCrop:
 
 
 class ResizeShorter:
-    """File bytes -> RGB uint8 [3, H, W] with min(H, W) = ``resize`` (antialiased, as
-    :class:`ResizeCrop` before its crop): the whole image, for the 10 crops."""
+    """File bytes -> RGB uint8 [3, H, W], min(H, W) = ``resize`` (as :class:`ResizeCrop`): for the 10 crops."""
 
     def __init__(self, resize: int, interpolation: str = "bilinear"):
         self.resize, self.interpolation = resize, check_interpolation(interpolation)

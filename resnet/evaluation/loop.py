@@ -71,8 +71,7 @@ def unreadable_stop(unreadable: int, read: int, limit: float, examples: list[str
 def unreadable_share(unreadable: int, read: int, limit: float) -> str | None:
     """The share of the ``read`` images (readable or not) that could not be read, as a stop says it
     (``51%``; ``5.1%`` where a whole percent would read as the limit itself), where it is more than
-    ``limit`` (``max_unreadable``); else None. Training's epochs and validations and eval.py stop on
-    it (resnet/engine/run.py, resnet/evaluation/run.py)."""
+    ``limit`` (``max_unreadable``); else None."""
     if unreadable <= limit * read:
         return None
     share = unreadable / read

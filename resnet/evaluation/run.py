@@ -173,11 +173,10 @@ def start_line(spec: WeightsSpec, meta: ModelMeta, trained: str, dataset: str, t
 
 
 def _log_to_wandb(cfg: DictConfig, row: dict, path: Path) -> None:
-    """One W&B run per evaluation, ``job_type`` eval, in the group of the scheme the weights were
-    trained with (their training runs' group, :func:`resnet.report.wandb_log.run_group`), named by
-    that scheme and the one evaluated under (:func:`resnet.report.wandb_log.eval_run_name`). Its
-    config: the row, and ``trained_run``, the id of the run that trained the weights where wandb
-    recorded it. It logs the row, and the tables regenerated from the whole results file."""
+    """One W&B run per evaluation, in the group of the scheme the weights were trained with (their
+    training runs' group, :func:`resnet.report.wandb_log.run_group`); ``trained_run``: the id of the
+    run that trained the weights where wandb recorded it. It logs the row, and the tables regenerated
+    from the whole results file."""
     from hydra.core.hydra_config import HydraConfig
 
     from ..report.rows import read_rows

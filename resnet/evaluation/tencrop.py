@@ -1,11 +1,10 @@
-"""Crops for evaluation, taken on the device from images resized once.
+"""Crops for evaluation, taken on the device from images resized once (in the loader).
 
 Single crop: the central ``crop`` x ``crop`` of the resized image.
 10-crop (TensorNets' "10-5" column, torchvision's ``TenCrop``, Krizhevsky et al. 2012):
 the four corner crops and the central crop, and the horizontal flip of each;
-the softmax of the ten is averaged. Each image is decoded and resized once (in the
-loader); the ten crops are cut out of the batch on the device by one gather, so the
-network sees one batch of ``10 x N`` crops in one forward.
+the softmax of the ten is averaged. The ten are cut out of the batch by one gather,
+so the network sees one batch of ``10 x N`` crops in one forward.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Weights from anywhere, as :func:`resnet.build_model` models under their native padding.
 
-One module per source; each locates its files, converts its layout and names its
-architecture: :mod:`.checkpoint` (ours), :mod:`.torchvision`, :mod:`.timm`, :mod:`.keras`,
-:mod:`.fbtorch` (a converted fb.resnet.torch ResNet-200), :mod:`.tensornets` (TensorNets' files).
-This module parses ``weights=`` values and hands each to its source.
+One module per source (:data:`SOURCES`) locates its files, converts its layout and names its
+architecture; this module parses ``weights=`` values and hands each to its source.
 
 The forms (:data:`FORMS`)::
 
@@ -38,13 +36,8 @@ from .tensornets import from_tensornets
 from .timm import from_timm
 from .torchvision import from_torchvision
 
-SOURCES = {
-    "checkpoint": checkpoint,
-    "torchvision": torchvision,
-    "timm": timm,
-    "keras": keras,
-    "fbtorch": fbtorch,
-    "tensornets": tensornets,
+SOURCES = {  # the weights= prefix -> its module
+    module.__name__.rpartition(".")[2]: module for module in (checkpoint, torchvision, timm, keras, fbtorch, tensornets)
 }
 FORMS = tuple(form for source in SOURCES.values() for form in source.FORMS)
 FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".keras", ".npz", ".t7")

@@ -135,11 +135,9 @@ def convert_file(path: Path, convert: Callable[..., ResNet], *args: object, **kw
     try:
         return convert(*args, **kwargs)
     except StateDictMismatch as err:
-        fix = (
-            f"pass model={err.fits}, or leave model= out to tell the architecture from the file"
-            if err.fits
-            else "pass model=<the architecture that wrote it>"
-        )
+        fix = "pass model=<the architecture that wrote it>"
+        if err.fits:
+            fix = f"pass model={err.fits}, or leave model= out to tell the architecture from the file"
         raise CheckpointError(f"{path} does not fit {err.arch} ({err.problems}); {fix}") from None
 
 

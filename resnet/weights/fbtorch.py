@@ -21,9 +21,9 @@ In the commit that published resnet-200.t7 (c530106, Apr 2016) ``layer()`` dropp
 (BetterZH/pytorch_caption ``cnn/resnet200.py``, which the converter generated from the file,
 and TensorNets' ``_block2`` agree). Its convs carry biases (the generated source omits
 ``bias=`` only when it is True; TensorNets' move rules name ``*.0.0.1.0.bias``). The bias of a
-conv that a BN follows folds into that BN's running mean, exactly (``BN(Wx + b)`` is ``BN(Wx)``
-with ``running_mean - b``); the branch's last conv keeps its bias, so a file with biases builds
-``resnet200_v2`` with ``conv_bias="unnormed"`` (recorded in ``meta.overrides``). Models trained
+conv that a BN follows folds into that BN's running mean, exactly (:func:`fold_conv_biases`); the
+branch's last conv keeps its bias, so a file with biases builds ``resnet200_v2`` with
+``conv_bias="unnormed"`` (recorded in ``meta.overrides``). Models trained
 with later versions of preresnet.lua (stage 1 without pre-activation, ``both_preact`` units,
 shortcuts without BN) are laid out otherwise and refused at their first differing tensor.
 

@@ -149,8 +149,7 @@ def _read_h5_file(f: h5py.File, path: Path) -> dict[str, dict[str, np.ndarray]]:
                 layers[layer] = {n.split("/")[-1].split(":")[0]: root[layer][n][()] for n in names}
         return layers
     if "layers" in f:  # Keras 3: layers/<class-based key>/vars/<index>, the layer name in an attr
-        layers = {}
-        unnamed = []
+        layers, unnamed = {}, []
 
         def visit(key: str, group) -> None:
             if not (key.endswith("vars") and isinstance(group, h5py.Group) and len(group)):

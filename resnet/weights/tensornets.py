@@ -8,24 +8,11 @@ names say so (TF < 1.4 created it first; ``parse_weights`` swaps them for newer 
 HWIO, dense kernels (in, out); ResNeXt's grouped 3x3 is a depthwise kernel (3, 3, width,
 width / groups) whose outputs a constant 1x1 sums group by group (``layers.gconvbn``).
 
-The files of the ResNet family (``pretrained.py``) and their variable order (``resnets.py``):
-
-==========================  =============  =================================================
-file                        ours           per unit, after the stem (conv1 [+b], bn)
-==========================  =============  =================================================
-resnet_v2_200.npz           resnet200_v2   [0 conv+b, bn], bn, 1 conv+b, bn, 2 conv+b, bn, 3 conv+b
-resnext_50_32x4d.npz        resnext50_...  [0 conv, bn], 1 conv, bn, 2 depthwise, bn, 3 conv, bn
-resnext_101_32x4d.npz       (same)
-resnext_101_64x4d.npz       (same)
-wrn_50_2.npz                wide_resn...   [0 conv, bn], 1 conv, bn, 2 conv, bn, 3 conv, bn
-resnet_v2_50|101|152.npz    resnet*_v2     preact bn, [0 conv+b], 1 conv, bn, 2 conv, bn, 3 conv+b
-==========================  =============  =================================================
-
-([...] only in a stage's first unit; then the final bn (v2 models) and the logits, kernel and
-bias.) ``resnet50|101|152.h5`` (MSRA's Caffe v1 weights) are refused: TensorNets reads them in
-the stored order of an HDF5 file its author wrote, whose layer names it never documents; Keras
-serves these weights (``keras:ResNet50``). ResNet200v2's conv biases fold into the BN after
-them as in :mod:`.fbtorch` (it is fb.resnet.torch's model).
+The files of the ResNet family are :data:`MODELS`' (``pretrained.py``); :func:`tf_layers` lists each
+one's layers in their variable order (``resnets.py``). ``resnet50|101|152.h5`` (MSRA's Caffe v1 weights) are
+refused: TensorNets reads them in the stored order of an HDF5 file its author wrote, whose layer names it
+never documents; Keras serves these weights (``keras:ResNet50``). ResNet200v2's conv biases fold into the
+BN after them as in :mod:`.fbtorch` (it is fb.resnet.torch's model).
 
 ``values`` is a pickled object array (numpy pickles ragged arrays): an unpickler that builds
 numpy arrays and nothing else reads it, so no code in the file runs. The origin protocol is

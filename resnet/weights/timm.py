@@ -59,9 +59,8 @@ def from_timm(state_dict: Mapping[str, torch.Tensor], arch: str, *, preprocessin
 
     The timm models of :data:`ARCHS`; variants with another stem or shortcut (``resnet50d``,
     BiT's ``resnetv2_50x1_bit``) are refused. ``arch`` may be a timm model name with its
-    pretrained tag (``'resnet50.a1_in1k'``). ResNetV2 keys are renamed and its 1x1-conv
-    classifier becomes a Linear ``fc``. ``preprocessing``: the weights' normalisation
-    (timm's pretrained config says; :func:`published` reads it).
+    pretrained tag (``'resnet50.a1_in1k'``); ResNetV2's is renamed (:func:`to_torch_layout`).
+    ``preprocessing``: the weights' normalisation (timm's pretrained config says).
     """
     name = pick_arch(arch.removeprefix("timm/").split(".")[0], ARCHS, "from_timm")
     return import_state_dict(name, to_torch_layout(state_dict), ARCHS, "from_timm", "timm", preprocessing=preprocessing)
@@ -87,8 +86,7 @@ def is_published_name(text: str) -> bool:
 
 def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
     if spec.published:
-        state_dict, origin = published(spec.name, download)
-        return LoadedWeights(from_timm(state_dict, spec.name, preprocessing=origin.preprocessing), origin)
+        return published(spec.name, download)
     state_dict = load_state_dict_file(spec.path)
     name = arch or arch_by_shapes(to_torch_layout(state_dict), ARCHS)
     if name is None:
@@ -96,8 +94,8 @@ def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
     return LoadedWeights(convert_file(spec.path, from_timm, state_dict, name), OriginProtocol())
 
 
-def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor], OriginProtocol]:
-    """``resnet50.a1_in1k`` -> (state dict, its eval protocol) from timm's pretrained config."""
+def published(name: str, download: bool = False) -> LoadedWeights:
+    """``resnet50.a1_in1k`` -> our model, with the eval protocol of timm's pretrained config."""
     from timm.models import get_pretrained_cfg
 
     try:
@@ -121,7 +119,7 @@ def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor
         path = fetch(cfg.url, download, f"timm weights {name}")
     else:
         raise WeightsError(f"timm publishes no file for {name}")
-    return load_state_dict_file(path), origin
+    return LoadedWeights(from_timm(load_state_dict_file(path), name, preprocessing=preprocessing), origin)
 
 
 def _hugging_face_file(repo: str, filename: str | None, download: bool, what: str) -> Path:

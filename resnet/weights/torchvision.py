@@ -57,8 +57,7 @@ def is_published_name(text: str) -> bool:
 
 def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
     if spec.published:
-        state_dict, native_arch, origin = published(spec.name, download)
-        return LoadedWeights(from_torchvision(state_dict, native_arch), origin)
+        return published(spec.name, download)
     state_dict = load_state_dict_file(spec.path)
     name = arch or arch_by_shapes(state_dict, ARCHS)
     if name is None:
@@ -66,8 +65,8 @@ def load(spec: WeightsSpec, arch: str | None, download: bool) -> LoadedWeights:
     return LoadedWeights(convert_file(spec.path, from_torchvision, state_dict, name), OriginProtocol())
 
 
-def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor], str, OriginProtocol]:
-    """``ResNet50_Weights.IMAGENET1K_V1`` -> (state dict, our arch name, its eval protocol)."""
+def published(name: str, download: bool = False) -> LoadedWeights:
+    """``ResNet50_Weights.IMAGENET1K_V1`` -> our model, with the enum's eval protocol."""
     from torchvision.models import get_weight
 
     try:
@@ -89,4 +88,4 @@ def published(name: str, download: bool = False) -> tuple[dict[str, torch.Tensor
         interpolation=transform["interpolation"].value,
         preprocessing="torch",
     )
-    return load_state_dict_file(path), arch, origin
+    return LoadedWeights(from_torchvision(load_state_dict_file(path), arch), origin)

@@ -1,14 +1,10 @@
 """The recipes' extra augmentation, from the libraries that define it.
 
-* :func:`auto_augment`: a policy applied to each training crop (uint8 [3, H, W]) after the
-  random-resized crop and flip: ``ta_wide`` is torchvision's ``TrivialAugmentWide`` (the
-  torchvision V2 recipe); ``rand-m<M>-...`` is timm's RandAugment, from its config string
-  ("ResNet strikes back": ``rand-m6-mstd0.5-inc1`` for A3).
-* :class:`Augmented`: a crop preset followed by such a policy, one callable on file bytes.
-* :func:`random_erasing`: timm's ``RandomErasing`` on the normalised batch, on the device
-  (as timm's loader runs it), per-pixel normal noise in the erased boxes.
-* :func:`train_size`: progressive resizing, FFCV's rule: the training crop grows from
-  ``start_size`` to ``end_size`` between two epochs, in steps of ``step`` pixels.
+* :func:`auto_augment`: a policy on each training crop, after the random-resized crop and flip:
+  ``ta_wide``, torchvision's ``TrivialAugmentWide`` (the V2 recipe), or timm's RandAugment from
+  its string (``rand-m6-mstd0.5-inc1``: "ResNet strikes back" A3); :class:`Augmented` runs both.
+* :func:`random_erasing`: timm's ``RandomErasing`` on the normalised batch, on the device.
+* :func:`train_size`: progressive resizing, FFCV's rule.
 
 Reproducibility: a sample's draws come from its seed alone (:class:`data.samplers.EpochSampler`
 seeds torch's generator per sample). timm's RandAugment also draws from Python's ``random`` and

@@ -1,26 +1,21 @@
 """A DataLoader whose dead workers are reported where the data is asked for, in one form.
 
-A worker process that dies unasked (the kernel's OOM killer, most often) reaches the main
-process in one of three ways with plain torch, depending on timing:
+A worker process that dies unasked (the kernel's OOM killer, most often) reaches the main process
+in one of three ways with plain torch: torch's SIGCHLD handler raises ``RuntimeError`` in the main
+thread at whatever line it is running (a progress bar's redraw, a ``finally``, Hydra's own code),
+where no ``except`` can be sure to see it; the iterator's own check, every
+``MP_STATUS_CHECK_INTERVAL`` (5 s) while it waits, raises ``DataLoader worker (pid(s) N) exited
+unexpectedly`` from ``next()``; or a batch in flight fails to unpickle with ``EOFError`` or
+``ConnectionResetError`` from ``next()``.
 
-* torch's SIGCHLD handler raises ``RuntimeError`` in the main thread at whatever line it
-  happens to be running: half-way through a progress bar's redraw, inside a ``finally``, or
-  in Hydra's own code after the task returned. No ``except`` can be sure to see it.
-* the iterator's own check, every ``MP_STATUS_CHECK_INTERVAL`` (5 s) while it waits,
-  raises ``DataLoader worker (pid(s) N) exited unexpectedly`` from ``next()``;
-* a batch in flight, whose tensors the dead worker was still handing over, fails to unpickle
-  with ``EOFError`` or ``ConnectionResetError`` from ``next()``.
-
-:class:`DataLoader` keeps only the last two, both raised by ``next()``, and turns either into
-one ``RuntimeError``: ``DataLoader worker (pid N) was killed by signal 9 (SIGKILL)``. After
-torch sets its handler up, SIGCHLD's default disposition comes back (children stay waitable;
-the iterator polls them). A death is then reported at most 5 s later, always from the
-``for batch in loader`` line, so the caller's ``except RuntimeError`` sees every one.
+:class:`DataLoader` puts SIGCHLD back to its default disposition once torch has set its handler
+(children stay waitable; the iterator polls them) and turns either of the last two into one
+``RuntimeError``: ``DataLoader worker (pid N) was killed by signal 9 (SIGKILL)``, at most 5 s
+after the death, from the ``for batch in loader`` line, where the caller's ``except`` sees it.
 
 A batch that a worker cannot hand over (pickled into shared memory by the queue's feeder thread,
-with /dev/shm full) would be dropped by Python's queue with a traceback, and the main process
-would wait for it forever: each worker instead exits with :data:`OUT_OF_ROOM_STATUS` (or
-:data:`DROPPED_STATUS` for any other cause), which the next ``next()`` reports as above.
+with /dev/shm full) would be dropped by Python's queue and waited for forever: the worker instead
+exits with :data:`OUT_OF_ROOM_STATUS` (or :data:`DROPPED_STATUS`), which ``next()`` then reports.
 """
 
 from __future__ import annotations

@@ -1,36 +1,28 @@
 """Encoded image bytes -> RGB uint8 tensor [3, H, W], optionally cropped and resized.
 
-Full decodes go through ``torchvision.io.decode_image`` (libjpeg-turbo, libpng, ...),
-which reads grayscale and CMYK JPEGs straight to RGB and does not care what the file is
-called: ImageNet has PNG data under ``.JPEG`` names. Formats torchvision cannot read
-(BMP, TIFF, PPM) fall back to PIL. Every image mode comes out as RGB uint8 (:func:`to_uint8`,
-:func:`pil_rgb`): 16-bit, 32-bit and float samples scaled from their type's range, not clipped.
-Corrupt, truncated and empty files raise one of :data:`DECODE_ERRORS`, and so does an image of
-more than :data:`MAX_PIXELS` pixels, refused from its header before anything is decoded
-(:func:`image_size`, which every decode path asks first).
+Full decodes go through ``torchvision.io.decode_image`` (libjpeg-turbo, libpng, ...), which reads
+grayscale and CMYK JPEGs straight to RGB whatever the file is called (ImageNet has PNG data under
+``.JPEG`` names); what it cannot read (BMP, TIFF, PPM) falls back to PIL. Every image mode comes
+out as RGB uint8 (:func:`to_uint8`, :func:`pil_rgb`). Corrupt, truncated and empty files raise one
+of :data:`DECODE_ERRORS`, and so does an image over :data:`MAX_PIXELS` pixels, refused from its
+header (:func:`image_size`, which every decode path asks first).
 
-Speed: only the crop's window of a JPEG is decoded (:mod:`data.roi`): the same pixels as
-decoding the whole file, for less work; then the window is resized. Each step below exists
-because it was cheaper than what it replaced, measured one at a time; the figures, and the
-commands that reproduce them (``python -m benchmarks.input_pipeline``,
-``python -m benchmarks.decode_alternatives``), are in docs/benchmarks.md.
+Speed: each step below was measured cheaper than what it replaced (docs/benchmarks.md;
+``python -m benchmarks.input_pipeline``, ``python -m benchmarks.decode_alternatives``).
 
+* Only the crop's window of a JPEG is decoded (:mod:`data.roi`): the same pixels, less work.
 * :func:`decode_resized_crop` copies the crop box out as [h, w, 3] rows before resizing.
   ATen's uint8 antialiased kernel reads and writes 3-channel pixels in place only in a
   channels-last-contiguous tensor whose batch stride is not ambiguous; a crop view of the
   decoded image is repacked to 4 channels on the way in and, its output allocated NCHW
   (pytorch#68430, which torchvision's ``resize_image`` works around too), on the way out.
   Same pixels. :func:`resize_rows` then calls ``F.interpolate`` itself, skipping ``TF.resize``'s Python.
-* :func:`image_size` reads a JPEG's size from its frame header instead of opening it with
-  PIL, and ``RandomResizedCropFlip.sample`` draws all of an image's random numbers in one
-  call to torch's RNG instead of ~10 (:mod:`data.transforms`). Tiny ops cost several times
-  their isolated time right after a decode has filled the caches.
+* :func:`image_size` reads a JPEG's size from its frame header, not with PIL: tiny ops cost
+  several times their isolated time right after a decode has filled the caches.
 * :func:`decode_resized_crop` decodes a JPEG at 1/4 or 1/8 scale (libjpeg's DCT scaling,
   through PIL's ``Image.draft``) when the crop box still has at least the output resolution
   at that scale (within a few levels of the exact crop; tests/data/test_data.py). Never 1/2:
-  PIL's 1/2 decode and resize is slower than the window decode and resize
-  (``python -m benchmarks.decode_alternatives``).
-  Every other JPEG crop decodes its window (:mod:`data.roi`), anything else the whole file.
+  PIL's 1/2 decode and resize is slower than the window decode and resize.
 """
 
 from __future__ import annotations
@@ -206,14 +198,12 @@ def _jpeg_header(data: bytes) -> tuple[tuple[int, int, int, int] | None, int]:
 
 def check_end(data: bytes) -> None:
     """Refuse a JPEG or PNG cut short: an ``OSError`` when its last marker (a JPEG's end of image,
-    FF D9; a PNG's IEND chunk) is not after its header.
+    FF D9; a PNG's IEND chunk) is not after its header (an EXIF thumbnail's own end does not count).
 
-    A decoder need not reach the end of a file to give pixels: a crop's window stops at its last
-    row (:mod:`data.roi`), and libjpeg and libpng fill in or ignore what is missing at the end. So
-    a file missing its last bytes passed or failed with the crop an epoch drew, and nvImageCodec's
-    libjpeg-turbo wrote "Input file read error" to stderr. Looked for from the end, past any bytes
-    after it (a camera's trailer, padding), the marker is found in under a microsecond in a whole
-    file (docs/benchmarks.md). Only after the header: an EXIF thumbnail's own end does not count."""
+    A decoder need not reach the end of a file to give pixels (a crop's window stops at its last
+    row, :mod:`data.roi`), so a file missing its last bytes would pass or fail with the crop an
+    epoch drew. Looked for from the end, past any bytes after it (a camera's trailer, padding), the
+    marker is found in under a microsecond (docs/benchmarks.md)."""
     if data[:2] == b"\xff\xd8":
         start, end, what = _jpeg_header(data)[1], JPEG_END, "JPEG without its end-of-image marker (FF D9)"
     elif data[:8] == PNG_SIGNATURE:
@@ -225,13 +215,10 @@ def check_end(data: bytes) -> None:
 
 
 def image_size(data: bytes) -> tuple[int, int]:
-    """(width, height) of an image file, as PIL's header reports it, without decoding; an image
-    of more than :data:`MAX_PIXELS` pixels raises (:func:`check_pixels`), and so does a JPEG or PNG
-    cut short (:func:`check_end`). Every decode asks this first.
-
-    For a JPEG, read from its start-of-frame segment (:func:`jpeg_frame`): a few microseconds,
-    against ~20 for ``Image.open``. Anything else (PNG, BMP, a JPEG with its height in a DNL
-    segment, a broken file) goes to PIL, which raises for a file it cannot identify.
+    """(width, height) of an image file without decoding it; an image of more than :data:`MAX_PIXELS`
+    pixels raises (:func:`check_pixels`), and so does a JPEG or PNG cut short (:func:`check_end`).
+    A JPEG's is read from its start-of-frame segment (:func:`jpeg_frame`, a few microseconds against
+    ~20 for ``Image.open``); anything else goes to PIL, which raises for a file it cannot identify.
     """
     frame = jpeg_frame(data)  # a whole JPEG: None for one cut short
     if frame is None:

@@ -1,23 +1,18 @@
 """``data.decode=gpu``: loader workers send encoded JPEGs and their crop boxes; the GPU decodes them.
 
-Why ``torchvision.io.decode_jpeg(device="cuda")`` and not DALI's mixed decoder: it is nvJPEG's
-batched decode behind a call the project already makes on the CPU, with no second pipeline
-framework, no extra wheel (DALI's is large) and no change to how batches, samplers, resumes and
-skipped images work. The workers keep everything cheap: reading the file, its header, the crop
-box and flip drawn exactly as on the CPU path (:class:`EncodedRandomResizedCropFlip`), so a
-run's boxes do not depend on where it decodes. The main process then decodes the batch with
-one nvJPEG call and crops, resizes (antialiased) and flips on the GPU
-(:func:`crop_resize_flip`).
+``torchvision.io.decode_jpeg(device="cuda")`` rather than DALI's mixed decoder: nvJPEG's batched
+decode behind a call the project already makes on the CPU, with no second pipeline framework, no
+large wheel and no change to how batches, samplers, resumes and skipped images work. The workers
+read the file and its header and draw the crop box and flip exactly as on the CPU path
+(:class:`EncodedRandomResizedCropFlip`), so a run's boxes do not depend on where it decodes; the
+main process decodes the batch with one nvJPEG call and crops, resizes (antialiased) and flips
+on the GPU (:func:`crop_resize_flip`).
 
-Files nvJPEG does not read (CMYK JPEGs, PNG data under a .JPEG name, anything not a JPEG), and
-progressive JPEGs, which it reads only one by one with its Huffman decoding on the main
-process's CPU (:func:`nvjpeg_reads`), are decoded by the worker on the CPU as before and travel
-as pixels beside the encoded ones. Validation stays on the CPU path: exact, the publisher's
-preprocessing. What can go wrong on the GPU and what guards it: docs/gpu.md.
-
-Pixels: the GPU's IDCT and upsampling are not libjpeg-turbo's, and the resize runs in float32
-(rounded to uint8) where the CPU path uses ATen's uint8 kernel, so images differ from the CPU
-path by a few levels; augmentation statistics do not.
+What nvJPEG's batched decode does not read (:func:`nvjpeg_reads`) the worker decodes on the CPU,
+and it travels as pixels beside the encoded ones. Validation stays on the CPU path: exact, the
+publisher's preprocessing. What can go wrong on the GPU and what guards it: docs/gpu.md. Pixels
+differ from the CPU path's by a few levels (the GPU's IDCT and upsampling, a float32 resize where
+the CPU uses ATen's uint8 kernel); augmentation statistics do not.
 """
 
 from __future__ import annotations
@@ -53,13 +48,10 @@ class EncodedBatch:
     one uint8 tensor, and the images a worker had to decode itself stacked in a second one.
 
     Two tensors (three with the labels) cross from the worker per batch, each non-empty one a file
-    descriptor in torch's default sharing strategy, whatever the batch size; one tensor per image (256 for a
-    batch of 256, times workers x prefetch batches in flight) ran out of descriptors ("received 0
-    items of ancdata", "Too many open files"). The crops' boxes and flips are Python lists, pickled
-    with the batch. :meth:`pin_memory` is what the DataLoader's pin-memory thread calls on it.
-
-    ``len()`` and ``shape[0]`` are the image count (what the training loop checks before a step);
-    :meth:`decode` turns it into uint8 [N, 3, size, size] on a device, in the batch's order.
+    descriptor in torch's default sharing strategy: one tensor per image, times workers x prefetch
+    batches in flight, runs out of descriptors ("received 0 items of ancdata", "Too many open
+    files"). ``len()`` and ``shape[0]`` are the image count (what the training loop checks before a
+    step); :meth:`decode` turns it into uint8 [N, 3, size, size] on a device, in the batch's order.
     """
 
     data: torch.Tensor  # uint8 [n_bytes]: the encoded JPEGs, one after the other
@@ -187,16 +179,11 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: list[tuple[int, int, int
     """Decoded images [3, H, W] (any device) -> uint8 [N, 3, size, size]: each one's box, resized
     with ``interpolation``, antialiased, in float32, rounded, flipped where asked.
 
-    Two kernels an image, the box to float32 and its resize, kept one by one: one
-    ``F.interpolate`` call resizes from one input size only, and random boxes almost never share
-    a size; padding boxes to a common size changes the antialias windows, and writing each resize
-    as two matrix products with the kernel's weights sums in another order, so both change
-    pixels. Then a handful for the batch: one cat, round, clamp, to uint8, and the flips as one
-    flip of the batch and one select. Rounding, clamping and flipping act pixel by pixel, so
-    doing them on the batch gives the pixels of doing them image by image (the tests compare the
-    two bit for bit), with ~2N+6 kernels instead of ~5.5N. The price is memory: the batch in
-    float32 until rounded (N x 3 x size x size x 4 bytes, 154 MB for 256 x 224^2; twice that for
-    a moment, the resized images and their cat), where the loop held one image's at a time."""
+    Two kernels an image, kept one by one: one ``F.interpolate`` call resizes from one input size
+    only, and padding boxes to a common size or writing each resize as two matrix products changes
+    pixels. Rounding, clamping and flipping act pixel by pixel, so they run once on the batch (the
+    same pixels, bit for bit: the tests), ~2N+6 kernels instead of ~5.5N; the price is the batch in
+    float32 until rounded (154 MB for 256 x 224^2, twice that for a moment)."""
     resized = []
     for image, (top, left, height, width) in zip(images, boxes):
         window = image[:, top : top + height, left : left + width].unsqueeze(0).float()

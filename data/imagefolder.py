@@ -1,14 +1,11 @@
 """``root/<class>/**/<image>`` as a dataset that survives bad files.
 
 A file that cannot be read (zero bytes, cut short, corrupt, not an image, too large to be one)
-comes back as a :class:`data.batch.BadImage` and is dropped and reported by :func:`data.batch.collate`,
-so a week-long run is never ended by one file. Everything that is wrong with the folder
-*layout* fails at construction instead, with one line that says what was expected.
-Grayscale, CMYK and PNG-under-``.JPEG`` files (all present in ImageNet) load as RGB.
-
-The samples are a :class:`data.file_index.FileIndex` (numpy arrays, no Python object per
-image), so loader workers share them instead of each copying them. Listing the folder:
-:mod:`data.folder_scan`; keeping that listing between runs: :mod:`data.index_cache`.
+comes back as a :class:`data.batch.BadImage`, dropped and reported by :func:`data.batch.collate`,
+so a week-long run is never ended by one file; what is wrong with the folder *layout* fails at
+construction, in one line. The samples are a :class:`data.file_index.FileIndex`, which loader
+workers share instead of copying. Listing the folder: :mod:`data.folder_scan`; keeping the
+listing between runs: :mod:`data.index_cache`.
 """
 
 from __future__ import annotations
@@ -58,11 +55,10 @@ def check_subset(classes: list[str], found: list[str], root: Path) -> None:
 class ImageFiles(Dataset):
     """Samples ``(path, class index)`` as ``(uint8 [3, H, W], class index)`` or a :class:`BadImage`.
 
-    ``samples``: a :class:`FileIndex`, or ``(path, label)`` pairs to pack into one.
-    ``transform`` maps a file's bytes to the image tensor (:mod:`data.transforms`). A file of more
-    than ``max_file_bytes`` (``data.max_file_mb``) is a :class:`BadImage`, refused from its size
-    before a byte is read (:mod:`data.files`). The base of :class:`ImageFolder`; also the flat
-    ILSVRC2012 val/ with its labels file (:mod:`data.ilsvrc`).
+    ``samples``: a :class:`FileIndex`, or ``(path, label)`` pairs to pack into one. ``transform``
+    maps a file's bytes to the image tensor (:mod:`data.transforms`); a file of more than
+    ``max_file_bytes`` (``data.max_file_mb``) is refused unread (:mod:`data.files`). The base of
+    :class:`ImageFolder`; also the flat ILSVRC2012 val/ with its labels file (:mod:`data.ilsvrc`).
     """
 
     def __init__(

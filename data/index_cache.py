@@ -10,11 +10,8 @@ and the mtime of every directory listed are what they were: adding, removing or 
 file or a folder anywhere below the root changes its directory's mtime. A directory modified
 less than :data:`RACY_S` before the listing began could change again within the same mtime
 tick, unseen (timestamps are 1 s apart on some file systems, 2 s on FAT; git calls such an
-entry "racy"), so such a listing is not kept.
-
-Under DDP, :func:`rank_zero_first`: rank 0 lists the folder (or reads the cache) and writes
-it while the other ranks wait; then they read it, instead of every rank of every node
-walking the file system at once.
+entry "racy"), so such a listing is not kept. Under DDP rank 0 lists and keeps it, and the
+other ranks read it (:func:`rank_zero_first`).
 """
 
 from __future__ import annotations

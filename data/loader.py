@@ -31,16 +31,12 @@ What the trainer does::
   unreadable ones; ``batch_size`` is per process.
 * Validation shows every image exactly once across ranks, no padding duplicates, so the
   all-reduced count equals ``loaders.val_size``. ``val_images=N`` scores N of them, the same N
-  every epoch and at every world size (:func:`data.samplers.spread`: spread evenly over an
-  image folder or Fashion-MNIST; the first N of shards, whose order the conversion mixed).
+  every epoch and at every world size (:func:`data.samplers.spread`; the first N of shards).
 * ``loaders.protocol`` records the transforms; put it in every result row.
-* Image folders are listed once and the listing kept (:mod:`data.index_cache`): beside the
-  data where it is writable, else in ``cache_dir``; under DDP rank 0 lists, the others wait and
-  read its file. One line per split says whether the index was reused or rebuilt.
+* Image folders are listed once and the listing kept (:mod:`data.index_cache`).
 * Image-folder augmentation is seeded per sample from (``seed``, epoch, index)
-  (:class:`data.samplers.EpochSampler`): the same for any number of workers or ranks, and
-  after a resume. ``fashion_mnist`` (in memory, ``workers=0``) draws from the process's
-  global RNG, which the trainer reseeds every epoch.
+  (:class:`data.samplers.EpochSampler`). ``fashion_mnist`` (in memory, ``workers=0``) draws from
+  the process's global RNG, which the trainer reseeds every epoch.
 """
 
 from __future__ import annotations

@@ -11,19 +11,11 @@ A bar redraws itself with carriage returns; in a file (a SLURM job's log, ``nohu
 3. ``lines`` when stderr is not a terminal;
 4. ``bar`` otherwise.
 
-Both go to stderr, tqdm's stream, so stdout holds only each epoch's row and the summary tables
-whatever the mode, and the terminal test is on stderr because that is the stream a bar's
-carriage returns would land in: ``python train.py > log.txt`` keeps its bar on the terminal and
-a clean log; ``2> err.log`` or ``2>&1 | tee`` gets lines. A SLURM job's ``--output`` file takes
-both streams unless ``--error`` splits them.
-
-A line is printed when the caller says it is at a point where its numbers are on the host
-anyway (:meth:`Progress.log`: the training loop's ``log_every`` steps, which already read
-the loss), every ``every`` units (:meth:`Progress.update`; with ``interval``, only where that
-many seconds have passed since the last line, so that a loop that ends in a second prints its
-last line alone and a slow one a line every ``interval`` seconds), and at the end, however the
-loop ended (an interruption too), unless the last line said it already; nothing here reads a
-device tensor::
+Both go to stderr, tqdm's stream, which is also the one tested for a terminal, so stdout holds
+only each epoch's row and the summary tables: ``python train.py > log.txt`` keeps its bar on the
+terminal and a clean log. A line is printed where the caller's numbers are on the host anyway
+(:meth:`Progress.log`), every ``every`` units (:meth:`Progress.update`) and at the end, however
+the loop ended; nothing here reads a device tensor::
 
     train 3: 50/625 batches (8%) | loss (running mean) 2.314 | lr 0.1 | img/s 1,234 | 0:00:41 elapsed, ETA 0:07:52
 """

@@ -1,23 +1,18 @@
 """Every dataset, found by name (``data=<name>``): one entry each, holding what the loaders need.
 
-In memory: ``data=<name>`` reads ``data/<name>.py``'s ``DATASET``. Such a dataset is small enough
-to live as uint8 tensors (the built-in Fashion-MNIST, the tests' CIFAR-10-shaped ``synthetic``): no
-files to index, no loader workers, random crops and flips made in memory. Its module says all the
-loaders need in one :class:`InMemory`: its classes, channels and size, and how a split is loaded
-(:meth:`InMemory.open`), from ``data.root`` where one is given (:meth:`InMemory.check_root`).
-Training (:func:`data.build_loaders`) and evaluation (``resnet.evaluation.loader``) both ask the
-registry; no other code names a dataset.
-
-Adding one is a module beside this one and a ``configs/data/<name>.yaml`` (see ``data/synthetic.py``).
-The module states the facts; the YAML reads them (``num_classes: ${dataset:num_classes}``,
-``in_chans``, ``image_size``: :func:`resnet.config.dataset_fact`) and never repeats them.
-The modules are imported when first asked for, not here: ``python -m data.fashion_mnist`` must be
-that module's first import.
+In memory: ``data=<name>`` reads ``data/<name>.py``'s ``DATASET``, an :class:`InMemory`: a dataset
+small enough to live as uint8 tensors (the built-in Fashion-MNIST, the tests' ``synthetic``), with
+no files to index, no loader workers, random crops and flips made in memory. Adding one is such a
+module and a ``configs/data/<name>.yaml`` (see ``data/synthetic.py``), which reads the module's
+facts (``num_classes: ${dataset:num_classes}``, :func:`resnet.config.dataset_fact`) and never
+repeats them. The modules are imported when first asked for, not here: ``python -m
+data.fashion_mnist`` must be that module's first import.
 
 The datasets of image files are entries here too (:data:`ON_DISK`): class folders or tar shards
-(:mod:`data.on_disk`), each opening its splits and naming its layout. Adding a folder dataset is one
-line there and a YAML. :func:`find` returns any dataset by name; the loaders dispatch on its type.
-The ImageNet test sets have their own table, :mod:`data.testsets`.
+(:mod:`data.on_disk`). :func:`find` returns any dataset by name, for training
+(:func:`data.build_loaders`) and evaluation (``resnet.evaluation.loader``) alike; the loaders
+dispatch on its type and no other code names a dataset. The ImageNet test sets have their own
+table, :mod:`data.testsets`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Samplers: exact-once evaluation shards, and per-sample seeds for reproducible augmentation.
 
-:class:`ShardSampler` (evaluation) shows every index to exactly one rank.
-
-``DistributedSampler`` pads the index list to a multiple of the world size, so a
-distributed evaluation of ImageNet val sees 50,001-50,004 images (docs/padding.md).
-Here rank r gets r, r + world_size, r + 2 * world_size, ...: shards differ in length by at
-most one and nothing is repeated, so summing correct counts and image counts over ranks
-(an all-reduce) gives the exact accuracy. ``take=N`` (train.py's ``val_images``) shards N of
-the indices spread evenly over the set (every k-th: a set stored class by class keeps every
-class's share), the same N at every world size.
+``DistributedSampler`` pads the index list to a multiple of the world size, so a distributed
+evaluation of ImageNet val sees 50,001-50,004 images (docs/padding.md). :class:`ShardSampler`
+gives rank r the indices r, r + world_size, r + 2 * world_size, ...: nothing repeated, so summing
+correct counts and image counts over ranks gives the exact accuracy. ``take=N`` (train.py's
+``val_images``) shards N indices spread evenly over the set (:func:`spread`: a set stored class
+by class keeps every class's share), the same N at every world size.
 """
 
 from __future__ import annotations

@@ -140,26 +140,18 @@ def train_one_epoch(
     batch is counted, after which the epoch ends early with ``interrupted`` set. Every process calls
     it at the same batch.
 
-    Before each step the processes agree, on the host, whether all of them read at least one image
-    and whether one was asked to stop. A batch whose images were all unreadable thus skips the step
-    on every process (``empty_steps``) instead of leaving the others waiting in DDP's gradient
-    all-reduce. That agreement is a gloo all-reduce of a few numbers a step, on the host: no process
-    can know that another read no image without it (docs/gpu.md). The files each process read and
-    could not read ride along, so that ``ctx.check_unreadable`` sees the epoch's counts so far, over
-    every process, before each step (``max_unreadable``: a bad mount stops within the epoch's first
-    images, every process at the same step) without a collective of its own.
+    Before each step the processes agree, in one gloo all-reduce of a few numbers on the host, whether
+    all of them read at least one image (a batch whose images were all unreadable skips the step on
+    every process, ``empty_steps``, instead of leaving the others waiting in DDP's gradient all-reduce)
+    and whether one was asked to stop. The files each process read and could not read ride along, so
+    that ``ctx.check_unreadable`` sees the epoch's counts so far, over every process, before each step.
 
-    Whether every loss is finite is read without stopping the host every step:
-
-    * ``on_nonfinite=stop``: the losses stay on the device until the next ``log_every`` step, the
-      epoch's end or a checkpoint, where one transfer brings them (and whether each was finite on
-      every process) to the host; the first non-finite one raises :class:`NonFiniteLoss` naming its
-      step. The steps in between have updated the weights in memory, which the run then drops:
-      every checkpoint is written after such a read, so the last one holds only finite steps.
-    * ``on_nonfinite=skip``: a skipped step takes no optimizer step, no scheduler step and no EMA
-      update, and is not counted; the host must know before the optimizer step. The finite flag is
-      copied to the host as soon as the forward pass has made it and read once the backward pass is
-      queued, so the device has the backward to run while the host waits for it.
+    ``on_nonfinite=stop``: the losses stay on the device until the next ``log_every`` step, the epoch's
+    end or a checkpoint, where one transfer reads them; the first non-finite one raises
+    :class:`NonFiniteLoss` naming its step, and every checkpoint is written after such a read, so the
+    last one holds only finite steps. ``on_nonfinite=skip``: a skipped step takes no optimizer,
+    scheduler or EMA step and is not counted; its verdict is read once the backward is queued
+    (docs/gpu.md, finding 4).
     """
     run = _Epoch(model, optimizer, scheduler, ctx, epoch, global_step, resume, checkpoint, len(loader))
     try:  # the progress line is cleared whatever ends the epoch, so a message starts its own line
@@ -259,13 +251,8 @@ class _Epoch:
         first = stats.batches
         self.steps_before = global_step - stats.steps  # optimizer steps before this epoch
         self.end = first + batches if ctx.max_steps is None else min(first + batches, ctx.max_steps)
-        self.bar = Progress(
-            self.end,
-            f"train {epoch + 1}",
-            initial=first,
-            unit="batches",  # 1-based, as the epoch line
-            enabled=ctx.progress and ctx.env.is_main,
-        )
+        shown = ctx.progress and ctx.env.is_main
+        self.bar = Progress(self.end, f"train {epoch + 1}", initial=first, unit="batches", enabled=shown)  # 1-based
         self.totals = Totals(ctx.env.device, stats.sums)  # a resumed epoch's sums, else zeros
         self.lr = optimizer.param_groups[0]["lr"]  # then the LR of the last step taken
         self.start = self.window_start = time.perf_counter()
@@ -291,8 +278,8 @@ class _Epoch:
         peers.at_step(self.steps_before + stats.steps)  # where a peer that stalls or dies is reported
         files = (self.unsent[0] + skipped, self.unsent[1] + skipped + images.shape[0])
         self.unsent = (0, 0)
-        agreed = _agree_before_step(images.shape[0] > 0, files, ctx)
-        if agreed.stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
+        everyone_has_data, stop, due, unreadable, read = _agree_before_step(images.shape[0] > 0, files, ctx)
+        if stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
             stats.interrupted = True
             self.save()
             return False
@@ -301,17 +288,16 @@ class _Epoch:
         self.bar.update(1)  # counted before a line may be printed for it
         stats.skipped_images += skipped
         stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
-        unreadable, read = self.files.unreadable + agreed.unreadable, self.files.read + agreed.read
-        self.files = ImagesRead(unreadable, read, stats.skipped_paths)
+        self.files = ImagesRead(self.files.unreadable + unreadable, self.files.read + read, stats.skipped_paths)
         if ctx.check_unreadable is not None:  # before the step: a run over max_unreadable trains no more
             ctx.check_unreadable(self.epoch, self.files)
-        if not agreed.everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
+        if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
             stats.empty_steps += 1
             stats.unused_images += images.shape[0]
         else:
             self.step(images, labels, index)
         every = ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0
-        if self.checkpoint is not None and (every or agreed.due) and stats.batches < self.end:
+        if self.checkpoint is not None and (every or due) and stats.batches < self.end:
             self.save()
         return True
 
@@ -397,28 +383,19 @@ class _Epoch:
         return stats
 
 
-@dataclass(frozen=True)
-class _Agreed:
-    """What the processes agreed before a step (:func:`_agree_before_step`)."""
-
-    everyone_has_data: bool  # every process has at least one readable image
-    stop: bool  # some process was asked to stop
-    due: bool  # rank 0 finds a checkpoint due by its clock
-    unreadable: int  # the files of this batch that could not be read, summed over the processes
-    read: int  # the files of this batch, readable or not, summed
-
-
-def _agree_before_step(has_data: bool, files: tuple[int, int], ctx: StepContext) -> _Agreed:
+def _agree_before_step(has_data: bool, files: tuple[int, int], ctx: StepContext) -> tuple[bool, bool, bool, int, int]:
     """What every process must know before the forward pass (:func:`train_one_epoch`), in one host-side
-    all-reduce: the stop request as a count per signal, so that every process stops under the signal
-    that arrived; ``files``: this process's unreadable and read files since the last step."""
+    all-reduce: whether every process read an image, whether one was asked to stop (a count per signal
+    rides along, so that every process stops under the signal that arrived), whether rank 0's clock
+    finds a checkpoint due, and the batch's unreadable and read files (``files``: this process's since
+    the last step) summed over the processes."""
     votes = ctx.stop.votes() if ctx.stop is not None else []
     due = ctx.env.is_main and ctx.save_due is not None and ctx.save_due()  # one clock decides, for every rank
     without_data, due, unreadable, read, *summed = all_reduce_host(
         [float(not has_data), float(due), float(files[0]), float(files[1]), *votes], ctx.env
     )
     stop = ctx.stop.agree(summed) if ctx.stop is not None else False
-    return _Agreed(without_data == 0, stop, due > 0, int(unreadable), int(read))
+    return without_data == 0, stop, due > 0, int(unreadable), int(read)
 
 
 class _ToHost:

@@ -391,8 +391,7 @@ def unreadable_limit(config: TrainConfig, saver: Checkpointer) -> Callable[[int,
     every step, on the epoch's files so far summed over the processes, from ``max_unreadable_after``
     of them on (a few bad files early stop nothing; a bad mount stops within the epoch's first minute,
     every process at the same step), and at the epoch's end on all of them, before it is saved."""
-    limit = config.max_unreadable
-    after = config.max_unreadable_after
+    limit, after = config.max_unreadable, config.max_unreadable_after
 
     def check(epoch: int, files: ImagesRead) -> None:
         if files.unreadable <= limit * files.read or (not files.ended and files.read < after):
@@ -501,14 +500,8 @@ def _summary(results: dict, footer: str) -> str:
         shown["n_val_images"] = f"{results['n_val_images']:,} of {results['val_split_images']:,}"  # val_images=N
     rows = [{**shown, "weights": "model"}]
     if results["ema_top1_err"] is not None:
-        rows.append(
-            {
-                **shown,
-                "weights": f"EMA {results['ema_decay']:g}",
-                "top1_err": results["ema_top1_err"],
-                "top5_err": results["ema_top5_err"],
-            }
-        )
+        ema = {"top1_err": results["ema_top1_err"], "top5_err": results["ema_top5_err"]}
+        rows.append({**shown, "weights": f"EMA {results['ema_decay']:g}", **ema})
     columns = dict(TRAIN_SUMMARY)
     if results.get("skipped_images") or results.get("val_skipped_images"):  # unreadable images, counted, not hidden
         columns["skipped (train / val)"] = "skipped"

@@ -121,12 +121,6 @@ class Totals:
     def summed(self, host: Mapping[str, float], env: DistEnv) -> dict[str, float]:
         """These sums and ``host``'s numbers (:data:`HOST_SUMS`), each summed over the processes: one
         float64 tensor in the order of their names, one all-reduce, one read."""
-        names = [*self.sums, *host]
-        vector = torch.tensor(
-            [0.0] * len(self.sums) + [float(host[name]) for name in host],
-            dtype=torch.float64,
-            device=next(iter(self.sums.values())).device,
-        )
-        for i, value in enumerate(self.sums.values()):
-            vector[i] = value  # to float64 on the device: exact, and no transfer of its own
-        return dict(zip(names, all_reduce_sum(vector, env).tolist()))
+        sums = torch.stack([value.double() for value in self.sums.values()])  # on the device: exact, no transfer
+        counts = torch.tensor([float(host[name]) for name in host], dtype=torch.float64, device=sums.device)
+        return dict(zip([*self.sums, *host], all_reduce_sum(torch.cat([sums, counts]), env).tolist()))

@@ -71,11 +71,9 @@ class RunDirLock:
         file.write(json.dumps(me))
         file.flush()
         self._file = file
-        return (
-            f"took over {self.path.parent} from a run that ended without releasing it ({previous})"
-            if previous
-            else None
-        )
+        if previous:
+            return f"took over {self.path.parent} from a run that ended without releasing it ({previous})"
+        return None
 
     def release(self) -> None:
         if self._file is None:

@@ -62,10 +62,6 @@ def at_step(step: int) -> None:
     _steps[0] = step
 
 
-def step() -> int:
-    return _steps[0]
-
-
 def failure_kind(err: BaseException) -> str | None:
     """``"timeout"`` or ``"closed"`` where ``err`` is a collective failing because of a peer, else
     None: any other error, a failure of this run's own (a checkpoint write on a lost NFS mount says
@@ -122,7 +118,7 @@ class Heartbeat:
             count = 0
             while not self.stop.is_set():
                 count += 1
-                store.set(KEY("alive", self.env.rank), f"{count} {step()}")
+                store.set(KEY("alive", self.env.rank), f"{count} {_steps[0]}")
                 self.stop.wait(HEARTBEAT_S)
         except (RuntimeError, OSError):  # the store is gone (its host died): the census says so itself
             return
@@ -236,7 +232,7 @@ def lost_peer(err: BaseException, env: DistEnv) -> PeerLost | None:
     kind = failure_kind(err)
     if kind is None:
         return None
-    at = step()
+    at = _steps[0]
     found = census(env, at)
     return PeerLost(describe(env, kind, found, at), found)
 

@@ -32,7 +32,7 @@ SUBMITIT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # submitit's own variable: the 
 
 
 class _Record:
-    signum: int | None = None  # the first stop signal since catch() or clear()
+    signum: int | None = None  # the first stop signal since catch(), or since release() released everything
     interrupts = 0  # SIGINTs seen: the second ends the process
     previous: dict[int, Callable | int | None] = {}  # the handlers catch() replaced (submitit's, for one)
     at_exit = False  # whether _ignore_from_now_on is registered
@@ -59,11 +59,12 @@ def catch(*extra: int) -> tuple[int, ...]:
     if not _record.at_exit:
         atexit.register(_ignore_from_now_on)
         _record.at_exit = True
-        _record.terminals = tuple(fd for fd in (0, 1, 2) if _is_terminal(fd))
+        _record.terminals = tuple(fd for fd in (0, 1, 2) if os.isatty(fd))
     placed = []
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ or "TORCHELASTIC_RESTART_COUNT" in os.environ
     for signum in dict.fromkeys((*STOP_SIGNALS, *submitit_signal(), *extra)):
         current = signal.getsignal(signum)
-        if current is _handler or (signum == signal.SIGHUP and current == signal.SIG_IGN and not _under_torchrun()):
+        if current is _handler or (signum == signal.SIGHUP and current == signal.SIG_IGN and not torchrun):
             continue  # caught already; nohup's ignored SIGHUP
         _record.previous[signum] = current
         signal.signal(signum, _handler)
@@ -79,15 +80,11 @@ def release(signums: tuple[int, ...]) -> None:
         handler = _record.previous.pop(signum, None)
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     if not _record.previous:
-        clear()
-
-
-def clear() -> None:
-    _record.signum, _record.interrupts = None, 0
+        _record.signum, _record.interrupts = None, 0
 
 
 def pending() -> int | None:
-    """The first stop signal received since :func:`catch` (or :func:`clear`), or None."""
+    """The first stop signal received since :func:`catch`, or None."""
     return _record.signum
 
 
@@ -103,17 +100,6 @@ def _ignore_from_now_on() -> None:
     for signum in list(_record.previous):
         if signal.getsignal(signum) is _handler:
             signal.signal(signum, signal.SIG_IGN)
-
-
-def _under_torchrun() -> bool:
-    return "TORCHELASTIC_RUN_ID" in os.environ or "TORCHELASTIC_RESTART_COUNT" in os.environ
-
-
-def _is_terminal(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
 
 
 def _detach_from_terminal() -> None:

@@ -193,10 +193,8 @@ def config_dir() -> Path:
     (``resnet/configs``, which a wheel and ``pip install .`` carry), else the checkout's top-level
     ``configs/``, the one source of both."""
     package = Path(__file__).resolve().parent
-    if os.environ.get(CONFIGS_ENV):
-        places = [Path(os.environ[CONFIGS_ENV])]
-    else:
-        places = [package / "configs", package.parent / "configs"]
+    chosen = os.environ.get(CONFIGS_ENV)
+    places = [Path(chosen)] if chosen else [package / "configs", package.parent / "configs"]
     for place in places:
         if (place / "train.yaml").is_file():
             return place.resolve()

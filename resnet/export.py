@@ -83,10 +83,9 @@ def export_onnx(
 
     h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
     frozen = freeze_padding(copy.deepcopy(model).eval(), (h, w), explicit=True)
-    first_param = next(frozen.parameters())
     in_chans = next(m for m in frozen.modules() if isinstance(m, nn.Conv2d)).in_channels
     # torch.export specialises a dimension whose example is 1, so a dynamic batch is traced with 2
-    dummy = torch.zeros(batch_size or 2, in_chans, h, w, dtype=first_param.dtype, device=first_param.device)
+    dummy = next(frozen.parameters()).new_zeros(batch_size or 2, in_chans, h, w)  # the weights' dtype and device
 
     program = torch.onnx.export(
         frozen,

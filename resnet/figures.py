@@ -107,9 +107,8 @@ def _draw_window(ax, grid: SamplingGrid, i: int, j: int, colour: str) -> None:
     from matplotlib.patches import Rectangle
 
     rows, cols = grid.taps[i], grid.taps[j]
-    ax.add_patch(
-        Rectangle((cols[0] - 0.5, rows[0] - 0.5), len(cols), len(rows), fill=False, edgecolor=colour, linewidth=2.5)
-    )
+    box = Rectangle((cols[0] - 0.5, rows[0] - 0.5), len(cols), len(rows), fill=False, edgecolor=colour, linewidth=2.5)
+    ax.add_patch(box)
     corner = (cols[-1] + 0.5, rows[0] - 0.5)
     ax.annotate(f"out ({i},{j})", corner, fontsize=7, color=colour, ha="right", va="bottom", weight="bold")
 

@@ -1,16 +1,11 @@
 """Hydra entry points: :func:`run_main` around every ``@hydra.main`` (train.py, eval.py and the
-commands), and :func:`hydra_command`, the ``main`` of a command that reads a config of ``configs/``
-(detect, regrid, export, seed_table).
+commands), and :func:`hydra_command`, the ``main`` of a command that reads a config of ``configs/``.
 
-Hydra composes the config before the decorated function runs, so its own errors (an option that
-does not exist, a key that is not in the config, an override it cannot parse) never reach the
-function's :func:`resnet.cli.one_line_errors`. Left to itself Hydra prints up to 15 lines and exits
-with status 1; :func:`run_main` has it raise them instead and ends each in one line with status 2,
-saying what to type. Some typos Hydra accepts, and the run would go on without what was meant (a
-``+`` or ``++`` key that nothing reads), or answers in its config files' syntax (a group chosen
-twice): :func:`checked_overrides` ends those in one line before Hydra reads the command line, and
-turns a scheme name (:attr:`resnet.padding.Padding.name`) typed as ``+padding=<name>`` into the
-overrides that select it.
+Hydra composes the config before the decorated function runs, so its own errors (an option that does not
+exist, a key that is not in the config, an override it cannot parse) never reach the function's
+:func:`resnet.cli.one_line_errors`; left to itself Hydra prints up to 15 lines and exits with status 1.
+:func:`run_main` has it raise them and ends each in one line with status 2, saying what to type; the typos
+Hydra would accept or answer in its config files' syntax, :func:`checked_overrides` ends before it reads them.
 """
 
 from __future__ import annotations

@@ -156,14 +156,11 @@ def weights_name(weights: str) -> str:
 
 
 def run_labels(keys: Sequence[str], weights: Sequence[str]) -> list[str]:
-    """How a table or chart names each run: ``keys[i]`` (a scheme, or ``arch, trained scheme``)
-    where its weights are the only ones under that key, else ``key (run name)``: the seed where
-    each of those runs records its own (:func:`seed_names`: ``symmetric (seed 1)``), else the
-    shortest tail of the weights' path that no other path under that key ends with
-    (:func:`run_names`: ``symmetric (12-18-10/0)``, ``symmetric (12-18-10, EMA)``).
-
-    ``weights``: :func:`weights_label` values (``(EMA)`` marks EMA weights). The one place
-    runs are named: the cross matrix's rows, the bar chart's."""
+    """How a table or chart names each run, the one place runs are named (the cross matrix's rows, the bar
+    chart's): ``keys[i]`` (a scheme, or ``arch, trained scheme``) where its weights (``weights[i]``, a
+    :func:`weights_label`) are the only ones under that key, else ``key (run name)``: by the seed its run
+    records (:func:`seed_names`: ``symmetric (seed 1)``), else by its path (:func:`run_names`:
+    ``symmetric (12-18-10/0)``, ``symmetric (12-18-10, EMA)``)."""
     groups: dict[str, dict[str, None]] = {}  # each key's distinct weights, in order
     for key, w in zip(keys, weights, strict=True):
         groups.setdefault(key, {})[w] = None

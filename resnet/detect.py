@@ -170,19 +170,11 @@ def detect_padding(
     runtime = Runtime.local(next(model.parameters()).device)
     groups = preset_groups(model, input_size)
     norms = preset_norms or {}
-    results = [
-        evaluate(
-            use_preset_norms(with_padding(model, next((p for p in group if p in norms), group[0])), norms),
-            batches,
-            runtime,
-            normalize,
-            num_classes=num_classes,
-            keep_scores=True,
-            progress=progress,
-            desc=f"preset group {i}/{len(groups)}",
-        )
-        for i, group in enumerate(groups, 1)
-    ]
+    options = dict(num_classes=num_classes, keep_scores=True, progress=progress)
+    results = []
+    for i, group in enumerate(groups, 1):
+        chosen = use_preset_norms(with_padding(model, next((p for p in group if p in norms), group[0])), norms)
+        results.append(evaluate(chosen, batches, runtime, normalize, desc=f"preset group {i}/{len(groups)}", **options))
     n_images = results[0].n_images
     if n_images == 0:
         raise ValueError("no images: batches was empty")

@@ -1,11 +1,9 @@
 """What a loader yields, and how unreadable images travel from worker processes to the trainer.
 
-A dataset returns :class:`BadImage` instead of a sample it cannot decode; :func:`collate`
-drops those, and the :class:`Batch` carries how many it dropped and their paths, so the
-report crosses DataLoader worker processes for free. ``batch.skipped`` (``batch[2]``) is
-the count: sum it over an epoch and all-reduce it; :class:`SkipLog` keeps the count and the
-first few paths. A batch can therefore be smaller than the batch size, in the extreme
-empty (``len(batch.labels) == 0``).
+A dataset returns :class:`BadImage` instead of a sample it cannot decode; :func:`collate` drops
+those, and the :class:`Batch` carries their count (``batch.skipped``: sum it over an epoch and
+all-reduce it) and paths across worker processes; :class:`SkipLog` keeps the count and the first
+few paths. A batch can therefore be smaller than the batch size, even empty.
 """
 
 from __future__ import annotations

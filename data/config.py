@@ -1,10 +1,7 @@
 """What a run asks of its data, as one typed value: :class:`DataConfig`; and :class:`ConfigError`,
 the one error of a config that cannot work (the data's and the library's alike).
-
-``configs/data/base/dataset.yaml`` declares every key of a ``data:`` config, with its default and
-what it means; each ``configs/data/<name>.yaml`` starts from it. :class:`DataConfig` holds those keys
-typed and states none of their values: :meth:`DataConfig.from_config` reads a composed config, and
-``resnet.config.data_config(name, **changes)`` composes one outside Hydra (the library's way).
+``configs/data/base/dataset.yaml`` declares every key of a ``data:`` config, its default and its
+meaning; :class:`DataConfig` holds them typed and states none of their values.
 """
 
 from __future__ import annotations

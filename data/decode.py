@@ -115,11 +115,9 @@ def to_uint8(values: torch.Tensor) -> torch.Tensor:
 
 def pil_rgb(image: Image.Image) -> torch.Tensor:
     """Any PIL image -> RGB uint8 [3, H, W] (a channels-last view, as ``decode_image`` returns).
-
-    Grey samples deeper than 8 bits (modes I;16*, I, F) are scaled by :func:`to_uint8`; every
-    other mode (1, L, LA, P with or without transparency, CMYK, YCbCr, ...) is PIL's ``convert``.
-    Alpha is dropped, as ``decode_image(mode=RGB)`` drops it. A mode PIL cannot convert raises
-    ``ValueError``: the file is skipped and counted."""
+    Grey samples deeper than 8 bits (modes I;16*, I, F) are scaled by :func:`to_uint8`, every other
+    mode is PIL's ``convert``; alpha is dropped, as ``decode_image(mode=RGB)`` drops it. A mode PIL
+    cannot convert raises ``ValueError``: the file is skipped and counted."""
     if image.mode.startswith("I;16") or image.mode in ("I", "F"):
         samples = np.asarray(image)
         grey = to_uint8(torch.from_numpy(samples.astype(samples.dtype.newbyteorder("="))))  # I;16B is big-endian
@@ -247,14 +245,10 @@ def decode_resized_crop(
     flip: bool = False,
     roi: bool = True,
 ) -> torch.Tensor:
-    """Crop ``box`` = (top, left, height, width), in full-resolution pixels, resize it to
-    ``size`` x ``size`` and flip it horizontally if ``flip``.
-
-    ``box`` lies within the size :func:`image_size` gave, which refused an image over
-    :data:`MAX_PIXELS`; a full decode asks it again (:func:`decode_rgb`).
-    ``header``: :func:`open_header` of ``data``, or None to open it here only when the
-    box allows a reduced JPEG decode (most boxes do not: a full decode needs no header).
-    ``roi``: decode only the box's window of a JPEG (:mod:`data.roi`, exact); False: the whole file.
+    """Crop ``box`` = (top, left, height, width), in full-resolution pixels and within the size
+    :func:`image_size` gave, resize it to ``size`` x ``size`` and flip it horizontally if ``flip``.
+    ``header``: :func:`open_header` of ``data``, or None to open it here only when the box allows a
+    reduced JPEG decode. ``roi``: decode only the box's window of a JPEG (:mod:`data.roi`, exact).
     """
     top, left, height, width = box
     reduction = max((r for r in DCT_REDUCTIONS if min(height, width) >= r * size), default=1)

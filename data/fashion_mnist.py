@@ -6,8 +6,7 @@ Where the files are looked for, first hit wins:
 0. ``data.root`` when set (``root`` here), and then only there;
 1. ``$FASHION_MNIST_ROOT`` when set (and then only there);
 2. ``/usr/share/datasets/fashion-mnist``: Debian's ``dataset-fashion-mnist`` package;
-3. ``~/.cache/resnet-padding/fashion-mnist``: where ``python -m data.fashion_mnist --download``
-   puts them (through torchvision's downloader; for machines without apt).
+3. ``~/.cache/resnet-padding/fashion-mnist``: where ``python -m data.fashion_mnist --download`` puts them.
 """
 
 from __future__ import annotations

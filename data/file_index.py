@@ -1,13 +1,11 @@
 """A list of ``(path, label)`` that loader workers share instead of copying: :class:`FileIndex`.
 
-A Python list of ``(path, label)`` tuples is three objects per image, and a forked loader
-worker that reads an entry writes its reference counts, so the memory page holding it is
-copied into the worker. Over an epoch every page is read: each worker ends up with a
-private copy of the whole list (pytorch/pytorch#13246; about 230 MiB per worker for
-ImageNet's 1.28 M training images, docs/benchmarks.md). A :class:`FileIndex` is three
-numpy arrays instead: the paths' bytes end to end, where each one starts, and the labels.
-Reading entry ``i`` slices them and writes nothing, so the pages stay shared with the
-parent; pickled for a spawned worker, it is three buffers, whatever the number of images.
+A forked loader worker that reads an entry of a Python list of ``(path, label)`` tuples writes its
+reference counts, so the page holding it is copied into the worker: over an epoch each worker
+ends up with a private copy of the whole list (pytorch/pytorch#13246; about 230 MiB per worker
+for ImageNet's 1.28 M training images, docs/benchmarks.md). A :class:`FileIndex` is three numpy
+arrays (the paths' bytes end to end, where each starts, the labels): reading an entry writes
+nothing, and a spawned worker unpickles three buffers, whatever the number of images.
 """
 
 from __future__ import annotations

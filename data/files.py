@@ -2,17 +2,16 @@
 never a file too large to be an image.
 
 The folder scan keeps regular files only (:mod:`data.folder_scan`), but a file can be replaced
-between the listing and the read, and the shard converter reads what it is given: so the read
-opens without blocking, refuses anything that is not a regular file, and refuses a file of more
-than ``limit`` bytes (``data.max_file_mb``, default :data:`MAX_FILE_BYTES`) from its size, before
-a byte is read. Each refusal is an ``OSError`` naming the file: the loader skips and counts it like
-any unreadable image. A tar shard's member is refused the same way from the size in its header
-(:func:`check_size`, :mod:`data.shards.read`).
+between the listing and the read, and the shard converter reads what it is given: so
+:func:`read_file` opens without blocking and refuses, before a byte is read, anything that is not
+a regular file or has more than ``limit`` bytes (``data.max_file_mb``): an ``OSError`` naming the
+file, which the loader skips and counts like any unreadable image. A tar shard's member is
+refused the same way from the size in its header (:func:`check_size`).
 
-Why 64 MiB: ImageNet train's largest JPEG is 15.7 MB and a 30,000-pixel-square PNG bomb is 0.5 MB,
-while every byte under the limit is held in memory by each loader worker that meets the file,
-two or three times over while it is decoded: at the former 1 GiB a 1,000 MiB file raised a worker's
-peak RSS from 0.94 to 1.85 GB (docs/benchmarks.md, "Files too large to be images").
+Why 64 MiB: ImageNet train's largest JPEG is 15.7 MB and a 30,000-pixel-square PNG bomb 0.5 MB,
+while each loader worker that meets a file holds it two or three times over while decoding it:
+a 1,000 MiB file raised a worker's peak RSS from 0.94 to 1.85 GB (docs/benchmarks.md, "Files too
+large to be images").
 """
 
 from __future__ import annotations

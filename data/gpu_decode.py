@@ -135,28 +135,24 @@ def _decode_jpegs(views: list[torch.Tensor], device: torch.device) -> list[torch
     """Decode the JPEG bytes with one batched ``decode_jpeg`` call on ``device``: nvJPEG on CUDA,
     libjpeg-turbo on the CPU (the tests' path).
 
-    On CUDA the call runs on a side stream of its own, never on the training stream. torchvision
-    0.29's ``decode_jpegs_cuda`` allocates its outputs with the caller's current stream and writes
-    them from a private stream that waits on nothing (torchvision #9606; and nvJPEG's hardware
-    engine does not order its writes after work queued on the stream it is given, torchcodec
-    #1634). Called with the training stream current, the caching allocator may hand it a block
-    freed a moment ago by the step, whose queued backward kernels still read it, and the decode
-    overwrites it: wrong gradients or NaNs, now and then. Here:
+    On CUDA the call runs on a side stream of its own. torchvision 0.29's ``decode_jpegs_cuda``
+    allocates its outputs with the caller's current stream and writes them from a private stream
+    that waits on nothing (torchvision #9606; nvJPEG's hardware engine does not order its writes
+    after the stream it is given either, torchcodec #1634): with the training stream current, the
+    allocator may hand it a block freed a moment ago by the step, whose queued backward kernels
+    still read it, and the decode overwrites it (wrong gradients or NaNs, now and then). Here:
 
-    * the outputs come from the side stream's own pool, where no kernel ever runs; a block goes
-      back to that pool only through :meth:`torch.Tensor.record_stream` below, i.e. once the
-      training stream has *finished* (an event the allocator polls, not stream order) everything
-      queued before the images were freed, the crop/resize included. So the decoder only ever
-      writes memory that no queued work touches, whether or not it honours stream order;
-    * the side stream first waits for the training stream (a decoder that submits its work on
-      the current stream, as later versions may, is then ordered after the step), and the
-      training stream waits for the side stream (torchvision makes the side stream wait for its
-      decode) before it crops, resizes and trains on the images.
+    * the outputs come from the side stream's own pool, where no kernel runs; a block goes back to
+      it only through :meth:`torch.Tensor.record_stream` below, once the training stream has
+      *finished* (an event the allocator polls) everything queued before the images were freed.
+      So the decoder only writes memory no queued work touches, whether or not it honours streams;
+    * the side stream waits for the training stream (a decoder that submits its work on the current
+      stream is then ordered after the step), and the training stream for the side stream before
+      it crops, resizes and trains on the images.
 
-    The crop/resize deliberately runs on the training stream, not on the side stream: images
-    freed after use on the stream that allocated them are reusable at once for that stream, and
-    the next batch's decode, which waits for nothing, could then be given a block a queued resize
-    still reads."""
+    The crop/resize runs on the training stream, not the side stream: images freed on the stream
+    that allocated them are reusable at once there, and the next batch's decode, which waits for
+    nothing, could be given a block a queued resize still reads."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     if device.type != "cuda":
@@ -198,11 +194,9 @@ def crop_resize_flip(images: list[torch.Tensor], boxes: list[tuple[int, int, int
 
 def nvjpeg_reads(data: bytes) -> bool:
     """Whether ``data`` is a JPEG that the GPU decodes here: baseline or extended sequential
-    Huffman (SOF0, SOF1), one (grey) or three components. Progressive JPEGs (SOF2) nvJPEG reads,
-    but not in its batched decode: torchvision decodes them one by one, their Huffman decoding on
-    the main process's CPU, while the workers have idle cores for exactly that; they go to the
-    workers. CMYK/YCCK JPEGs (four components), lossless and arithmetic-coded ones and anything
-    else are decoded on the CPU too."""
+    Huffman (SOF0, SOF1), one (grey) or three components. Progressive JPEGs nvJPEG reads only one by
+    one, their Huffman decoding on the main process's CPU: they go to the workers' idle cores, with
+    CMYK/YCCK, lossless and arithmetic-coded JPEGs and anything else."""
     return _nvjpeg_frame(data) is not None
 
 

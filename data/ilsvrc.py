@@ -48,11 +48,9 @@ TRAIN_HINT = (
 
 
 def read_val_labels(labels: str | Path, devkit: str | Path | None = None) -> dict[str, str]:
-    """Val image stem (``ILSVRC2012_val_00000001``) -> wnid, from either labels file.
-
-    ``devkit``: the devkit's ``data/meta.mat`` or the extracted ``ILSVRC2012_devkit_t12/``
-    folder, needed by the ``.txt`` labels only; by default ``meta.mat`` is looked for next
-    to the labels file and in ``../data/``.
+    """Val image stem (``ILSVRC2012_val_00000001``) -> wnid, from either labels file. ``devkit``
+    (``.txt`` labels only): the devkit's ``data/meta.mat`` or the extracted ``ILSVRC2012_devkit_t12/``;
+    by default ``meta.mat`` is looked for next to the labels file and in ``../data/``.
     """
     return _read_labels(Path(labels), devkit)[0]
 

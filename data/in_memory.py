@@ -1,8 +1,7 @@
 """A dataset of whole-batch tensors: the built-in data, sliced a batch at a time.
 
-The DataLoader calls ``__getitems__`` with a batch's indices (torch >= 2.0), so a batch is
-one index op on a uint8 tensor, and the training augmentation is one batched op
-(:func:`data.transforms.random_crop_flip`), with no per-image Python or PIL.
+The DataLoader calls ``__getitems__`` with a batch's indices, so a batch is one index op on a uint8
+tensor and the training augmentation one batched op (:func:`data.transforms.random_crop_flip`).
 Use it with ``collate_fn=data.batch.pass_batch``.
 """
 

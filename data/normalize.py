@@ -39,11 +39,9 @@ PREPROCESSING: dict[str, Preprocessing] = {
 
 
 class Normalize(nn.Module):
-    """Map a batch of pixels (uint8, or float on the 0-255 scale) to float32 network input.
-
-    Works on any device (the constants are buffers, moved by ``.to``) and keeps the input's
-    memory format. A 1-channel batch (Fashion-MNIST) uses the mean of the three channels'
-    constants, which is what a grey image replicated to RGB would get on average.
+    """Map a batch of pixels (uint8, or float on the 0-255 scale) to float32 network input, on any
+    device, in the input's memory format. A 1-channel batch (Fashion-MNIST) uses the mean of the
+    three channels' constants, what a grey image replicated to RGB would get on average.
     """
 
     def __init__(self, preprocessing: str = "torch"):

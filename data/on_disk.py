@@ -93,13 +93,10 @@ class Folders(OnDisk):
         devkit: str | None = None,
         max_file_bytes: int = MAX_FILE_BYTES,
     ) -> tuple[ImageFiles, str | None]:
-        """``split`` for evaluation, and a note to print where it holds part of ImageNet's classes.
-
-        A ``val/`` takes the training split's classes when that is there, so that one missing a class
-        fails instead of shifting every label after it. Without one, a wnid ``val/`` may hold any of
-        ImageNet's 1,000 classes, each keeping its class index; a flat one is the raw ILSVRC2012
-        val/, labelled by ``val_labels`` (and ``devkit``), found under ``root`` when not given.
-        ``max_file_bytes``: as :meth:`open_training`'s."""
+        """``split`` for evaluation, and a note to print where it holds part of ImageNet's classes. A
+        ``val/`` takes the training split's classes where there is one (a missing class fails rather than
+        shift every label after it); else a wnid ``val/`` may hold any of ImageNet's classes, each keeping
+        its index, and a flat one is the raw ILSVRC2012 val/, labelled by ``val_labels`` (and ``devkit``)."""
         (folder,) = self.split_dirs(root, split, purpose=" evaluation" if split == "val" else "")
         image_folder = partial(ImageFolder, folder, transform, max_file_bytes=max_file_bytes)
         if split == "train":

@@ -1,18 +1,15 @@
 """Decode only the crop window of a JPEG: nvImageCodec's libjpeg-turbo CPU decoder with a region.
 
 A training crop covers 8-100% of the image. libjpeg-turbo can stop at the crop's last row and
-skip the inverse DCT, upsampling and colour conversion of the rows above it (its
-``jpeg_skip_scanlines``); only the entropy decoding of those rows remains. nvImageCodec
-(``nvidia-nvimgcodec-cu12``, NVIDIA's codec library behind DALI's decoders, 32 MB, Linux x86-64
-and aarch64) exposes that as a region of a code stream, on the CPU with no GPU or CUDA present,
-and decodes the same file on the GPU with nvJPEG where one is installed.
+skip the inverse DCT, upsampling and colour conversion of the rows above it
+(``jpeg_skip_scanlines``); only their entropy decoding remains. nvImageCodec
+(``nvidia-nvimgcodec-cu12``, Linux x86-64 and aarch64) exposes that as a region of a code stream,
+on the CPU with no GPU or CUDA present.
 
 Exact: the region's pixels equal the same window of torchvision's full decode, bit for bit, for
 4:2:0, 4:2:2, 4:4:4, progressive, greyscale and CMYK JPEGs (tests/data/test_roi_decode.py). Where the
 library is missing (macOS, Windows) or fails on a file, :func:`decode_region` returns None and the
-caller decodes the whole file instead, which raises the usual error for a file that is broken.
-
-Measured (``python -m benchmarks``, one core): see data/decode.py's docstring.
+caller decodes the whole file, which raises the usual error for a broken one. Measured: data/decode.py.
 """
 
 from __future__ import annotations

@@ -64,13 +64,10 @@ class EpochSampler(Sampler):
     """This rank's shuffled share of one epoch, from any position in it.
 
     ``set_epoch(epoch, start)`` reshuffles (``DistributedSampler``, seeded by (seed, epoch)) and
-    skips the first ``start`` indices: a run resumed from a checkpoint taken mid-epoch reads
-    exactly what the uninterrupted run read after that point.
-
-    With ``seeded=True`` it yields ``(index, seed)`` and the dataset seeds each sample's
-    augmentation with it (:class:`data.imagefolder.ImageFolder`): augmentation then depends on
-    (seed, epoch, index) alone, not on the number of loader workers, whether they persist
-    across epochs, how many epochs this process has run, or the world size.
+    skips the first ``start`` indices: a run resumed mid-epoch reads what the uninterrupted run read.
+    With ``seeded=True`` it yields ``(index, seed)``, and the dataset seeds the sample's augmentation
+    with it (:class:`data.imagefolder.ImageFolder`): it then depends on (seed, epoch, index) alone,
+    not on the loader workers, how many epochs this process has run, or the world size.
     """
 
     def __init__(self, inner: DistributedSampler | Sampler, seed: int, seeded: bool = True, rank: int | None = None):

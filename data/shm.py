@@ -1,11 +1,10 @@
 """Room in /dev/shm for the batches loader workers hand to the training process.
 
-A DataLoader worker passes each batch through shared memory (/dev/shm). Docker gives a container
-64 MB there unless run with ``--shm-size`` or ``--ipc=host``; 224-px batches of 128 need 19 MB
-each, and each worker keeps ``prefetch_factor`` (2) of them in flight. Without the room, torch
-fails mid-epoch ("unable to allocate shared memory ... No space left on device") after a long
-log, or a worker hangs for good. :func:`check_room` compares the free space with what the loaders
-need before any worker starts, and refuses in one line that names the fix.
+Docker gives a container 64 MB of /dev/shm unless run with ``--shm-size`` or ``--ipc=host``;
+224-px batches of 128 need 19 MB each, and each worker keeps ``prefetch_factor`` (2) in flight.
+Without the room torch fails mid-epoch ("unable to allocate shared memory ... No space left on
+device"), or a worker hangs for good. :func:`check_room` refuses before any worker starts, in one
+line that names the fix.
 """
 
 from __future__ import annotations

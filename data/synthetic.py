@@ -2,10 +2,8 @@
 
 10 classes of 32x32 RGB images, 64 per class to train on and 16 to validate: each class a colour
 of its own under per-pixel noise, so a few steps already learn something. Generated from fixed
-seeds, the same on every machine; nothing is downloaded or read from disk.
-
-It is also the example of how a dataset is added (:mod:`data.registry`): this module and
-``configs/data/synthetic.yaml``, nothing else.
+seeds, the same on every machine. Also the example of how a dataset is added
+(:mod:`data.registry`): this module and ``configs/data/synthetic.yaml``, nothing else.
 """
 
 from __future__ import annotations

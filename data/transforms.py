@@ -57,12 +57,9 @@ class RandomResizedCropFlip:
         self._size = torch.tensor(self.size, dtype=torch.int64).share_memory_()
 
     def sample(self, height: int, width: int) -> tuple[tuple[int, int, int, int], bool]:
-        """A crop box (top, left, height, width) and whether to flip.
-
-        torchvision's ``RandomResizedCrop.get_params``, step for step (the same
-        distribution), with every random number of the image drawn by one call to torch's
-        RNG: its ~10 tiny tensor ops a sample cost more inside the pipeline, right after a
-        decode, than alone (``python -m benchmarks.input_pipeline``; docs/benchmarks.md).
+        """A crop box (top, left, height, width) and whether to flip: torchvision's
+        ``RandomResizedCrop.get_params`` step for step, each image's random numbers drawn by one call to
+        torch's RNG, not ~10 tiny tensor ops (costlier right after a decode: docs/benchmarks.md).
         """
         area = height * width
         (s0, s1), (r0, r1) = self.scale, self.log_ratio
@@ -120,11 +117,9 @@ class ResizeCenterCrop:
 
 def random_crop_flip(images: torch.Tensor, padding: int = 4, generator: torch.Generator | None = None) -> torch.Tensor:
     """Per image of a uint8 batch [N, C, H, W]: zero-pad by ``padding``, take a random H x W
-    window, flip it horizontally with probability 1/2 (the CIFAR recipe of He et al. 2016).
-
-    Two gathers for the whole batch (rows, then columns: faster on CPU than one 2-D
-    advanced index), on whatever device ``images`` lives; ``generator`` must live there too
-    (None: the global RNG).
+    window, flip it horizontally with probability 1/2 (the CIFAR recipe of He et al. 2016). Two
+    gathers for the whole batch (faster on CPU than one 2-D index), on ``images``' device, where
+    ``generator`` must live too (None: the global RNG).
     """
     n, c, height, width = images.shape
     device = images.device

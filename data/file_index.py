@@ -55,11 +55,10 @@ class FileIndex:
     @classmethod
     def from_paths(cls, paths: Sequence[str], labels: np.ndarray, prefix: str = "") -> FileIndex:
         """The index of ``paths[i]`` labelled ``labels[i]``; every path must start with ``prefix``."""
-        cut = len(prefix)
         stray = next((path for path in paths if not path.startswith(prefix)), None)
         if stray is not None:
             raise ValueError(f"{stray} is not under {prefix}")
-        names, starts = pack([path[cut:] for path in paths])
+        names, starts = pack([path[len(prefix) :] for path in paths])
         return cls(prefix, names, starts, np.asarray(labels, dtype=np.int32))
 
     def __len__(self) -> int:

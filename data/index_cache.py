@@ -172,18 +172,17 @@ def rank_zero_first(build: Callable[[], T]) -> T:
         return build()
     key = f"data/index_built/{next(_builds)}"
     store = _job_store()
-    if dist.get_rank() == 0:
-        try:
+    first = dist.get_rank() == 0
+    try:
+        if first:
             return build()
-        finally:  # also when it failed: the others then fail the same way, rather than wait for ever
-            if store is not None:
-                store.set(key, "1")
-            else:
-                dist.barrier()
-    if store is not None:
-        store.wait([key], BUILD_WAIT)
-    else:
-        dist.barrier()
+    finally:  # rank 0 signals also when it failed: the others then fail the same way, rather than wait for ever
+        if store is None:
+            dist.barrier()
+        elif first:
+            store.set(key, "1")
+        else:
+            store.wait([key], BUILD_WAIT)
     return build()
 
 

@@ -92,8 +92,7 @@ class Loaders(AbstractContextManager):
     def close(self) -> None:
         """Stop both loaders' worker processes (:meth:`data.dataloader.DataLoader.close`)."""
         for loader in (self.train, self.val):
-            if isinstance(loader, DataLoader):
-                loader.close()
+            loader.close()
 
     def __exit__(self, *exc) -> None:
         self.close()

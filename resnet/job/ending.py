@@ -53,8 +53,7 @@ class Fit:
         return self.trained_to >= self.epochs > 0
 
     def fill_from(self, other: Fit) -> None:
-        """Every field of ``other`` into this one (the fit :func:`handing_over` yielded and reads after
-        the epochs)."""
+        """Every field of ``other`` into this one (the fit :func:`handing_over` yielded, read after the epochs)."""
         self.__dict__.update(other.__dict__)
 
     @classmethod
@@ -123,9 +122,7 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
         stop.restore()
 
 
-def peer_lost_ending(
-    lost: PeerLost, stop: StopRequest, kept: str, saved: bool, run_dir: Path, env: DistEnv
-) -> PeerLost:
+def peer_lost_ending(lost: PeerLost, stop: StopRequest, kept: str, saved: bool, run_dir: Path, env) -> PeerLost:
     """``lost``'s line completed: what is kept, and the requeue (by the lowest surviving rank), the
     restart torchrun will make, or the command that goes on. Not requeued: a peer that failed on an
     error of its own (status 1), or a start that saved nothing (it would end the same way again)."""

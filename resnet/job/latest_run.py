@@ -1,13 +1,7 @@
-"""``resume=true`` without a run dir: the unfinished run of this config under ``outputs/``.
-
-``python train.py ... resume=true`` without ``hydra.run.dir=`` would otherwise start afresh in
-the new ``outputs/<date>/<time>/`` Hydra made up for it. Instead, the run dirs beside it are
-searched for an unfinished run of the same config: a ``last.pt``, no ``results.json`` that holds
-the configured ``epochs``, and a recorded config that agrees on every key
-:mod:`resnet.job.resume_rules` marks fixed. One such run is resumed (one line says which); none
-or several are refused in one line (:class:`~resnet.config.ConfigError`, status 2) that lists them
-with the ``hydra.run.dir=`` to pass. A run dir given (``hydra.run.dir=``, ``run_dir=``, a sweep's
-dirs, scripts/slurm.sbatch) is used as it is.
+"""``resume=true`` without a run dir: the unfinished run of this config under ``outputs/``, resumed
+in place of a fresh run in the new dir Hydra made up (a ``last.pt``, no ``results.json`` that holds
+the configured ``epochs``, a recorded config equal on every fixed key); none or several are refused
+in one line (:class:`~resnet.config.ConfigError`, status 2). docs/training.md, "Resuming", says how.
 """
 
 from __future__ import annotations

@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class ResumePoint:
-    """The epoch and step a run starts at, its history so far, and, for a checkpoint saved
-    mid-epoch, this rank's totals of that epoch and its generator state."""
+    """The epoch and step a run starts at, its history so far; a mid-epoch checkpoint's partial epoch."""
 
     epoch: int = 0
     step: int = 0
@@ -49,7 +48,15 @@ def resume(config: TrainConfig, training, env: DistEnv, run_dir: Path, layout: d
         return ResumePoint()
     steps_per_epoch = training.steps_per_epoch
     rescale = _check_same_data(state, path, layout, config.data_changed, steps_per_epoch)
-    partial = _partial(state, path, layout, env.rank)
+    # a mid-epoch resume needs the batch order of the run that saved it (the training set itself is
+    # _check_same_data's: a checkpoint from before its record still resumes)
+    order = {k: v for k, v in layout.items() if k not in IDENTITY}
+    if state.epoch_partial is not None and {k: v for k, v in state.layout.items() if k not in IDENTITY} != order:
+        raise ConfigError(
+            f"{path} was saved mid-epoch with {state.layout}; resuming there needs the same "
+            f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
+        )
+    partial = state.partial_of(env.rank)  # this rank's own totals of that epoch (loss sum, skipped images)
     changes = check_resumable(config, state, path, layout, training.meta)
     _load_state(training, state, path, with_schedule=not rescale)
     if rescale:  # the schedule built for this set's size (and this config's LR), taken to where the run is
@@ -88,7 +95,19 @@ def check_resumable(config: TrainConfig, state: TrainingState, path: Path, layou
         refused.insert(0, Difference("padding", state.meta.get("padding_name"), meta.padding_name))
     if refused:
         raise ConfigError(refusal(path, refused))
-    _check_same_grid(config, state, path)
+    # a grid run resumes with its own presets and BatchNorm layout: another list of as many presets
+    # would load and train one preset's BatchNorm rows as another's
+    (was, norms_was), grid = state.grid_layout(), list(config.grid or [])
+    if was != grid:
+        given = f"grid=[{','.join(was)}]" if was else "no grid="
+        raise ConfigError(
+            f"{path} was trained with {given}, this run has {grid or 'none'}: pass the grid it was "
+            "trained with, or start over with resume=false"
+        )
+    if was and norms_was != config.grid_bn:
+        raise ConfigError(
+            f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over with resume=false"
+        )
     planned, sched = recorded.get("epochs"), config.sched.name
     if isinstance(planned, int) and config.epochs > planned and sched in ENDS_AT_PLAN:  # past a schedule's end
         raise ConfigError(
@@ -185,35 +204,6 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
 
 
 IDENTITY = ("train_images", "train_fingerprint", "train_content")  # data.identity's keys of a checkpoint's layout
-
-
-def _partial(state: TrainingState, path: Path, layout: dict, rank: int) -> dict | None:
-    """This rank's totals of the epoch ``state`` was saved in, where it was saved mid-epoch; such a
-    resume needs the batch order of the run that saved it (the training set itself is
-    :func:`_check_same_data`'s: a checkpoint from before its record still resumes)."""
-    order = {k: v for k, v in layout.items() if k not in IDENTITY}
-    if state.epoch_partial is not None and {k: v for k, v in state.layout.items() if k not in IDENTITY} != order:
-        raise ConfigError(
-            f"{path} was saved mid-epoch with {state.layout}; resuming there needs the same "
-            f"(now {layout}): launch it as before, or resume from an epoch-end checkpoint"
-        )
-    return state.partial_of(rank)  # this rank's own loss sum and skipped images
-
-
-def _check_same_grid(config: TrainConfig, state: TrainingState, path: Path) -> None:
-    """A grid run resumes with its own presets and BatchNorm layout: another list of as many presets
-    would load and train one preset's BatchNorm rows as another's."""
-    (was, norms_was), now = state.grid_layout(), list(config.grid or [])
-    if was != now:
-        given = f"grid=[{','.join(was)}]" if was else "no grid="
-        raise ConfigError(
-            f"{path} was trained with {given}, this run has {now or 'none'}: pass the grid it was "
-            "trained with, or start over with resume=false"
-        )
-    if was and norms_was != config.grid_bn:
-        raise ConfigError(
-            f"{path} was trained with grid_bn={norms_was}: pass grid_bn={norms_was}, or start over with resume=false"
-        )
 
 
 # what a schedule keeps in the optimizer's param groups: a rebuilt schedule's, not the checkpoint's

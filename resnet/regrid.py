@@ -116,14 +116,7 @@ def distill(
     if augment:
         from data.transforms import random_crop_flip  # data is imported only where a method needs it
     every_step = bool(augment or features)  # the teacher's outputs are needed for each step's images
-    targets = None
-    if not every_step:  # the teacher's softened outputs on every image, once (as long as a BN pass: shown too)
-        with torch.no_grad(), image_pass(count, "teacher outputs", progress) as shown:
-            outputs = []
-            for x in batches:
-                outputs.append(F.softmax(teacher(normalize(x)) / temperature, dim=1))
-                shown.update(x.shape[0], images=x.shape[0])
-        targets = torch.cat(outputs)
+    targets = None if every_step else _soft_targets(teacher, batches, normalize, temperature, progress)
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
     order = torch.Generator().manual_seed(seed)
@@ -158,6 +151,18 @@ def distill(
                 if shown.n % every == 0 or shown.n == steps:
                     shown.log({"loss": f"{loss.item():.4f}", "lr": f"{schedule.get_last_lr()[0]:.3g}"})
     return count * epochs
+
+
+def _soft_targets(teacher: nn.Module, batches: Sequence[torch.Tensor], normalize: Normalize, temperature: float,
+                  progress: bool) -> torch.Tensor:  # fmt: skip
+    """The teacher's softened outputs on every image, once (as long as a BN pass: shown too)."""
+    count = sum(x.shape[0] for x in batches)
+    with torch.no_grad(), image_pass(count, "teacher outputs", progress) as shown:
+        outputs = []
+        for x in batches:
+            outputs.append(F.softmax(teacher(normalize(x)) / temperature, dim=1))
+            shown.update(x.shape[0], images=x.shape[0])
+    return torch.cat(outputs)
 
 
 def stages(model: nn.Module) -> list[nn.Module]:

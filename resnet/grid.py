@@ -1,19 +1,12 @@
-"""Grid-robust models: one set of weights, trained and run under several padding schemes.
+"""Grid-robust models: one set of weights, trained and run under several padding schemes
+(docs/training.md, "Grid-robust training").
 
-:func:`make_grid` turns a model built under the first of a list of presets into one whose
-stride-2 sites (stem conv, stem pool, strided block convs) follow whichever preset
-:func:`set_grid` names. Switching changes one attribute per site: no layer is rebuilt, no
-weight is copied, the modules and parameters stay the same objects. Under each preset the
-outputs equal, bit for bit, those of a model built under that preset with the same weights
-(tests/models/test_grid.py), since each site pads as that preset's layer says it does
+:func:`make_grid` makes a model's stride-2 sites follow whichever preset :func:`set_grid` names, by
+one attribute per site. Under each preset the outputs equal, bit for bit, those of a model built
+under it (tests/models/test_grid.py), since each site pads as that preset's layer says it does
 (:func:`resnet.padding.layer_pad`, pad and mode) and calls the same op
-(:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`).
-
-Training draws each step's preset from the list (:func:`draw`: a function of the seed and the
-step, so every process agrees and a resumed run draws the same). The checkpoint records the
-list (``grid``); its meta records the first preset, so ``eval.py weights=<run>/last.pt`` runs
-it under that one and ``+padding=<another of the list>`` under another; either way the result
-row's ``trained_padding`` is :func:`grid_name` of the list.
+(:func:`resnet.padding.conv_with_pads`, :func:`resnet.padding.make_max_pool`). Training draws each
+step's preset with :func:`draw`; result rows name the weights :func:`grid_name` of the list.
 """
 
 from __future__ import annotations

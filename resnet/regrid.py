@@ -1,19 +1,10 @@
 """Re-gridding: make weights trained under one padding scheme work under another.
 
-A stride-2 layer's padding fixes the grid its outputs sample (docs/padding.md). Weights run
-under another grid see every later feature map shifted by a pixel: the BatchNorm statistics
-no longer match, and the error grows (the demo's figures: docs/benchmarks.md, "Re-gridding by method"). Two
-remedies, each on a small sample of images and little compute:
-
-* :func:`reestimate_bn` (``method=bn``): the same weights under the new grid, their BatchNorm
-  running statistics measured again on unlabelled images (a cumulative average, no gradient).
-  Nothing else changes.
-* :func:`distill` (``method=distill``): BN re-estimation, then a short fine-tune of every weight
-  towards the source model under its own grid (the teacher): KL divergence of the softened
-  outputs plus, with ``features``, the distance of every stage's feature maps; a one-cycle LR,
-  no labels needed.
-
-The command is ``resnet-regrid`` (:mod:`resnet.cli.regrid`).
+Weights run under another grid see every later feature map shifted by a pixel, and their BatchNorm
+statistics no longer match. Two remedies on a small sample of unlabelled images (docs/evaluation.md,
+"Re-gridding weights to another padding scheme"): :func:`reestimate_bn` (``method=bn``) measures the
+statistics again under the new grid; :func:`distill` (``method=distill``) then fine-tunes every weight
+towards the source model under its own grid. The command is ``resnet-regrid`` (:mod:`resnet.cli.regrid`).
 """
 
 from __future__ import annotations

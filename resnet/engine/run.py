@@ -87,11 +87,9 @@ def train(cfg: DictConfig) -> dict:
             return _train(config, env, run_dir, cleanup)
     except Exception as err:
         lost = err if isinstance(err, PeerLost) else lost_peer(err, env)
-        if lost is None:  # an error of this process's own: the others say so, and do not requeue
-            if not isinstance(err, Stopped):
-                peers.record_failure(env, err)
-            raise
-        if lost is err:
+        if lost is None and not isinstance(err, Stopped):  # an error of its own: the others say so, and do not requeue
+            peers.record_failure(env, err)
+        if lost is None or lost is err:
             raise
         # a peer lost outside the epochs (start-up, the results): no requeue of its own
         run_dir = Path(config.run_dir)

@@ -71,9 +71,7 @@ class RunLogger:
     def __init__(
         self, run_dir: Path, enabled: bool, wandb_cfg: Mapping | None, config: dict, group: str, resumed_epoch: int = 0
     ) -> None:
-        self.enabled = enabled
-        self.run_dir = run_dir
-        self.wandb = None
+        self.enabled, self.run_dir, self.wandb = enabled, run_dir, None
         if not enabled:
             return
         run_dir.mkdir(parents=True, exist_ok=True)

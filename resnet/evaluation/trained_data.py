@@ -1,8 +1,6 @@
 """The data an evaluation reads when its command line names none: the data the weights were
 trained on, which a ``train.py`` checkpoint records (``eval.py`` and ``resnet-cross`` alike).
-
-Published weights (``timm:``, ``torchvision:``, ``keras:`` ...) record nothing: they were trained
-on ImageNet, ``eval.py``'s default ``data=imagenet``, which then needs its ``data.root``.
+Published weights record none: they were trained on ImageNet, ``eval.py``'s default ``data=imagenet``.
 """
 
 from __future__ import annotations
@@ -73,10 +71,8 @@ def with_trained_data(cfg: DictConfig, typed: Sequence[str]) -> tuple[DictConfig
         spec = parse_weights(str(cfg.weights))
     except WeightsError:
         return cfg, False  # a malformed value: the weights' own line says so, in its turn
-    if spec.path is not None and not spec.path.is_file():
-        return cfg, False  # no such file: the same
-    if schema_problems(cfg):
-        return cfg, False  # a wrong value is said first, as for any other evaluation
+    if (spec.path is not None and not spec.path.is_file()) or schema_problems(cfg):
+        return cfg, False  # no such file: the same; a wrong value is said first, as for any other evaluation
     if OmegaConf.is_missing(cfg.data, "root"):  # eval.yaml's default dataset, ImageNet, needs its folder
         raise ConfigError(
             f"weights={cfg.weights} record no data they were trained on, so they are evaluated on "

@@ -15,7 +15,6 @@ The forms (:data:`FORMS`)::
     fbtorch:/path/to/resnet200.pth                      fb.resnet.torch's resnet-200.t7 converted to PyTorch
     tensornets:/path/to/resnext_50_32x4d.npz            a TensorNets weights file (ResNet200v2, ResNeXt, WRN, v2)
 
-Published weights are read from their hub's cache and fetched only with ``download=True``.
 To run imported weights under another padding: ``resnet.with_padding(model, "asymmetric")``.
 
 >>> model = from_torchvision(torchvision.models.resnet50(weights="DEFAULT").state_dict(), "resnet50")

@@ -114,11 +114,12 @@ def from_tensornets(names: list[str], values: list[np.ndarray], arch: str, where
         )
     ours = {}
     for i, ((kind, role, key, want), array, tf_name) in enumerate(zip(variables, values, names)):
-        if kind == "bn" and _role(tf_name) in _BN_KEYS:  # the file's order of a BN's four: go by name
-            role, key = _role(tf_name), f"{key.rsplit('.', 1)[0]}.{_BN_KEYS[_role(tf_name)]}"
+        named = tf_name.rsplit("/", 1)[-1].split(":")[0]  # the variable's role: .../gamma:0 -> gamma
+        if kind == "bn" and named in _BN_KEYS:  # the file's order of a BN's four: go by name
+            role, key = named, f"{key.rsplit('.', 1)[0]}.{_BN_KEYS[named]}"
         if kind == "fc" and array.ndim == 4 and array.shape[:2] == (1, 1):  # a 1x1-conv head, as TF-slim's
             array = array.reshape(array.shape[2:])
-        if _role(tf_name) != role or tuple(array.shape) != want or key in ours:
+        if named != role or tuple(array.shape) != want or key in ours:
             again = " a second time" if key in ours else ""
             raise CheckpointError(
                 f"{where} does not fit TensorNets' {_SCOPES[name]}: values[{i}] {tf_name!r} is "
@@ -283,10 +284,6 @@ def _refusal(what: object, which: str) -> str:
         "the stored order of layers its author named in an undocumented conversion; keras:ResNet50 / "
         "keras:ResNet101 / keras:ResNet152 serve MSRA's Caffe weights for these models"
     )
-
-
-def _role(name: str) -> str:
-    return name.rsplit("/", 1)[-1].split(":")[0]
 
 
 def _target(kind: str, module: str, role: str, ours: dict) -> tuple[str, tuple[int, ...]]:

@@ -239,7 +239,18 @@ def train_step(
 class _Epoch:
     """The running state of one epoch on this process: :func:`train_one_epoch`'s body, batch by batch."""
 
-    def __init__(self, model, optimizer, scheduler, ctx: StepContext, epoch, global_step, resume, checkpoint, batches):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        scheduler,
+        ctx: StepContext,
+        epoch: int,
+        global_step: int,
+        resume: EpochStats | None,
+        checkpoint: Callable[[int, EpochStats], None] | None,
+        batches: int,
+    ):
         self.model, self.optimizer, self.scheduler, self.ctx = model, optimizer, scheduler, ctx
         self.epoch, self.checkpoint = epoch, checkpoint
         model.train()

@@ -25,7 +25,7 @@ from ..job.latest_run import pick_run_dir
 from ..job.lock import on_rank0, own_run_dir
 from ..job.peers import PeerLost, lost_peer
 from ..job.preempt import Stopped, StopRequest
-from ..job.resume import resume
+from ..job.resume import ResumePoint, resume
 from ..model import ModelMeta
 from ..padding import resolve_padding
 from ..report.console import format_table
@@ -293,7 +293,16 @@ def _train(config: TrainConfig, env: DistEnv, run_dir: Path, cleanup: contextlib
     return results
 
 
-def _fit(config: TrainConfig, env: DistEnv, training: Training, train_model, ctx, saver, logger, start) -> Fit:
+def _fit(
+    config: TrainConfig,
+    env: DistEnv,
+    training: Training,
+    train_model: nn.Module,
+    ctx: StepContext,
+    saver: Checkpointer,
+    logger: RunLogger,
+    start: ResumePoint,
+) -> Fit:
     """The epochs from ``start``: train, validate every ``eval_every`` epochs and at the last, log,
     save ``last.pt`` at every epoch's end (and mid-epoch, through ``train_one_epoch``)."""
     last_epoch = config.epochs if not config.stop_after else min(config.epochs, start.epoch + config.stop_after)
@@ -418,7 +427,9 @@ def _epoch_row(epoch: int, step: int, stats: EpochStats) -> dict:
     }
 
 
-def _validate(config: TrainConfig, training: Training, ctx, row: dict, epoch: int, saver) -> tuple[dict, dict]:
+def _validate(
+    config: TrainConfig, training: Training, ctx: StepContext, row: dict, epoch: int, saver: Checkpointer
+) -> tuple[dict, dict]:
     """The model's (and its EMA's) val metrics, added to the epoch's ``row`` as ``val_*``/``ema_*``. A
     validation that could not read more than ``max_unreadable`` of its images scored other data than
     the run's: the run stops before the epoch is saved, every process with the same line (the counts
@@ -450,7 +461,9 @@ def _validate(config: TrainConfig, training: Training, ctx, row: dict, epoch: in
     return val, ema_val
 
 
-def _results(config: TrainConfig, env, training: Training, fit: Fit, run_dir: Path, wall_seconds: float) -> dict:
+def _results(
+    config: TrainConfig, env: DistEnv, training: Training, fit: Fit, run_dir: Path, wall_seconds: float
+) -> dict:
     val = fit.val
     return results_row(
         training.meta,

@@ -122,7 +122,9 @@ def handing_over(stop: StopRequest, saver: Checkpointer, run_dir: Path, env: Dis
         stop.restore()
 
 
-def peer_lost_ending(lost: PeerLost, stop: StopRequest, kept: str, saved: bool, run_dir: Path, env) -> PeerLost:
+def peer_lost_ending(
+    lost: PeerLost, stop: StopRequest, kept: str, saved: bool, run_dir: Path, env: DistEnv
+) -> PeerLost:
     """``lost``'s line completed: what is kept, and the requeue (by the lowest surviving rank), the
     restart torchrun will make, or the command that goes on. Not requeued: a peer that failed on an
     error of its own (status 1), or a start that saved nothing (it would end the same way again)."""

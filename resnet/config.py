@@ -35,6 +35,17 @@ def padding_from_config(cfg: DictConfig) -> dict | None:
     return None if node is None else OmegaConf.to_container(node, resolve=True)
 
 
+def config_device(name: str) -> torch.device:
+    """``device=`` for one process (:func:`resnet.runtime.distributed.pick_device`); cuda without a GPU
+    is a :class:`ConfigError`."""
+    from .runtime.distributed import LaunchError, pick_device
+
+    try:
+        return pick_device(name)
+    except LaunchError as err:
+        raise ConfigError(str(err)) from None
+
+
 def padding_overrides(name: str) -> list[str]:
     """Hydra overrides that select the scheme ``name`` names (:attr:`resnet.padding.Padding.name`):
     its preset, each site where it departs from it, each blurred site. ``symmetric`` gives

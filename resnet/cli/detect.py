@@ -18,17 +18,13 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from data.files import mib_bytes
-
-from ..config import ConfigError, check_run_config
+from ..config import ConfigError, check_run_config, config_device
 from ..detect import DetectionReport, detect_padding
-from ..evaluation.loader import EvalData, EvalProtocol, build_eval_loader, check_root
+from ..evaluation.loader import EvalProtocol, check_root, open_eval_data
 from ..evaluation.protocol import check_fit, load_once, single_crop_protocol, weights_spec
 from ..evaluation.sample import read_images
 from ..out_files import out_file, write_json
 from ..report.rows import weights_label
-from ..runtime.distributed import pick_device
-from ..runtime.workers import data_workers
 from .hydra_app import hydra_command
 
 
@@ -47,14 +43,11 @@ def read_inputs(cfg: DictConfig) -> DetectionInput:
     """The weights, protocol and images ``configs/detect.yaml`` asks for; prints what is read."""
     spec = weights_spec(cfg)
     out = _check_config(cfg)
-    try:
-        device = pick_device(cfg.device)
-    except (ValueError, RuntimeError) as err:  # device=cuda without a GPU
-        raise ConfigError(str(err)) from None
+    device = config_device(cfg.device)
     loaded = load_once(cfg, spec)
     meta = loaded.model.meta
     protocol = single_crop_protocol(cfg, meta, loaded.origin)
-    data = sample_loader(cfg, protocol, val_labels=cfg.data.get("val_labels"), devkit=cfg.data.get("devkit"))
+    data = open_eval_data(cfg.data, protocol, cfg.batch_size)
     if data.labels is not None:  # ImageNet-R/A score a subset of the logits, ReaL sets of labels
         raise ConfigError(
             f"data={cfg.data.name} is not scored one class per image over the weights' classes; "
@@ -80,23 +73,8 @@ def _check_config(cfg: DictConfig) -> Path | None:
     if cfg.get("padding") is not None:
         raise ConfigError("detection runs the weights under every preset itself: drop +padding=...")
     check_run_config(cfg)  # every declared key's range, the architecture, the data
-    try:
-        check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
-    except FileNotFoundError as err:
-        raise ConfigError(str(err)) from None
+    check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
     return None if cfg.out is None else out_file(cfg.out, ".json", "out=ranking.json")
-
-
-def sample_loader(cfg: DictConfig, protocol: EvalProtocol, **split) -> EvalData:
-    """``cfg.data`` through ``protocol`` (``split``: which split, its label files), a folder that
-    cannot be read a :class:`ConfigError` (resnet-detect's and resnet-regrid's sample)."""
-    workers, limit = data_workers(cfg.data.workers), mib_bytes(cfg.data.max_file_mb)
-    try:
-        return build_eval_loader(
-            cfg.data.name, cfg.data.get("root"), protocol, cfg.batch_size, workers, max_file_bytes=limit, **split
-        )
-    except (FileNotFoundError, ValueError) as err:  # an empty class folder, a wnid that is none
-        raise ConfigError(str(err)) from None
 
 
 def run(cfg: DictConfig) -> DetectionReport:

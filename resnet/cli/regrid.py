@@ -46,29 +46,25 @@ def run(cfg) -> dict:
     from data import Normalize
 
     from ..checkpoint import save_checkpoint
-    from ..config import ConfigError, check_run_config
+    from ..config import ConfigError, check_run_config, config_device
+    from ..evaluation.loader import open_eval_data
     from ..evaluation.protocol import check_fit, load_once, single_crop_protocol, weights_spec
     from ..evaluation.sample import read_images
     from ..out_files import out_file
     from ..report.console import format_table
     from ..report.rows import weights_label
-    from ..runtime.distributed import pick_device
-    from .detect import sample_loader
 
     spec = weights_spec(cfg)
     if cfg.get("padding") is None:
         raise ConfigError("say which grid to move the weights to: +padding=<preset>, e.g. +padding=symmetric")
     check_run_config(cfg)  # method, images, batch_size, epochs, lr, features: their declarations; the data
     out = out_file(cfg.out, ".pt", "out=regridded.pt")
-    try:
-        device = pick_device(cfg.device)
-    except (ValueError, RuntimeError) as err:
-        raise ConfigError(str(err)) from None
+    device = config_device(cfg.device)
     loaded = load_once(cfg, spec)
     source = loaded.model
     target = target_padding(cfg, spec, loaded)
     protocol = single_crop_protocol(cfg, source.meta, loaded.origin)
-    data = sample_loader(cfg, protocol, split="train")
+    data = open_eval_data(cfg.data, protocol, cfg.batch_size, split="train")
     check_fit(source.meta, data)
     trained = loaded.trained_for or source.meta.padding_name  # grid[a,b]: trained under each of those
     label = weights_label({"weights": spec.text, "ema": cfg.ema})

@@ -84,7 +84,7 @@ def eval_config(cfg: DictConfig, base: DictConfig, entry: Entry, crops: int) -> 
 def run(cfg: DictConfig) -> dict:
     """Evaluate the list, write the tables; returns {"rows", "missing", "markdown"}."""
     from ..checkpoint import CheckpointError
-    from ..evaluation.protocol import check_logger, results_path
+    from ..evaluation.protocol import check_logger
     from ..evaluation.run import evaluate_weights
     from ..out_files import writable_file, writable_folder
     from ..report.rows import read_rows
@@ -94,7 +94,8 @@ def run(cfg: DictConfig) -> dict:
     check(cfg)
     check_logger(cfg)
     writable_folder(Path(cfg.out), f"out={cfg.out}", "out=results/seed_table")  # before the first evaluation
-    writable_file(results_path(cfg.results_file), f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
+    path = Path(cfg.results_file).expanduser()  # relative: from the working directory
+    writable_file(path, f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
     models = entries(cfg.table)
     plan = [(e, s, c) for e in models for s in cfg.schemes for c in cfg.crops]
     bases = {scheme: compose("eval", *padding_overrides(scheme)) for scheme in cfg.schemes}  # composing is slow
@@ -123,7 +124,6 @@ def run(cfg: DictConfig) -> dict:
         print(f"  missing: {fill}", flush=True)
     if launched_rank() != 0:
         return {"rows": rows, "missing": missing, "markdown": None}
-    path = results_path(cfg.results_file)
     if not rows:
         raise ConfigError(
             "no model of the table could be evaluated; fill them: "

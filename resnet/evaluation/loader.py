@@ -19,14 +19,19 @@ from typing import NamedTuple
 
 import torch
 import torchvision.transforms.v2.functional as TF
+from omegaconf import DictConfig
 
 from data import ShardSampler, collate
 from data.batch import BadImage, pass_batch
 from data.dataloader import DataLoader
 from data.decode import INTERPOLATIONS, check_interpolation, decode_resize_center_crop, decode_rgb
-from data.files import MAX_FILE_BYTES
+from data.files import MAX_FILE_BYTES, mib_bytes
 from data.registry import InMemory, OnDisk, Shards, find, names
 from data.testsets import TEST_SETS, LabelSpace, imagenet_wnids, images_root, open_test_set
+
+from ..config import ConfigError
+from ..runtime.distributed import DistEnv
+from ..runtime.workers import data_workers
 
 CROP_COUNTS = (1, 2, 10)  # the crops= protocols: centre; centre and its flip; corners + centre and flips
 
@@ -193,10 +198,39 @@ def build_eval_loader(
     return EvalData(loader, num_classes, in_chans, size, device_resize, labels, note, split_size)
 
 
+def open_eval_data(
+    data_cfg: DictConfig, protocol: EvalProtocol, batch_size: int, env: DistEnv | None = None, **kwargs
+) -> EvalData:
+    """:func:`build_eval_loader` of a composed ``data:`` config (its dataset, root, workers, flat val/
+    label files and max_file_mb), this process's shard of ``env``'s job (None: one process);
+    ``kwargs``: the rest of its keywords. A folder that cannot be read is a :class:`ConfigError`."""
+    rank, world_size = (env.rank, env.world_size) if env else (0, 1)
+    workers = data_workers(data_cfg.workers, env.local_world_size if env else None)
+    try:
+        return build_eval_loader(
+            data_cfg.name,
+            data_cfg.get("root"),
+            protocol,
+            batch_size,
+            workers,
+            rank,
+            world_size,
+            val_labels=data_cfg.get("val_labels"),
+            devkit=data_cfg.get("devkit"),
+            max_file_bytes=mib_bytes(data_cfg.max_file_mb),
+            **kwargs,
+        )
+    except (FileNotFoundError, ValueError) as err:  # a wrong layout: an empty class folder, a wnid that is none
+        raise ConfigError(str(err)) from None
+
+
 def check_root(name: str, root: str | None) -> None:
-    """One line, before any weights load, where ``root`` does not hold ``name``'s evaluation images."""
+    """A :class:`ConfigError`, before any weights load, where ``root`` does not hold ``name``'s evaluation images."""
     entry = find(name)
-    if entry is None and name in TEST_SETS:
-        images_root(name, root)
-    elif isinstance(entry, OnDisk):
-        entry.split_dirs(root, "val", purpose=" evaluation")
+    try:
+        if entry is None and name in TEST_SETS:
+            images_root(name, root)
+        elif isinstance(entry, OnDisk):
+            entry.split_dirs(root, "val", purpose=" evaluation")
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 
 import torch.distributed as dist
@@ -124,8 +123,3 @@ def load_once(cfg: DictConfig, spec: WeightsSpec, env: DistEnv | None = None) ->
     if error[0] is not None:
         raise WeightsError(error[0])
     return loaded if env.is_main else load_weights(spec, arch, download=False)
-
-
-def results_path(value: str) -> Path:
-    """``results_file`` as given: relative paths are taken from the working directory."""
-    return Path(value).expanduser()

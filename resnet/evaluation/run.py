@@ -18,9 +18,8 @@ from ..report.console import images_cell, summary
 from ..report.rows import EVAL_SUMMARY, ROW_KEYS, append_row, results_row
 from ..runtime.device import join_job, runtime_for
 from ..runtime.distributed import DistEnv, shutdown
-from ..runtime.workers import data_workers
 from ..weights import WeightsSpec, check_has_ema
-from .loader import CROP_COUNTS, build_eval_loader, check_root
+from .loader import CROP_COUNTS, check_root, open_eval_data
 from .loop import Evaluation, evaluate
 from .protocol import (
     check_fit,
@@ -28,7 +27,6 @@ from .protocol import (
     load_once,
     padded_as_configured,
     resolve_protocol,
-    results_path,
     weights_spec,
 )
 from .tencrop import protocol_view
@@ -49,21 +47,18 @@ def evaluate_weights(cfg: DictConfig, trained_data: bool = False) -> dict:
         )
     check_run_config(cfg)
     check_logger(cfg)
-    writable_file(results_path(cfg.results_file), f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
-    try:
-        check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
-    except FileNotFoundError as err:
-        raise ConfigError(str(err)) from None
+    results = Path(cfg.results_file).expanduser()  # relative: from the working directory
+    writable_file(results, f"results_file={cfg.results_file}", "results_file=results/eval.jsonl")
+    check_root(cfg.data.name, cfg.data.root)  # a wrong data.root fails before the weights load
     env = join_job(cfg.device, cfg.data.workers)
     try:
-        return _evaluate(cfg, spec, env, trained_data)
+        return _evaluate(cfg, spec, env, trained_data, results)
     finally:
         shutdown(env)
 
 
-def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bool) -> dict:
+def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bool, results: Path) -> dict:
     from data import Normalize  # imported here so that composing configs stays fast
-    from data.files import mib_bytes
 
     loaded = load_once(cfg, spec, env)
     model, trained_padding = loaded.model, loaded.trained_for or loaded.model.meta.padding_name
@@ -72,24 +67,9 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
     protocol = resolve_protocol(cfg, meta, loaded.origin)
     # batch_size counts network inputs, so that one setting fits memory in both protocols.
     images_per_step = max(cfg.batch_size // protocol.crops, 1)
-    workers = data_workers(cfg.data.workers, env.local_world_size)
-    try:  # a wrong folder layout (an empty class folder, val classes != train classes)
-        data = build_eval_loader(
-            cfg.data.name,
-            cfg.data.get("root"),
-            protocol,
-            images_per_step,
-            workers,
-            env.rank,
-            env.world_size,
-            val_labels=cfg.data.get("val_labels"),
-            devkit=cfg.data.get("devkit"),
-            real_labels=cfg.data.get("real_labels"),
-            take=cfg.get("val_images"),
-            max_file_bytes=mib_bytes(cfg.data.max_file_mb),
-        )
-    except (FileNotFoundError, ValueError) as err:
-        raise ConfigError(str(err)) from None
+    data = open_eval_data(
+        cfg.data, protocol, images_per_step, env, real_labels=cfg.data.get("real_labels"), take=cfg.get("val_images")
+    )
     check_fit(meta, data)
     if env.is_main:
         print(start_line(spec, meta, trained_padding, cfg.data.name, trained_data), flush=True)
@@ -135,7 +115,7 @@ def _evaluate(cfg: DictConfig, spec: WeightsSpec, env: DistEnv, trained_data: bo
     )
     row = {key: row[key] for key in ROW_KEYS}  # the order of every eval.py row
     if env.is_main:
-        path = _append(results_path(cfg.results_file), row)
+        path = _append(results, row)
         _report(row, result, path, data.split_size, cfg.max_unreadable)
         if cfg.get("logger") and cfg.logger.get("wandb"):
             _log_to_wandb(cfg, row, path)

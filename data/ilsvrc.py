@@ -47,16 +47,11 @@ TRAIN_HINT = (
 )
 
 
-def read_val_labels(labels: str | Path, devkit: str | Path | None = None) -> dict[str, str]:
-    """Val image stem (``ILSVRC2012_val_00000001``) -> wnid, from either labels file. ``devkit``
-    (``.txt`` labels only): the devkit's ``data/meta.mat`` or the extracted ``ILSVRC2012_devkit_t12/``;
-    by default ``meta.mat`` is looked for next to the labels file and in ``../data/``.
-    """
-    return _read_labels(Path(labels), devkit)[0]
-
-
-def _read_labels(labels: Path, devkit: str | Path | None) -> tuple[dict[str, str], list[str]]:
-    """(stem -> wnid, the sorted classes): the devkit's 1,000, or the wnids the csv names."""
+def read_val_labels(labels: Path, devkit: str | Path | None = None) -> tuple[dict[str, str], list[str]]:
+    """(val image stem (``ILSVRC2012_val_00000001``) -> wnid, the sorted classes: the devkit's 1,000, or the
+    wnids the csv names), from either labels file. ``devkit`` (``.txt`` labels only): the devkit's
+    ``data/meta.mat`` or the extracted ``ILSVRC2012_devkit_t12/``; by default ``meta.mat`` is looked for
+    next to the labels file and in ``../data/``."""
     if not labels.is_file():
         raise FileNotFoundError(f"labels file {labels} does not exist; {LABELS_HINT}")
     if labels.suffix.lower() == ".csv":
@@ -162,7 +157,7 @@ def val_samples(
         )
     if not images:
         raise FileNotFoundError(f"no images in {val_dir}; expected ILSVRC2012_val_00000001.JPEG ...")
-    label_of, classes = _read_labels(labels, devkit)
+    label_of, classes = read_val_labels(labels, devkit)
     if labels.suffix.lower() == ".txt" and len(label_of) != len(images):
         raise ValueError(
             f"{labels} has {len(label_of):,} labels for {val_dir}'s {len(images):,} images; "

@@ -37,7 +37,7 @@ def reestimate_bn(
     """Replace every BatchNorm's running mean and variance with their averages over ``batches``
     (uint8 images [N, C, H, W], on the model's device), measured under the model's own padding;
     return how many images were used. Weights, biases and every other tensor are left as they
-    are; the model is left in eval mode. ``progress``: a bar on a terminal; in a log, a line at
+    are; the model is left in the mode it was in. ``progress``: a bar on a terminal; in a log, a line at
     the end and every :data:`data.progress.PASS_LINE_SECONDS` before it (a CPU takes
     minutes on ImageNet's sizes)."""
     norms = batch_norms(model)

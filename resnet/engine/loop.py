@@ -22,7 +22,7 @@ from data.progress import Progress
 from ..job import peers
 from ..job.preempt import StopRequest
 from ..runtime.device import Runtime
-from ..runtime.distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_objects
+from ..runtime.distributed import DistEnv, all_reduce_host, all_reduce_sum, gather_flat
 from .totals import HOST_SUMS, STEP_SUMS, StepOutput, Totals, step_sums, train_metrics
 
 # the bar's loss: the mean over the epoch so far (the epoch line's is the whole epoch's: "train loss (epoch mean)")
@@ -387,7 +387,7 @@ class _Epoch:
             setattr(stats, name, int(stats.sums[name]))
         stats.metrics = train_metrics(stats.sums, stats.seconds)
         if stats.skipped_images:  # examples from every process, not only this one's
-            stats.skipped_paths = [p for paths in gather_objects(stats.skipped_paths, env) for p in paths][:5]
+            stats.skipped_paths = gather_flat(stats.skipped_paths, env)[:5]
         if self.ctx.check_unreadable is not None and not stats.interrupted:  # the whole epoch, whatever its size
             read = stats.images + stats.skipped_images + stats.unused_images
             self.ctx.check_unreadable(self.epoch, ImagesRead(stats.skipped_images, read, stats.skipped_paths, True))

@@ -19,10 +19,10 @@ from ..evaluation.loop import evaluate, unreadable_share, unreadable_stop
 from ..evaluation.tencrop import flip_pair
 from ..grid import draw, grid_name, make_grid, set_grid
 from ..job import peers
-from ..job.checkpointer import AgreedFailure, Checkpointer, CheckpointWriteError, RunFailed, write_error
+from ..job.checkpointer import AgreedFailure, Checkpointer, CheckpointWriteError, RunFailed, write_failure
 from ..job.ending import Fit, LoaderWorkerDied, eval_command, finished_run, handing_over, resume_command
 from ..job.latest_run import pick_run_dir
-from ..job.lock import on_rank0, own_run_dir
+from ..job.lock import own_run_dir
 from ..job.peers import PeerLost, lost_peer
 from ..job.preempt import Stopped, StopRequest
 from ..job.resume import ResumePoint, resume
@@ -33,7 +33,7 @@ from ..report.rows import TRAIN_SUMMARY, results_row
 from ..report.wandb_log import run_group
 from ..runtime.container import volume_advice
 from ..runtime.device import Runtime, join_job, runtime_for
-from ..runtime.distributed import DistEnv, gather_objects, shutdown
+from ..runtime.distributed import DistEnv, gather_flat, on_rank0, shutdown
 from ..runtime.workers import data_workers
 from .loop import EpochStats, ImagesRead, NonFiniteLoss, StepContext, train_one_epoch
 from .losses import loss_and_augment
@@ -70,7 +70,7 @@ def train(cfg: DictConfig) -> dict:
     try:
         # rank 0's run dir for everyone (Hydra's timestamp can differ by a second between ranks), and the
         # line saying which run it resumes where resume=true came without a run dir (resnet.job.latest_run)
-        run_dir, note = on_rank0(env, lambda: pick_run_dir(config, Path(config.run_dir)))
+        run_dir, note = on_rank0(env, lambda: pick_run_dir(config, Path(config.run_dir)), ConfigError)
         if str(run_dir) != config.run_dir:
             config = config.in_run_dir(str(run_dir))  # the run it resumes (the folder-index cache is there too)
         # own_run_dir: a second run into it is refused here, before it writes anything; cleanup: what
@@ -354,18 +354,15 @@ def _log_epoch(logger: RunLogger, stats: EpochStats, row: dict, epoch: int, save
     """steps.csv and metrics.csv (rank 0), before the epoch's checkpoint: a resume drops rows past
     the checkpoint's epoch. A write that fails (a full disk) ends the run on every rank in one line,
     the epoch unsaved: the resume trains it again and writes its rows then."""
-    failed = None
-    try:
-        logger.log_steps(stats.history, epoch + 1)  # 1-based, as the epoch line and metrics.csv
-        logger.log_epoch(row)
-    except OSError as err:
-        failed = (
-            f"could not write {err.filename or 'the run logs'} ({write_error(err)}); "
-            f"{saver.kept}: free space or pass another hydra.run.dir, then run again with resume=true"
-        )
-    failed = gather_objects(failed, env)[0]  # only rank 0 writes; every rank learns whether it worked
-    if failed:
-        raise RunFailed(failed)
+
+    def write() -> None:
+        try:
+            logger.log_steps(stats.history, epoch + 1)  # 1-based, as the epoch line and metrics.csv
+            logger.log_epoch(row)
+        except OSError as err:
+            raise RunFailed(write_failure(err.filename or "the run logs", err, saver.kept)) from err
+
+    on_rank0(env, write, RunFailed)  # only rank 0 writes; every rank learns whether it worked
 
 
 def _check_skipped(config: TrainConfig, stats: EpochStats, epoch: int, saver: Checkpointer) -> None:
@@ -397,7 +394,7 @@ def unreadable_limit(config: TrainConfig, saver: Checkpointer) -> Callable[[int,
         if files.ended:  # its examples are every process's already
             stop = unreadable_stop(files.unreadable, files.read, limit, files.examples)
         else:  # every process is here, at the same step: the same line on each
-            examples = [path for paths in gather_objects(files.examples, saver.env) for path in paths]
+            examples = gather_flat(files.examples, saver.env)
             stop = (
                 f"could not read {files.unreadable:,} of the first {files.read:,} images it read "
                 f"({unreadable_share(files.unreadable, files.read, limit)} so far, more than max_unreadable="
@@ -445,7 +442,7 @@ def _validate(
     share = f" ({val_share(loaders)})" if val_share(loaders) else ""  # val_images=N: "N of <all> images"
     result = evaluate(training.model, loaders.val, runtime, ctx.normalize, desc=f"val{share}", **protocol)
     if result.unreadable_stop(config.max_unreadable) is not None:
-        examples = [path for paths in gather_objects(result.skipped_examples, saver.env) for path in paths]
+        examples = gather_flat(result.skipped_examples, saver.env)
         raise AgreedFailure(
             f"the validation after epoch {epoch + 1} {result.unreadable_stop(config.max_unreadable, examples)}; "
             f"{saver.kept}. Restore the val data and run again with resume=true, or pass a higher max_unreadable"

@@ -11,7 +11,7 @@ from ..checkpoint.errors import error_line
 from ..checkpoint.training_state import TrainingState, saved_at
 from ..engine.optim import scheduler_state
 from ..engine.seeding import rng_state
-from ..runtime.distributed import DistEnv, gather_objects
+from ..runtime.distributed import DistEnv, gather_objects, on_rank0
 
 
 class RunFailed(RuntimeError):
@@ -50,25 +50,8 @@ class Checkpointer:
         this rank's totals of an epoch saved mid-way (:meth:`resnet.engine.loop.EpochStats.state`)."""
         rng = gather_objects(rng_state(), self.env)  # every rank's, on rank 0
         partials = gather_objects(epoch_partial, self.env) if epoch_partial is not None else None  # likewise
-        failed = None  # rank 0's error, raised on every rank
-        bad = nonfinite(self.training) if self.env.is_main else []
-        if bad:
-            failed = NonFiniteState(
-                f"the training state went non-finite by step {step} ({len(bad)} tensors, e.g. {bad[0]}): not "
-                f"saved; {self.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), or set "
-                "grad_clip=1.0"
-            )
-        elif self.env.is_main:
-            try:
-                self._write(epoch_done, step, rng, partials)
-            except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
-                failed = CheckpointWriteError(
-                    f"could not write {self.path} ({write_error(err)}); {self.kept}: free space or pass another "
-                    "hydra.run.dir, then run again with resume=true"
-                )
-        failed = gather_objects(failed, self.env)[0]  # also the barrier: nobody runs ahead of the write
-        if failed is not None:
-            raise failed
+        # rank 0 writes; its error is raised on every rank, and nobody runs ahead of the write
+        on_rank0(self.env, lambda: self._write(epoch_done, step, rng, partials), RunFailed)
         # every rank can say what is kept (a survivor of a lost rank 0 does); worded as the resume line
         batches = epoch_partial["batches"] if epoch_partial is not None else None
         self.kept = f"last.pt saved {saved_at(epoch_done, batches)} (step {step}) is intact"
@@ -84,21 +67,31 @@ class Checkpointer:
 
     def _write(self, epoch_done: int, step: int, rng: list, partials: list | None) -> None:
         training = self.training
-        TrainingState(
-            epoch=epoch_done,
-            step=step,
-            optimizer=training.optimizer.state_dict(),
-            scheduler=scheduler_state(training.scheduler),
-            rng=rng,
-            history=self.history,
-            config=self.config,
-            layout=self.layout,
-            grid=training.grid or None,
-            scaler=training.scaler.state_dict() if training.scaler is not None else None,
-            ema=training.ema.module.state_dict() if training.ema is not None else None,
-            epoch_partial=partials[0] if partials is not None else None,
-            epoch_partial_ranks=partials,
-        ).save(self.path, training.model)
+        bad = nonfinite(training)
+        if bad:
+            raise NonFiniteState(
+                f"the training state went non-finite by step {step} ({len(bad)} tensors, e.g. {bad[0]}): not "
+                f"saved; {self.kept}. Resume from it with a lower LR (resume=true optim.lr=<lower>), or set "
+                "grad_clip=1.0"
+            )
+        try:
+            TrainingState(
+                epoch=epoch_done,
+                step=step,
+                optimizer=training.optimizer.state_dict(),
+                scheduler=scheduler_state(training.scheduler),
+                rng=rng,
+                history=self.history,
+                config=self.config,
+                layout=self.layout,
+                grid=training.grid or None,
+                scaler=training.scaler.state_dict() if training.scaler is not None else None,
+                ema=training.ema.module.state_dict() if training.ema is not None else None,
+                epoch_partial=partials[0] if partials is not None else None,
+                epoch_partial_ranks=partials,
+            ).save(self.path, training.model)
+        except (OSError, RuntimeError) as err:  # a full disk, a quota, a lost mount (torch's writer: RuntimeError)
+            raise CheckpointWriteError(write_failure(self.path, err, self.kept)) from err
 
 
 def nonfinite(training) -> list[str]:
@@ -116,12 +109,15 @@ def nonfinite(training) -> list[str]:
     return [name for (name, _), ok in zip(named, finite.tolist()) if not ok]
 
 
-def write_error(err: BaseException) -> str:
-    """The operating system's reason (``No space left on device``) where the chain holds one: torch's
-    zip writer reports a failed write as its own RuntimeError, raised while handling the OSError."""
+def write_failure(name: object, err: BaseException, kept: str) -> str:
+    """The line a run that could not write ``name`` ends with: the operating system's reason (``No space
+    left on device``) where ``err``'s chain holds one (torch's zip writer reports a failed write as its
+    own RuntimeError, raised while handling the OSError); ``kept``: :attr:`Checkpointer.kept`."""
     seen = err
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.strerror:
-            return seen.strerror
+    while seen is not None and not (isinstance(seen, OSError) and seen.strerror):
         seen = seen.__cause__ or seen.__context__
-    return error_line(err)
+    reason = error_line(err) if seen is None else seen.strerror
+    return (
+        f"could not write {name} ({reason}); {kept}: free space or pass another hydra.run.dir, then run again "
+        "with resume=true"
+    )

@@ -20,9 +20,8 @@ from data.shm import out_of_room
 from ..command_lines import app_words, command, override
 from ..config import ConfigError
 from ..runtime.container import volume_advice
-from ..runtime.distributed import DistEnv
+from ..runtime.distributed import DistEnv, on_rank0
 from .checkpointer import Checkpointer, RunFailed
-from .lock import on_rank0
 from .peers import PeerLost, first_survivor, lost_peer, restarts_left
 from .preempt import Stopped, StopRequest
 from .resume import refusal
@@ -165,7 +164,7 @@ def finished_run(config: TrainConfig, env: DistEnv, run_dir: Path) -> dict | Non
     holds ``epochs`` at least this config's. Nothing is written: started again, requeued or
     resubmitted, a finished run keeps its files byte for byte. A finished run of another config
     (a fixed key differs) is refused in one line, before anything is written."""
-    value = on_rank0(env, lambda: _read_finished(config, run_dir))
+    value = on_rank0(env, lambda: _read_finished(config, run_dir), ConfigError)
     if value is None:
         return None
     if env.is_main:

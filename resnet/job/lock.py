@@ -16,16 +16,14 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 from ..config import ConfigError
-from ..runtime.distributed import DistEnv, gather_objects
+from ..runtime.distributed import DistEnv, on_rank0
 
 LOCK_NAME = ".lock"
-T = TypeVar("T")
 
 
 class RunDirBusy(ConfigError):
@@ -99,21 +97,6 @@ def _same_file(file, path: Path) -> bool:
         return os.fstat(file.fileno()).st_ino == path.stat().st_ino
     except FileNotFoundError:
         return False
-
-
-def on_rank0(env: DistEnv, decide: Callable[[], T], refusal: type[ConfigError] = ConfigError) -> T:
-    """``decide()``'s value, worked out on rank 0, on every rank; where it raises ``refusal``, every
-    rank raises it with the same line (a collective: every rank calls it)."""
-    found = (None, None)
-    if env.is_main:
-        try:
-            found = (decide(), None)
-        except refusal as err:
-            found = (None, str(err))
-    value, refused = gather_objects(found, env)[0]
-    if refused is not None:
-        raise refusal(refused)
-    return value
 
 
 @contextmanager

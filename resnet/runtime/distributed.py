@@ -22,15 +22,17 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
 NCCL_MARGIN = 60.0  # seconds NCCL's watchdog waits beyond the gloo groups' timeout
 JOIN_TIMEOUT = 300.0  # seconds the rendezvous waits for every process to start (at least)
+T = TypeVar("T")
 
 
 class LaunchError(RuntimeError):
@@ -66,6 +68,11 @@ class DistEnv:
     store: dist.Store | None = field(default=None, compare=False, repr=False)
     peers: tuple[tuple[str, int], ...] = ()
     timeout: float | None = None  # seconds a collective waits for the others (dist_timeout)
+
+    @classmethod
+    def of(cls, launch: Launch, device: torch.device, **group) -> DistEnv:
+        """This process's place as ``launch`` says, on ``device``; ``group``: the fields a process group gives."""
+        return cls(launch.rank, launch.world_size, launch.local_rank, device, launch, **group)
 
     @property
     def is_main(self) -> bool:
@@ -260,17 +267,8 @@ def init_distributed(device: str = "auto", timeout: float | None = None) -> Dist
     host_group = kept_to_the_end(dist.new_group(backend="gloo", **wait)) if dist.get_backend() == "nccl" else None
     peers: list = [None] * launch.world_size
     dist.all_gather_object(peers, (socket.gethostname(), os.getpid()), group=host_group)
-    return DistEnv(
-        rank=launch.rank,
-        world_size=launch.world_size,
-        local_rank=launch.local_rank,
-        device=dev,
-        launch=launch,
-        host_group=host_group,
-        store=store,
-        peers=tuple(tuple(p) for p in peers),
-        timeout=timeout,
-    )
+    peers_of = tuple(tuple(p) for p in peers)
+    return DistEnv.of(launch, dev, host_group=host_group, store=store, peers=peers_of, timeout=timeout)
 
 
 def check_gloo_interface(launch: Launch, environ: Mapping[str, str] | None = None) -> None:
@@ -339,6 +337,28 @@ def gather_objects(obj: object, env: DistEnv) -> list:
     everyone: list = [None] * env.world_size
     dist.all_gather_object(everyone, obj)
     return everyone
+
+
+def gather_flat(items: list, env: DistEnv) -> list:
+    """Every process's ``items``, in rank order, as one list on every process."""
+    return [item for each in gather_objects(items, env) for item in each]
+
+
+def on_rank0(env: DistEnv, decide: Callable[[], T], refusal: type[Exception]) -> T:
+    """``decide()``'s value, worked out on rank 0, on every rank; where it raises ``refusal`` (or a
+    subclass), every rank raises a new error of its class with its line. A collective: every rank calls
+    it, and none returns before rank 0 has decided."""
+    found = (None, None)
+    if env.is_main:
+        try:
+            found = (decide(), None)
+        except refusal as err:
+            found = (None, (type(err), str(err)))
+    value, refused = gather_objects(found, env)[0]
+    if refused is not None:
+        kind, line = refused
+        raise kind(line)
+    return value
 
 
 def kept_to_the_end(group: dist.ProcessGroup) -> dist.ProcessGroup:

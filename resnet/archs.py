@@ -141,4 +141,11 @@ def arch_spec(name: str, overrides: Mapping[str, object] | None = None) -> tuple
     unknown = sorted(set(plain) - set(valid))
     if unknown:
         raise ValueError(f"unknown override(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
-    return canonical, replace(ARCHS[canonical], **plain), plain
+    spec = replace(ARCHS[canonical], **plain)
+    stages = {len(spec.depths), len(spec.widths), len(spec.strides)}
+    if len(stages) > 1 or min(spec.depths) < 1:
+        raise ValueError(
+            f"depths={list(spec.depths)}, widths={list(spec.widths)}, strides={list(spec.strides)}: one entry per "
+            "stage in each, and at least one block per stage (leave a stage out of all three instead)"
+        )
+    return canonical, spec, plain

@@ -46,7 +46,9 @@ class GridConv2d(nn.Conv2d):
         super().__init__(*args, padding=0, **kwargs)
         self.schemes = tuple(schemes)
         self.active = 0
-        (k, _), (s, _), (d, _) = self.kernel_size, self.stride, self.dilation  # square: make_conv built it
+        (k, kw), (s, sw), (d, dw) = self.kernel_size, self.stride, self.dilation
+        if (k, s, d) != (kw, sw, dw):
+            raise ValueError(f"a grid conv is square, as make_conv builds it: not {self.kernel_size}/{self.stride}")
         with torch.device("meta"):
             self.layers = tuple(make_conv(scheme, self.in_channels, self.out_channels, k, s, self.groups,
                                           dilation=d) for scheme in self.schemes)  # fmt: skip
@@ -115,12 +117,16 @@ class GridBatchNorm2d(nn.BatchNorm2d):
     zero gradients)."""
 
     def __init__(self, num_features: int, presets: int, affine_per_preset: bool = False, **kwargs) -> None:
-        super().__init__(num_features, **kwargs)  # tracking statistics, affine: like() copies a ResNet's BatchNorm
+        super().__init__(num_features, **kwargs)
+        if not self.track_running_stats:
+            raise ValueError("per-grid statistics need a BatchNorm that tracks running statistics")
         factory = {"device": self.running_mean.device}
         self.register_buffer("grid_running_mean", torch.zeros(presets - 1, num_features, **factory))
         self.register_buffer("grid_running_var", torch.ones(presets - 1, num_features, **factory))
         self.register_buffer("grid_num_batches_tracked", torch.zeros(presets - 1, dtype=torch.long, **factory))
         if affine_per_preset:
+            if not self.affine:
+                raise ValueError("per-grid affine weights need a BatchNorm with affine weights")
             self.grid_weight_offset = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
             self.grid_bias_offset = nn.Parameter(torch.zeros(presets - 1, num_features, **factory))
         self.active = 0

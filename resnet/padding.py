@@ -393,8 +393,11 @@ class SameConv2d(nn.Conv2d):
 
     pads_by_size = True  # pad_at_any_size: SAME's pad follows each input's size
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, padding=0, **kwargs)  # a padding of its own is refused (TypeError)
+
     def applied_pad(self, input_hw: tuple[int, int]) -> AppliedPad:
-        """SAME's pads for this input size, per dimension (the conv's own ``padding`` stays 0)."""
+        """SAME's pads for this input size, per dimension."""
         (h, w), (kh, kw), (sh, sw), (dh, dw) = input_hw, self.kernel_size, self.stride, self.dilation
         return AppliedPad.of(same_pad(h, kh, sh, dh), same_pad(w, kw, sw, dw))
 
@@ -405,6 +408,10 @@ class SameConv2d(nn.Conv2d):
 def conv_with_pads(conv: nn.Conv2d, x: torch.Tensor, pad: AppliedPad) -> torch.Tensor:
     """``conv``'s weights applied to ``x`` padded as ``pad`` says: where the pad is symmetric
     zeros the conv pads itself, so no copy of the input is made."""
+    if pad.mode not in CONV_PAD_MODES:
+        raise ValueError(
+            f"a conv cannot run on cells padded with {pad.mode!r}; it pads with one of {', '.join(CONV_PAD_MODES)}"
+        )
     if pad.mode == "zero" and pad.symmetric:
         return F.conv2d(x, conv.weight, conv.bias, conv.stride, (pad.top, pad.left), conv.dilation, conv.groups)
     return F.conv2d(pad_input(x, pad), conv.weight, conv.bias, conv.stride, 0, conv.dilation, conv.groups)
@@ -608,6 +615,8 @@ def freeze_padding(model: nn.Module, input_size: int | tuple[int, int], explicit
     writes the pad out, so an ONNX graph shows it as a Pad op.
     """
     dynamic = {name: m for name, m in model.named_modules() if isinstance(m, (SameConv2d, SameMaxPool2d))}
+    if "" in dynamic:
+        raise ValueError(f"freeze_padding takes a model holding such layers, not a {type(model).__name__} itself")
     sizes = input_sizes(model, dynamic, input_size)
     for name, layer in dynamic.items():
         model.set_submodule(name, _frozen(layer, *sizes[name], explicit))

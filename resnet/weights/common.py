@@ -98,11 +98,12 @@ def fetch(url: str, download: bool, what: str, file: Path | None = None) -> Path
     return file
 
 
-def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     """A state dict from ``.safetensors`` or a torch file, loaded without running pickled code.
 
     A file that cannot be read (cut short, not a torch or safetensors file, pickled code)
     raises :class:`resnet.checkpoint.CheckpointError`, one line naming it."""
+    path = Path(path)
     if not path.is_file():
         raise WeightsUnavailable(f"no weights file at {path}")
     if path.suffix == ".safetensors":  # safetensors runs no code

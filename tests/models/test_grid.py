@@ -402,3 +402,16 @@ def test_per_grid_bn_state_dict_keeps_the_plain_keys_and_adds_grid_ones():
 def test_alternate_gives_each_preset_its_turn():
     assert [alternate(0, step, 3) for step in range(6)] == [0, 1, 2, 0, 1, 2]
     assert [alternate(1, step, 2) for step in range(4)] == [1, 0, 1, 0]
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: GridBatchNorm2d(4, 2, track_running_stats=False), "need a BatchNorm that tracks running statistics"),
+        (lambda: GridBatchNorm2d(4, 2, affine=False, affine_per_preset=True), "need a BatchNorm with affine weights"),
+        (lambda: GridConv2d(2, 2, (3, 1), stride=2, schemes=["same", "symmetric"]), "a grid conv is square"),
+    ],
+)
+def test_a_grid_layer_built_by_hand_that_cannot_switch_exactly_is_refused_in_one_line(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()

@@ -362,3 +362,17 @@ def test_unknown_arch_lists_choices():
     with pytest.raises(ValueError, match="resnet50.*ResNet50v2"):
         resnet.build_model("resnet51")
     assert resnet.build_model("ResNet50v2").meta.arch == "resnet50_v2"  # TensorNets alias
+
+
+def test_library_misuse_of_the_padding_layers_is_one_line():
+    """What the builder never makes, a caller of the library could: each is refused, not run wrongly."""
+    with pytest.raises(TypeError, match="padding"):  # SAME's pad is its own: a padding of the conv's would be ignored
+        resnet.padding.SameConv2d(2, 2, 3, 2, padding=1)
+    conv, x = nn.Conv2d(2, 2, 3), torch.zeros(1, 2, 5, 5)
+    with pytest.raises(ValueError, match="a conv cannot run on cells padded with '-inf'"):
+        resnet.padding.conv_with_pads(conv, x, resnet.padding.AppliedPad(1, 1, 1, 1, "-inf"))
+    with pytest.raises(ValueError, match="freeze_padding takes a model holding such layers, not a SameConv2d"):
+        resnet.padding.freeze_padding(resnet.padding.SameConv2d(2, 2, 3, 2), 9)
+    for depths in [(2, 0, 2, 2), (2, 2, 2)]:  # an empty stage; a stage count the widths and strides disagree with
+        with pytest.raises(ValueError, match=r"one entry per stage in each, and at least one block per stage"):
+            resnet.build_model("resnet18", depths=depths)

@@ -167,7 +167,8 @@ def build_eval_loader(
         transform, collate_fn = ResizeShorter(protocol.resize, protocol.interpolation), collate_padded
     if isinstance(entry, InMemory):  # no transform: resized (where needed) on the device
         dataset = entry.open(split, root=root)
-        num_classes, in_chans, workers, collate_fn = len(entry.classes), entry.in_chans, 0, pass_batch
+        num_classes, in_chans = len(entry.classes), entry.in_chans
+        workers, collate_fn = 0, pass_batch  # the batches are tensors in memory already: no worker, no collate
         device_resize = None if protocol.resize == dataset.images.shape[-1] else protocol.resize
     elif isinstance(entry, Shards):  # exact-once, contiguous ranges of the shards, each batch whole from its shard
         shards = entry.open(root, split, transform, batch_size, rank, world_size, train=False, collate_fn=collate_fn,

@@ -80,6 +80,7 @@ SCHEDULE_KEYS = {
     "onecycle": ("pct_start", "div_factor", "final_div_factor"),
 }
 OPTIMIZERS, SCHEDULES = tuple(OPTIMIZER_KEYS), tuple(SCHEDULE_KEYS)
+LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")  # what a schedule keeps in the optimizer's param groups
 
 
 def _typed(cls, group: str, node: Mapping, reads: dict[str, tuple[str, ...]], example: str):
@@ -204,7 +205,7 @@ def scale_lr(optimizer: torch.optim.Optimizer, scheduler: lr_scheduler.LRSchedul
     peak, start and floor; the base LRs of the others and the cosine's floor; the chainable ones
     multiply the group's LR, which is scaled)."""
     for group in optimizer.param_groups:
-        for key in ("lr", "initial_lr", "max_lr", "min_lr"):
+        for key in LR_KEYS:
             if key in group:
                 group[key] *= ratio
     for part in [scheduler, *getattr(scheduler, "_schedulers", [])]:

@@ -15,6 +15,7 @@ rank), every rank exiting with :data:`REQUEUE_STATUS` (docs/faults.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -134,11 +135,9 @@ def record_failure(env: DistEnv, err: BaseException) -> None:
         return
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     line = f"{type(err).__name__}: {text}" if not isinstance(err, RunFailed) else text
-    try:
+    with contextlib.suppress(RuntimeError, OSError):
         env.store.set_timeout(timedelta(seconds=5))
         env.store.set(KEY("failed", env.rank), line[:400])
-    except (RuntimeError, OSError):
-        pass
 
 
 def census(env: DistEnv, at: int, seconds: float = CENSUS_SECONDS) -> Census | None:

@@ -13,7 +13,7 @@ from ..checkpoint import CheckpointError, load_weights
 from ..checkpoint.errors import error_line
 from ..checkpoint.training_state import TrainingState, find_resume, saved_at
 from ..config import ConfigError
-from ..engine.optim import load_scheduler_state, scale_lr
+from ..engine.optim import LR_KEYS, load_scheduler_state, scale_lr
 from ..runtime.distributed import DistEnv
 from .resume_rules import Difference, as_typed, compare
 
@@ -206,17 +206,13 @@ def _check_same_data(state: TrainingState, path: Path, layout: dict, changed: st
 IDENTITY = ("train_images", "train_fingerprint", "train_content")  # data.identity's keys of a checkpoint's layout
 
 
-# what a schedule keeps in the optimizer's param groups: a rebuilt schedule's, not the checkpoint's
-SCHEDULE_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
-
-
 def _load_state(training, state: TrainingState, path: Path, with_schedule: bool) -> None:
     try:  # another architecture, missing keys: one line naming both and the fix
         load_weights(training.model, state.model, path, arch=state.meta["arch"])  # not wrapped yet
     except CheckpointError as err:
         raise ConfigError(str(err)) from None
     try:
-        fresh = [{k: g[k] for k in SCHEDULE_KEYS if k in g} for g in training.optimizer.param_groups]
+        fresh = [{k: g[k] for k in LR_KEYS if k in g} for g in training.optimizer.param_groups]
         training.optimizer.load_state_dict(state.optimizer)
         if with_schedule:
             load_scheduler_state(training.scheduler, state.scheduler)

@@ -19,6 +19,7 @@ Standard library only: importing this must not import torch.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
@@ -105,12 +106,10 @@ def _ignore_from_now_on() -> None:
 def _detach_from_terminal() -> None:
     """Point the standard streams that were a terminal at /dev/null (after SIGHUP: it is gone)."""
     for fd in _record.terminals:
-        try:
+        with contextlib.suppress(OSError):
             null = os.open(os.devnull, os.O_RDWR)
             os.dup2(null, fd)
             os.close(null)
-        except OSError:
-            pass
 
 
 def _handler(signum: int, frame) -> None:

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -80,7 +81,8 @@ class ImagesRead:
 class EpochStats:
     """One epoch's running totals on this process; ``train_one_epoch`` returns them summed over
     processes, and the epoch's train metrics made from them (:mod:`resnet.engine.totals`).
-    :meth:`state` / :meth:`from_state` carry them through a mid-epoch checkpoint."""
+    :meth:`state` / :meth:`from_state` carry them through a mid-epoch checkpoint: every field but those
+    set at its end (``metrics``, ``lr``, ``interrupted``), the sums under their own names."""
 
     # the device sums by name (resnet.engine.totals.STEP_SUMS: the loss summed over images, ...) as
     # last read: None until a checkpoint reads them; at the end of the epoch, every total summed over processes
@@ -289,8 +291,8 @@ class _Epoch:
         peers.at_step(self.steps_before + stats.steps)  # where a peer that stalls or dies is reported
         files = (self.unsent[0] + skipped, self.unsent[1] + skipped + images.shape[0])
         self.unsent = (0, 0)
-        everyone_has_data, stop, due, unreadable, read = _agree_before_step(images.shape[0] > 0, files, ctx)
-        if stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
+        agreed = _agree_before_step(images.shape[0] > 0, files, ctx)
+        if agreed.stop and self.checkpoint is not None:  # saved before this batch is counted: a resume reads it again
             stats.interrupted = True
             self.save()
             return False
@@ -299,16 +301,17 @@ class _Epoch:
         self.bar.update(1)  # counted before a line may be printed for it
         stats.skipped_images += skipped
         stats.skipped_paths.extend(paths[: max(5 - len(stats.skipped_paths), 0)])
-        self.files = ImagesRead(self.files.unreadable + unreadable, self.files.read + read, stats.skipped_paths)
+        unreadable, read = self.files.unreadable + agreed.unreadable, self.files.read + agreed.read
+        self.files = ImagesRead(unreadable, read, stats.skipped_paths)
         if ctx.check_unreadable is not None:  # before the step: a run over max_unreadable trains no more
             ctx.check_unreadable(self.epoch, self.files)
-        if not everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
+        if not agreed.everyone_has_data:  # a process read no image: every process skips the step, or DDP would hang
             stats.empty_steps += 1
             stats.unused_images += images.shape[0]
         else:
             self.step(images, labels, index)
         every = ctx.checkpoint_every and stats.batches % ctx.checkpoint_every == 0
-        if self.checkpoint is not None and (every or due) and stats.batches < self.end:
+        if self.checkpoint is not None and (every or agreed.due) and stats.batches < self.end:
             self.save()
         return True
 
@@ -394,7 +397,15 @@ class _Epoch:
         return stats
 
 
-def _agree_before_step(has_data: bool, files: tuple[int, int], ctx: StepContext) -> tuple[bool, bool, bool, int, int]:
+class _Agreed(NamedTuple):
+    everyone_has_data: bool  # every process has at least one readable image
+    stop: bool
+    due: bool  # a checkpoint, by rank 0's clock
+    unreadable: int  # the batch's files, summed over the processes
+    read: int
+
+
+def _agree_before_step(has_data: bool, files: tuple[int, int], ctx: StepContext) -> _Agreed:
     """What every process must know before the forward pass (:func:`train_one_epoch`), in one host-side
     all-reduce: whether every process read an image, whether one was asked to stop (a count per signal
     rides along, so that every process stops under the signal that arrived), whether rank 0's clock
@@ -406,7 +417,9 @@ def _agree_before_step(has_data: bool, files: tuple[int, int], ctx: StepContext)
         [float(not has_data), float(due), float(files[0]), float(files[1]), *votes], ctx.env
     )
     stop = ctx.stop.agree(summed) if ctx.stop is not None else False
-    return without_data == 0, stop, due > 0, int(unreadable), int(read)
+    return _Agreed(
+        everyone_has_data=without_data == 0, stop=stop, due=due > 0, unreadable=int(unreadable), read=int(read)
+    )
 
 
 class _ToHost:

@@ -143,7 +143,7 @@ def arch_spec(name: str, overrides: Mapping[str, object] | None = None) -> tuple
         raise ValueError(f"unknown override(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
     spec = replace(ARCHS[canonical], **plain)
     stages = {len(spec.depths), len(spec.widths), len(spec.strides)}
-    if len(stages) > 1 or min(spec.depths) < 1:
+    if len(stages) > 1 or min(spec.depths, default=0) < 1:
         raise ValueError(
             f"depths={list(spec.depths)}, widths={list(spec.widths)}, strides={list(spec.strides)}: one entry per "
             "stage in each, and at least one block per stage (leave a stage out of all three instead)"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..runtime.distributed import DistEnv, all_reduce_sum, gather_objects
+from ..runtime.distributed import DistEnv, all_reduce_sum, on_rank0
 from . import signals as signals
 
 # exit status of a stop that nothing requeues: the shell's 128 + n for TERM, INT and HUP; 3 for the warnings
@@ -129,7 +129,7 @@ class StopRequest:
         outcome, so that none leaves without its result file (submitit's sweep would wait for it forever)."""
         submitit, job_id = self._released()
         if submitit:
-            return gather_objects(submitit_requeue(*submitit) if self.env.is_main else None, self.env)[0]
+            return on_rank0(self.env, lambda: submitit_requeue(*submitit))
         if not job_id:
             return Handover("not requeued (not a SLURM job)")
         if not self.env.is_main:

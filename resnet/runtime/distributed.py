@@ -344,17 +344,19 @@ def gather_flat(items: list, env: DistEnv) -> list:
     return [item for each in gather_objects(items, env) for item in each]
 
 
-def on_rank0(env: DistEnv, decide: Callable[[], T], refusal: type[Exception]) -> T:
+def on_rank0(env: DistEnv, decide: Callable[[], T], refusal: type[Exception] | tuple[()] = ()) -> T:
     """``decide()``'s value, worked out on rank 0, on every rank; where it raises ``refusal`` (or a
-    subclass), every rank raises a new error of its class with its line. A collective: every rank calls
-    it, and none returns before rank 0 has decided."""
-    found = (None, None)
+    subclass), every rank raises a new error of its class with its line. A collective (one broadcast):
+    every rank calls it, and none returns before rank 0 has decided."""
+    found = [(None, None)]
     if env.is_main:
         try:
-            found = (decide(), None)
+            found = [(decide(), None)]
         except refusal as err:
-            found = (None, (type(err), str(err)))
-    value, refused = gather_objects(found, env)[0]
+            found = [(None, (type(err), str(err)))]
+    if env.distributed:
+        dist.broadcast_object_list(found, src=0)
+    value, refused = found[0]
     if refused is not None:
         kind, line = refused
         raise kind(line)

@@ -35,8 +35,13 @@ from .tensornets import from_tensornets
 from .timm import from_timm
 from .torchvision import from_torchvision
 
-SOURCES = {  # the weights= prefix -> its module
-    module.__name__.rpartition(".")[2]: module for module in (checkpoint, torchvision, timm, keras, fbtorch, tensornets)
+SOURCES = {  # the weights= prefix users type -> its module
+    "checkpoint": checkpoint,
+    "torchvision": torchvision,
+    "timm": timm,
+    "keras": keras,
+    "fbtorch": fbtorch,
+    "tensornets": tensornets,
 }
 FORMS = tuple(form for source in SOURCES.values() for form in source.FORMS)
 FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".keras", ".npz", ".t7")

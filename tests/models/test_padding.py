@@ -88,7 +88,9 @@ def caffe_pool_len(n: int, k: int = 3, s: int = 2) -> int:
 
 
 def test_pool_out_sizes():
-    assert caffe_pool_len(112) == 56  # MSRA pool1, pad 0
+    # ResNet-50's stem pool at 112: 56 under every scheme but valid (legacy Keras ResNet50: 55)
+    sizes = [make_max_pool(s)(torch.zeros(1, 1, 112, 112)).shape[-1] for s in ("symmetric", "same", "ceil", "valid")]
+    assert sizes == [56, 56, 56, 55]
     for n in range(5, 40):
         assert caffe_pool_len(n) == make_max_pool("ceil")(torch.zeros(1, 1, n, n)).shape[-1]
 
@@ -373,6 +375,7 @@ def test_library_misuse_of_the_padding_layers_is_one_line():
         resnet.padding.conv_with_pads(conv, x, resnet.padding.AppliedPad(1, 1, 1, 1, "-inf"))
     with pytest.raises(ValueError, match="freeze_padding takes a model holding such layers, not a SameConv2d"):
         resnet.padding.freeze_padding(resnet.padding.SameConv2d(2, 2, 3, 2), 9)
-    for depths in [(2, 0, 2, 2), (2, 2, 2)]:  # an empty stage; a stage count the widths and strides disagree with
+    # an empty stage; a stage count the widths and strides disagree with; no stage at all
+    for stages in [{"depths": (2, 0, 2, 2)}, {"depths": (2, 2, 2)}, {"depths": (), "widths": (), "strides": ()}]:
         with pytest.raises(ValueError, match=r"one entry per stage in each, and at least one block per stage"):
-            resnet.build_model("resnet18", depths=depths)
+            resnet.build_model("resnet18", **stages)

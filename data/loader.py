@@ -7,7 +7,7 @@ the built-in ``fashion_mnist`` (28x28 grey) and ``synthetic``.
 
 What the trainer does::
 
-    data = DataConfig.from_config(plain_data_cfg)  # resnet.config.data_config("imagenet", root=...) outside Hydra
+    data = data_config("imagenet", root=...)     # resnet.config: the YAML with these changes, workers=auto resolved
     loaders = build_loaders(data, batch_size=256, rank=dist.rank, world_size=dist.world_size, seed=cfg.seed)
     normalize = Normalize(model.meta.preprocessing).to(device)  # data.normalize
     model = build_model(..., num_classes=loaders.num_classes, in_chans=loaders.in_chans)
@@ -163,6 +163,11 @@ def _check(data: DataConfig) -> InMemory | Folders | Shards:
     dataset = find(data.name)
     if dataset is None:
         raise ValueError(f"unknown dataset {data.name!r}; choose one of {', '.join(names())}")
+    if not isinstance(data.workers, int):  # auto: a config's, resolved by whoever runs the loaders
+        raise ValueError(
+            f"data.workers={data.workers}: the loaders take a number; resolve it first "
+            "(resnet.runtime.workers.data_workers), or build the config with resnet.config.data_config"
+        )
     memory = dataset if isinstance(dataset, InMemory) else None
     if memory is not None and (data.auto_augment or data.repeated_aug > 1 or data.progressive_resize):
         raise ValueError(

@@ -4,6 +4,7 @@ validation and eval.py read it with no other change."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -198,3 +199,11 @@ def test_a_data_config_lacking_a_key_names_the_file_that_declares_it():
     del whole["min_scale"]
     with pytest.raises(ConfigError, match=r"^data=synthetic has no data.min_scale: .*configs/data/base/dataset.yaml"):
         DataConfig.from_config(whole)
+
+
+def test_a_data_config_whose_workers_is_still_auto_is_one_line_at_the_loaders():
+    """The YAML's workers=auto is resolved by train.py and data_config; a DataConfig built from the
+    composed YAML by hand reaches the loaders with it (it was a TypeError deep in a size check)."""
+    data = dataclasses.replace(data_config("synthetic"), workers="auto")
+    with pytest.raises(ValueError, match=r"^data.workers=auto: the loaders take a number; resolve it first"):
+        build_loaders(data, batch_size=8)

@@ -153,8 +153,8 @@ def scheme_records(
     columns += [f"{s} {METRIC_TITLES[m]}" for s in table.schemes for m in METRICS]
     if table.delta:
         columns += [f"Δ {METRIC_TITLES[m]} ({table.delta[0]} − {table.delta[1]})" for m in METRICS]
-    if reference:
-        columns += [f"TensorNets {METRIC_TITLES[m]}" for m in METRICS] + ["TensorNets padding"]
+    ref_columns = [f"TensorNets {METRIC_TITLES[m]}" for m in METRICS] + ["TensorNets padding"] if reference else []
+    columns += ref_columns
     if any(row.unreadable for row in table.rows):
         columns.append(UNREADABLE_COLUMN)
     if missing:
@@ -162,7 +162,9 @@ def scheme_records(
 
     def published(arch: str) -> list:
         ref = tensornets_reference(arch)
-        return [getattr(ref, m) for m in METRICS] + [f"{ref.padding_name} @{ref.input_size}"] if ref else [None] * 4
+        if ref is None:
+            return [None] * len(ref_columns)
+        return [getattr(ref, m) for m in METRICS] + [f"{ref.padding_name} @{ref.input_size}"]
 
     records = []
     for row in table.rows:
@@ -181,7 +183,7 @@ def scheme_records(
         values = (m["arch"], weights_label(m), m["trained_padding"], m["dataset"], m.get("protocol"))
         record = dict(zip(MODEL_COLUMNS, values), missing=m["fix"])
         if reference:
-            record.update(zip(columns[-5:-1], published(m["arch"])))
+            record.update(zip(ref_columns, published(m["arch"])))
         records.append(record)
     return columns, records
 

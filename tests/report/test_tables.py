@@ -15,15 +15,14 @@ import torch
 from torch import nn
 
 from data import Normalize
-from resnet import ALIASES, PRESETS, build_model
+from resnet import ALIASES, PRESETS
 from resnet.cli.tables import main
 from resnet.detect import detect_padding, preset_groups
 from resnet.figures import plot_sampling_grid, sampling_grid
-from resnet.inspect import pad_table
 from resnet.report.published import TENSORNETS, TENSORNETS_ZERO_POOL, tensornets_reference
 from resnet.report.rows import ROW_KEYS, check_row, latest_rows, read_rows, scheme_label
 from resnet.report.table_files import write_tables
-from resnet.report.tables import cross_markdown, cross_matrices, scheme_records, scheme_table, wandb_table
+from resnet.report.tables import METRICS, cross_markdown, cross_matrices, scheme_records, scheme_table, wandb_table
 from tests.helpers.models import random_model
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "eval_rows.jsonl"
@@ -250,36 +249,26 @@ def self_labelled(model: nn.Module, normalize: nn.Module, size: int, batches: in
     return out
 
 
-def pad_groups(size: int) -> list[tuple[str, ...]]:
-    """Every preset (in PRESETS order), grouped by what resnet_tiny's stride-2 layers pad at ``size``
-    under it: the amounts and what the cells hold, as each built layer reports them
-    (resnet.inspect.pad_table, through resnet.padding.layer_pad). A preset added to PRESETS joins the
-    group its pads put it in: a reflected stem is a group of its own, even at an odd size."""
-    groups: dict[tuple, list[str]] = {}
-    for name in PRESETS:
-        rows = pad_table(build_model("resnet_tiny", 10, padding=name).eval(), size)
-        groups.setdefault(tuple((r.layer, r.pad_h, r.pad_w, r.value) for r in rows), []).append(name)
-    return [tuple(group) for group in groups.values()]
-
-
 def group_of(preset: str, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
     return next(group for group in groups if preset in group)
 
 
 # How these presets pad resnet_tiny (no stem pool) at 16 -> 8 -> 4: SAME pads (0, 1) on an even size
 # (asymmetric at the stem, tf_same there and in the blocks); the others pad (1, 1) everywhere. A new
-# preset changes none of these groups; it joins one or makes its own (pad_groups).
+# preset changes none of these groups; it joins one or makes its own (resnet.detect.preset_groups: the
+# amounts and what the cells hold, as each built layer reports them; a reflected stem is its own group).
 GROUPS_AT_16 = (("tf_same",), ("asymmetric",), ("symmetric", "tf_slim", "caffe", "keras"))
 GROUPED = {preset for group in GROUPS_AT_16 for preset in group}
 
 
 @pytest.mark.parametrize("group", GROUPS_AT_16, ids=lambda group: group[0])
 def test_detection_finds_the_training_preset(group):
-    preset, groups = group[0], pad_groups(16)
+    preset = group[0]
+    model = random_model(preset)
+    groups = preset_groups(model, 16)
     best = group_of(preset, groups)  # its group among every preset, new ones included
     assert tuple(p for p in best if p in GROUPED) == group
     normalize = Normalize("torch")
-    model = random_model(preset)
     report = detect_padding(model, self_labelled(model, normalize, 16), normalize, 16)
     assert report.best.presets == best and report.best.top1_err == 0.0
     assert report.margin > 0.05 and not report.indistinguishable
@@ -292,9 +281,8 @@ def test_detection_at_an_odd_size_groups_the_presets_that_pad_alike():
     # indistinguishable from the others; a preset that pads otherwise (a reflected stem) stays apart.
     normalize = Normalize("torch")
     model = random_model("tf_same")
-    groups = pad_groups(17)
+    groups = preset_groups(model, 17)
     assert set(group_of("tf_same", groups)) >= GROUPED
-    assert preset_groups(model, 17) == groups
     report = detect_padding(model, self_labelled(model, normalize, 17, batches=1), normalize, 17)
     assert report.best.presets == group_of("tf_same", groups) and report.best.top1_err == 0.0
     assert sorted(s.presets for s in report.scores) == sorted(groups)  # no stem pool: no group's logits agree
@@ -349,3 +337,19 @@ def write_tables_of(rows, out: Path) -> dict[str, str]:
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_tables(results, out / "tables", None, cross_sources=None)
     return {p.name: p.read_text() for p in (out / "tables").iterdir() if p.suffix in (".md", ".csv")}
+
+
+def test_a_missing_models_published_numbers_sit_under_their_own_columns_beside_an_unreadable_column():
+    """--reference with a missing model and a row marked unreadable: the missing row's TensorNets
+    numbers are under the TensorNets columns (they were placed by position, one column to the left)."""
+    tiny = [r for r in read_rows(FIXTURE) if r["arch"] == "resnet_tiny" and r["weights_source"] == "checkpoint"]
+    rows = [*tiny, {**tiny[0], "n_images": 38, "skipped_images": 2}]
+    lost = {"arch": "resnet50_v1", "weights": "fbtorch:resnet-50.t7", "trained_padding": "caffe", "dataset": "imagenet"}
+    columns, records = scheme_records(scheme_table(rows), reference=True, missing=[{**lost, "fix": "download=true"}])
+    assert columns[-2:] == ["unreadable images", "missing"]
+    (record,) = [r for r in records if r.get("missing")]
+    ref = tensornets_reference("resnet50_v1")
+    published = [c for c in columns if c.startswith("TensorNets ")]
+    expected = [getattr(ref, m) for m in METRICS] + [f"{ref.padding_name} @{ref.input_size}"]
+    assert [record[c] for c in published] == expected
+    assert "unreadable images" not in record

@@ -104,7 +104,7 @@ def start_run(
     folder = wandb_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     init = dict(
-        project=logger.get("project", "resnet-padding"),
+        project=logger["project"],  # configs/logger/wandb.yaml declares it
         entity=logger.get("entity"),
         group=logger.get("group") or group,
         name=logger.get("name") or name or display_name(config, group, run_dir),

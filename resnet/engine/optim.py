@@ -79,7 +79,6 @@ SCHEDULE_KEYS = {
     "cosine": ("warmup_epochs", "warmup_start_factor", "min_lr_ratio"),
     "onecycle": ("pct_start", "div_factor", "final_div_factor"),
 }
-OPTIMIZERS, SCHEDULES = tuple(OPTIMIZER_KEYS), tuple(SCHEDULE_KEYS)
 LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")  # what a schedule keeps in the optimizer's param groups
 
 

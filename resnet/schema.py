@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from data.decode import INTERPOLATIONS
+from data.gpu_decode import DECODES
+
 
 @dataclass(frozen=True)
 class Field:
@@ -245,6 +248,8 @@ KEYS: dict[str, Key] = {
     "data.crop_pct": Key(Field(float, low=0, high=1, open_low=True, example="data.crop_pct=0.875")),
     "data.min_scale": Key(Field(float, low=0, high=1, open_low=True, example="data.min_scale=0.08")),
     "data.crop_padding": Key(Field(int, low=0, example="data.crop_padding=4")),
+    "data.interpolation": Key(names(*INTERPOLATIONS)),  # the choices: data.decode's table of resamplers
+    "data.decode": Key(names(*DECODES)),
     "data.augment": Key(SWITCH),
     "data.repeated_aug": Key(STEPS),
     "data.max_file_mb": Key(Field(float, low=0, open_low=True, example="data.max_file_mb=64")),

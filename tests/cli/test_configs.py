@@ -178,6 +178,8 @@ def test_unknown_keys_and_groups_fail():
         ("device=tpu", "^device=tpu: expected one of auto, cpu, cuda, e.g. device=auto$"),
         ("loss=mse", "^loss=mse: expected one of ce, bce, e.g. loss=ce$"),
         ("data_changed=x", "^data_changed=x: expected one of refuse, rescale, e.g. data_changed=refuse$"),
+        ("data.decode=gpux", "^data.decode=gpux: expected one of cpu, gpu, e.g. data.decode=cpu$"),
+        ("data.interpolation=bicubik", "^data.interpolation=bicubik: expected one of bilinear, bicubic, e.g. "),
     ],
 )
 def test_bad_values_fail_with_one_line(override, message):

@@ -189,7 +189,7 @@ def test_every_data_config_is_a_whole_data_config_whose_values_only_the_yaml_sta
     assert data.name == name
     assert [f.name for f in fields(DataConfig) if f.default is not MISSING or f.default_factory is not MISSING] == []
     unchecked = {f.name for f in fields(DataConfig)} - {key.removeprefix("data.") for key in KEYS}
-    assert unchecked <= {"name", "root", "workers", "interpolation", "auto_augment", "progressive_resize", "decode"}
+    assert unchecked <= {"name", "root", "workers", "auto_augment", "progressive_resize"}
 
 
 def test_a_data_config_lacking_a_key_names_the_file_that_declares_it():

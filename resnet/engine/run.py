@@ -57,7 +57,7 @@ def build_run_model(config: TrainConfig) -> nn.Module:
     }
     padding = config.grid[0] if config.grid else config.padding
     model = instantiate(config.model, padding=padding, **{k: v for k, v in recorded.items() if v})
-    return make_grid(model, list(config.grid), bn=config.grid_bn) if config.grid else model
+    return make_grid(model, config.grid, bn=config.grid_bn) if config.grid else model
 
 
 def train(cfg: DictConfig) -> dict:
@@ -108,7 +108,7 @@ def start_line(config: TrainConfig, env: DistEnv, run_dir: Path) -> str:
     """What this run trains, where, and into which folder: the first line it prints."""
     arch = config.model["arch"]
     padding = resolve_padding(config.padding, native=ARCHS[canonical_name(arch)].native_padding)
-    scheme = grid_name(list(config.grid)) if config.grid else f"padding {scheme_words(padding.name)}"
+    scheme = grid_name(config.grid) if config.grid else f"padding {scheme_words(padding.name)}"
     if config.padding is None and not config.grid:
         scheme += " (its native padding)"
     processes = f", {env.world_size} processes" if env.world_size > 1 else ""

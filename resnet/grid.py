@@ -24,6 +24,7 @@ from .padding import (
     Padding,
     conv_like,
     conv_with_pads,
+    is_strided_conv,
     layer_pad,
     make_conv,
     make_max_pool,
@@ -230,7 +231,7 @@ def make_grid(model: nn.Module, presets: Sequence[str], bn: str = "shared") -> n
         model.maxpool = GridMaxPool2d(sites["stem_pool"], paddings[0].stem_pool_value)
     if len(set(sites["block_conv"])) > 1:
         for name, module in list(model.named_modules()):
-            if name.startswith("layer") and _strided(module):
+            if name.startswith("layer") and is_strided_conv(module):
                 model.set_submodule(name, GridConv2d.like(module, sites["block_conv"]))
     if bn != "shared":
         for name, module in list(model.named_modules()):
@@ -240,11 +241,6 @@ def make_grid(model: nn.Module, presets: Sequence[str], bn: str = "shared") -> n
     # the switchable sites, found once here: set_grid runs before every training step
     model.grid_sites = tuple(m for m in model.modules() if isinstance(m, (GridConv2d, GridMaxPool2d, GridBatchNorm2d)))
     return model
-
-
-def _strided(module: nn.Module) -> bool:
-    """A conv whose padding the block_conv site decides: stride > 1 and kernel > 1."""
-    return isinstance(module, nn.Conv2d) and max(module.stride) > 1 and max(module.kernel_size) > 1
 
 
 def set_grid(model: nn.Module, preset: int | str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from .model import build_model
-from .padding import input_sizes, is_blur_pool, layer_pad
+from .padding import input_sizes, is_blur_pool, is_strided_conv, layer_pad
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,7 @@ class PadRow:
 def _strided(m: nn.Module) -> bool:
     if is_blur_pool(m):
         return m.stride > 1
-    if isinstance(m, nn.Conv2d):
-        return m.stride[0] > 1 and m.kernel_size[0] > 1
-    return isinstance(m, nn.MaxPool2d) and m.stride > 1 and m.kernel_size > 1
+    return is_strided_conv(m) or (isinstance(m, nn.MaxPool2d) and m.stride > 1 and m.kernel_size > 1)
 
 
 def _blur_site(model: nn.Module, name: str) -> str:

@@ -334,6 +334,11 @@ def layer_pad(module: nn.Module, input_hw: tuple[int, int]) -> AppliedPad:
     )
 
 
+def is_strided_conv(module: nn.Module) -> bool:
+    """A conv whose padding a site decides: stride > 1 and kernel > 1 (a 1x1/2 shortcut never pads)."""
+    return isinstance(module, nn.Conv2d) and max(module.stride) > 1 and max(module.kernel_size) > 1
+
+
 def pad_at_any_size(module: nn.Module) -> AppliedPad | None:
     """``module``'s pad where it is the same at every input size (fixed when the layer was built);
     None where it follows the size (SAME, a ceil-mode pool): ask :func:`layer_pad` per input then."""
